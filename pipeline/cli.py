@@ -1,0 +1,157 @@
+"""The `csts-pipeline` command line (typer). Each command loads a manifest, applies CLI overrides and calls
+one stage's `run`; user mistakes become a one-line error and exit status 2."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pipeline.errors import UserError
+from pipeline.manifest import Manifest, load_manifest, manifest_path
+from pipeline.records import read_record
+
+app = typer.Typer(
+    help="Build C-STS datasets from image-caption corpora: embed -> mine -> filter -> train.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+log = logging.getLogger("csts-pipeline")
+
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option("--dataset", "-d", help="Manifest name: manifests/NAME.yaml (coco, flickr30k, sample)."),
+]
+ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", help="Work folder for all stage outputs (overrides work_dir).")
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Recompute even when the stage's output is up to date.")
+]
+BatchOpt = Annotated[
+    int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")
+]
+KOpt = Annotated[int | None, typer.Option("--k", help="Neighbours per image (overrides mine.k).")]
+
+
+def _user_errors(command: Callable[..., None]) -> Callable[..., None]:
+    """Print a user mistake as one line and exit 2, instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        for ours in ("pipeline", "stages"):
+            logging.getLogger(ours).setLevel(logging.INFO)
+        try:
+            command(*args, **kwargs)
+        except UserError as exc:
+            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
+    loaded = load_manifest(manifest_path(dataset, manifest), overrides)
+    if loaded.demo_encoders:
+        typer.secho(
+            f"note: {loaded.name} uses demo encoders (random-init CLIP, all-MiniLM-L6-v2): it shows the "
+            "mechanics, not the neighbours or similarities of real models.",
+            fg=typer.colors.YELLOW,
+        )
+    return loaded
+
+
+def _stage_modules() -> dict[str, Any]:
+    from stages import embed, mine
+
+    return {"embed": embed, "mine": mine}
+
+
+def _report(record: dict) -> None:
+    if record.get("status") == "up-to-date":
+        typer.echo(f"up to date: {record['folder']} (nothing to do; --force recomputes)")
+        return
+    counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
+    typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts})")
+
+
+@app.command()
+@_user_errors
+def embed(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    device: DeviceOpt = None,
+    batch_size: BatchOpt = None,
+    out: OutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/)."""
+    from stages import embed as stage
+
+    loaded = _manifest(
+        dataset, manifest, **{"run.device": device, "embed.batch_size": batch_size, "work_dir": out}
+    )
+    _report(stage.run(loaded, force=force))
+
+
+@app.command()
+@_user_errors
+def mine(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    k: KOpt = None,
+    device: DeviceOpt = None,
+    out: OutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Exact top-k image neighbours (FAISS) expanded to candidate caption pairs (<out>/mine/)."""
+    from stages import mine as stage
+
+    loaded = _manifest(dataset, manifest, **{"mine.k": k, "run.device": device, "work_dir": out})
+    _report(stage.run(loaded, force=force))
+
+
+@app.command()
+@_user_errors
+def run(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    device: DeviceOpt = None,
+    out: OutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Run every data stage in order (embed, mine, ...); finished stages with unchanged inputs are skipped."""
+    loaded = _manifest(dataset, manifest, **{"run.device": device, "work_dir": out})
+    for module in _stage_modules().values():
+        _report(module.run(loaded, force=force))
+
+
+@app.command()
+@_user_errors
+def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
+    """Each stage's state (done / stale / missing), counts and time, from its stage record."""
+    loaded = load_manifest(manifest_path(dataset, manifest), {"work_dir": out})
+    for name, module in _stage_modules().items():
+        record = read_record(loaded.work_dir / name)
+        if record is None:
+            typer.echo(f"{name:<8} missing")
+            continue
+        try:
+            current = module.plan(loaded).fingerprint == record["fingerprint"]
+        except UserError:
+            current = False
+        counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
+        state = "done" if current else "stale"
+        typer.echo(f"{name:<8} {state:<6} {record['timings']['seconds']:>8.1f}s  {counts}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,258 @@
+"""Dataset readers: COCO captions JSON and Flickr30K in its three common formats.
+
+Every reader returns a `Corpus`: images with a stable integer `image_id` and a file path, captions with a
+stable integer `caption_id`, and the list of what was skipped and why. Nothing is dropped silently: a row that
+cannot be used is either a `UserError` (the file as a whole is wrong) or a counted, reported `Skip`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.errors import UserError
+from pipeline.manifest import DataConfig
+
+MAX_CAPTION_ID = 2**32 - 1  # pair ids pack two caption ids into one int64 (docs/schemas.md)
+
+
+@dataclass(frozen=True)
+class Skip:
+    kind: str  # "image", "caption" or "line"
+    ref: str  # what was skipped: an id, a file name or "file:line"
+    reason: str
+
+
+@dataclass
+class Corpus:
+    image_ids: list[int] = field(default_factory=list)
+    file_names: list[str] = field(default_factory=list)
+    image_root: Path = Path()
+    caption_ids: list[int] = field(default_factory=list)
+    caption_image_ids: list[int] = field(default_factory=list)
+    captions: list[str] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+
+    def images_table(self) -> pa.Table:
+        return pa.table(
+            {
+                "image_id": pa.array(self.image_ids, pa.int64()),
+                "file_name": pa.array(self.file_names, pa.string()),
+            }
+        )
+
+    def captions_table(self) -> pa.Table:
+        return pa.table(
+            {
+                "caption_id": pa.array(self.caption_ids, pa.int64()),
+                "image_id": pa.array(self.caption_image_ids, pa.int64()),
+                "caption": pa.array(self.captions, pa.string()),
+            }
+        )
+
+    def skip_counts(self) -> dict[str, int]:
+        return dict(Counter(f"{s.kind}: {s.reason}" for s in self.skips))
+
+
+def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
+    """Read the manifest's dataset; with `check_files`, images whose file is missing are skipped (reported)."""
+    if config.format == "sample":
+        from pipeline.sample_data import ensure_sample
+
+        ensure_sample(config.captions, config.images)
+    if not config.captions.is_file():
+        raise UserError(f"{config.captions}: caption file not found")
+    if check_files and not config.images.is_dir():
+        raise UserError(f"{config.images}: image folder not found")
+    readers = {
+        "coco": read_coco,
+        "sample": read_coco,
+        "flickr30k-token": read_flickr_token,
+        "flickr30k-csv": read_flickr_csv,
+        "flickr30k-karpathy": lambda path: read_flickr_karpathy(path, config.split),
+    }
+    corpus = readers[config.format](config.captions)
+    corpus.image_root = config.images
+    if check_files:
+        _drop_missing_files(corpus)
+    _drop_images_without_captions(corpus)
+    return corpus
+
+
+def read_coco(path: Path) -> Corpus:
+    """The official COCO captions JSON (`images`, `annotations`), read through pycocotools."""
+    from pycocotools.coco import COCO
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not {"images", "annotations"} <= data.keys():
+        raise UserError(f"{path}: not a COCO captions file (needs 'images' and 'annotations' lists)")
+    for key in ("images", "annotations"):
+        ids = Counter(entry.get("id") for entry in data[key])
+        dupes = [i for i, n in ids.items() if n > 1]
+        if dupes:
+            raise UserError(f"{path}: duplicate {key} ids, e.g. {dupes[:3]}")
+    coco = COCO()
+    coco.dataset = data
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress to stdout
+        coco.createIndex()
+
+    corpus = Corpus()
+    for image_id in sorted(coco.imgs):
+        corpus.image_ids.append(int(image_id))
+        corpus.file_names.append(str(coco.imgs[image_id]["file_name"]))
+    known = set(corpus.image_ids)
+    for ann_id in sorted(coco.anns):
+        ann = coco.anns[ann_id]
+        text = str(ann.get("caption", "")).strip()
+        if ann.get("image_id") not in known:
+            corpus.skips.append(Skip("caption", str(ann_id), "unknown image_id"))
+        elif not text:
+            corpus.skips.append(Skip("caption", str(ann_id), "empty caption"))
+        elif not 0 <= int(ann_id) <= MAX_CAPTION_ID:
+            raise UserError(f"{path}: caption id {ann_id} is outside 0..{MAX_CAPTION_ID}")
+        else:
+            corpus.caption_ids.append(int(ann_id))
+            corpus.caption_image_ids.append(int(ann["image_id"]))
+            corpus.captions.append(text)
+    return corpus
+
+
+_TOKEN_LINE = re.compile(r"^(?P<name>[^#\t]+)#(?P<n>\d+)\t(?P<text>.*)$")
+
+
+def read_flickr_token(path: Path) -> Corpus:
+    """`results_20130124.token`: one `name.jpg#n<TAB>caption` per line."""
+    rows, skips = [], []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        match = _TOKEN_LINE.match(line)
+        if match is None:
+            skips.append(
+                Skip("line", f"{path.name}:{lineno}", "malformed line (expected name.jpg#n<TAB>caption)")
+            )
+            continue
+        rows.append((match["name"].strip(), int(match["n"]), match["text"], f"{path.name}:{lineno}"))
+    return _flickr_corpus(path, rows, skips)
+
+
+def read_flickr_csv(path: Path) -> Corpus:
+    """`results.csv` (the Kaggle copy): header `image_name| comment_number| comment`, fields split by '|'."""
+    rows, skips = [], []
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, delimiter="|")
+        header = [h.strip() for h in next(reader, [])]
+        if header[:3] != ["image_name", "comment_number", "comment"]:
+            raise UserError(
+                f"{path}: expected the header 'image_name| comment_number| comment', got {header}"
+            )
+        for lineno, fields in enumerate(reader, start=2):
+            if not fields or not "".join(fields).strip():
+                continue
+            ref = f"{path.name}:{lineno}"
+            if len(fields) < 3 or not fields[1].strip().isdigit():
+                skips.append(
+                    Skip("line", ref, "malformed line (expected image_name| comment_number| comment)")
+                )
+                continue
+            rows.append((fields[0].strip(), int(fields[1]), "|".join(fields[2:]), ref))
+    return _flickr_corpus(path, rows, skips)
+
+
+def read_flickr_karpathy(path: Path, split: str | None = None) -> Corpus:
+    """Karpathy's `dataset_flickr30k.json`: images with `filename`, `split` and `sentences[].raw`."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise UserError(f"{path}: not a Karpathy split file (needs an 'images' list)")
+    rows, skips = [], []
+    for index, image in enumerate(data["images"]):
+        if "filename" not in image or not isinstance(image.get("sentences"), list):
+            skips.append(Skip("image", f"{path.name}:images[{index}]", "entry without filename or sentences"))
+            continue
+        if split is not None and image.get("split") != split:
+            continue
+        for n, sentence in enumerate(image["sentences"]):
+            rows.append((image["filename"], n, str(sentence.get("raw", "")), f"{image['filename']}#{n}"))
+    return _flickr_corpus(path, rows, skips)
+
+
+def _flickr_corpus(path: Path, rows: list[tuple[str, int, str, str]], skips: list[Skip]) -> Corpus:
+    """Shared by the three Flickr formats, so one image gets the same ids from any of them: image_id is the
+    numeric file stem (Flickr photo id) and caption_id the rank of (image_id, caption number)."""
+    if not rows:
+        raise UserError(f"{path}: no captions found")
+    seen: dict[tuple[str, int], str] = {}
+    entries = []
+    stems: dict[int, str] = {}
+    for name, n, text, ref in rows:
+        stem = Path(name).stem
+        if not stem.isdigit():
+            raise UserError(f"{path}: image name {name!r} ({ref}) is not a numeric Flickr id")
+        if (name, n) in seen:
+            raise UserError(f"{path}: duplicate caption {name}#{n} at {ref} and {seen[(name, n)]}")
+        seen[(name, n)] = ref
+        image_id = int(stem)
+        if stems.setdefault(image_id, name) != name:
+            raise UserError(f"{path}: file names {stems[image_id]!r} and {name!r} share the id {image_id}")
+        entries.append((image_id, n, text.strip(), ref))
+    entries.sort()
+    corpus = Corpus(skips=skips)
+    for image_id in sorted(stems):
+        corpus.image_ids.append(image_id)
+        corpus.file_names.append(stems[image_id])
+    for caption_id, (image_id, _, text, ref) in enumerate(entries):
+        if not text:
+            corpus.skips.append(Skip("caption", ref, "empty caption"))
+            continue
+        corpus.caption_ids.append(caption_id)
+        corpus.caption_image_ids.append(image_id)
+        corpus.captions.append(text)
+    return corpus
+
+
+def _drop_missing_files(corpus: Corpus) -> None:
+    keep = [(corpus.image_root / name).is_file() for name in corpus.file_names]
+    for ok, image_id, name in zip(keep, corpus.image_ids, corpus.file_names):
+        if not ok:
+            corpus.skips.append(Skip("image", f"{image_id} ({name})", "image file not found"))
+    _keep_images(corpus, keep)
+
+
+def _drop_images_without_captions(corpus: Corpus) -> None:
+    with_captions = set(corpus.caption_image_ids)
+    keep = [image_id in with_captions for image_id in corpus.image_ids]
+    for ok, image_id in zip(keep, corpus.image_ids):
+        if not ok:
+            corpus.skips.append(Skip("image", str(image_id), "no usable caption"))
+    _keep_images(corpus, keep)
+
+
+def _keep_images(corpus: Corpus, keep: list[bool]) -> None:
+    corpus.image_ids = [i for i, ok in zip(corpus.image_ids, keep) if ok]
+    corpus.file_names = [n for n, ok in zip(corpus.file_names, keep) if ok]
+    kept = set(corpus.image_ids)
+    rows = [
+        (c, i, t)
+        for c, i, t in zip(corpus.caption_ids, corpus.caption_image_ids, corpus.captions)
+        if i in kept
+    ]
+    dropped = len(corpus.caption_ids) - len(rows)
+    if dropped:
+        corpus.skips.append(Skip("caption", f"{dropped} captions", "their image was skipped"))
+    corpus.caption_ids = [r[0] for r in rows]
+    corpus.caption_image_ids = [r[1] for r in rows]
+    corpus.captions = [r[2] for r in rows]

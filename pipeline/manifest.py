@@ -1,0 +1,162 @@
+"""YAML manifests, validated with pydantic: one file per dataset under manifests/, overridable from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pipeline.errors import UserError
+
+
+def _manifest_dir() -> Path:
+    """./manifests when it exists (an installed copy run from a project folder), else the repository's."""
+    local = Path.cwd() / "manifests"
+    return local if local.is_dir() else Path(__file__).resolve().parent.parent / "manifests"
+
+
+DatasetFormat = Literal["coco", "flickr30k-token", "flickr30k-csv", "flickr30k-karpathy", "sample"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    format: DatasetFormat
+    captions: Path = Field(description="caption file (COCO JSON, Flickr30K .token/.csv or Karpathy JSON)")
+    images: Path = Field(description="folder holding the image files")
+    split: str | None = Field(None, description="Karpathy JSON only: keep this split (train/val/test)")
+
+
+class EmbedConfig(_Section):
+    model: str = Field("ViT-B-32", description="open_clip model name")
+    pretrained: str | None = Field("openai", description="open_clip pretrained tag or local checkpoint path")
+    model_config_path: Path | None = Field(
+        None, description="model config JSON (open_clip layout); registered and built with random weights"
+    )
+    batch_size: int = Field(256, gt=0)
+    num_workers: int = Field(8, ge=0)
+    decode: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="JPEG decode: DataLoader workers (cpu) or nvJPEG on CUDA (gpu)"
+    )
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
+    images_per_shard: int = Field(10_000, gt=0)
+
+
+class MineConfig(_Section):
+    k: int = Field(64, gt=0, description="neighbours per image, self excluded")
+    pairs: Literal["unordered", "ordered"] = Field(
+        "unordered",
+        description="unordered: (i, j) and (j, i) kept once with image_id_1 < image_id_2; ordered: both",
+    )
+    candidates_per_shard: int = Field(4_000_000, gt=0)
+    query_batch: int = Field(8192, gt=0, description="queries per FAISS search call")
+
+
+class FilterConfig(_Section):
+    max_iou: float | None = Field(None, ge=0, le=1)
+    min_cosine: float | None = Field(None, ge=-1, le=1, description="minimum SimCSE cosine similarity")
+    max_cosine: float | None = Field(None, ge=-1, le=1, description="maximum SimCSE cosine similarity")
+    min_ratio: float | None = Field(None, ge=0, le=1)
+    min_length: int | None = Field(None, ge=0)
+    text_encoder: str = Field(
+        "princeton-nlp/sup-simcse-roberta-large",
+        description="sentence-transformers model name or path; 'packaged:all-MiniLM-L6-v2' for the demo model",
+    )
+    text_pooling: Literal["cls", "mean", "model"] = Field(
+        "cls", description="cls as SimCSE does; 'model' keeps a sentence-transformers model's own pooling"
+    )
+    text_batch_size: int = Field(256, gt=0)
+    pairs_per_chunk: int = Field(2_000_000, gt=0)
+
+
+class RunConfig(_Section):
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+
+
+class Manifest(_Section):
+    name: str
+    description: str = ""
+    demo_encoders: bool = Field(False, description="true when the encoders are random or demo models")
+    work_dir: Path
+    data: DataConfig
+    run: RunConfig = RunConfig()
+    embed: EmbedConfig = EmbedConfig()
+    mine: MineConfig = MineConfig()
+    filter: FilterConfig = FilterConfig()
+    source: Path | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _cosine_bounds(self) -> Manifest:
+        lo, hi = self.filter.min_cosine, self.filter.max_cosine
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"filter.min_cosine ({lo}) is above filter.max_cosine ({hi})")
+        return self
+
+
+def manifest_path(dataset: str | None, path: Path | None) -> Path:
+    """`--dataset coco` means manifests/coco.yaml; `--manifest PATH` takes any file."""
+    if path is not None:
+        return path
+    if dataset is None:
+        raise UserError("give --dataset NAME or --manifest PATH")
+    folder = _manifest_dir()
+    candidate = folder / f"{dataset}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+        raise UserError(f"unknown dataset {dataset!r}: no {candidate}; known datasets: {known}")
+    return candidate
+
+
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {key!r}"
+    if error["type"] == "missing":
+        return f"missing key {key!r}"
+    allowed = error.get("ctx", {}).get("expected")
+    detail = f"allowed: {allowed}" if allowed else error["msg"].lower()
+    return f"bad value for {key!r} ({error.get('input')!r}): {detail}"
+
+
+def load_manifest(path: Path, overrides: dict[str, Any] | None = None) -> Manifest:
+    """Read, validate and apply dotted-key overrides such as {"mine.k": 64}. Relative paths resolve against
+    the manifest's folder, or against its parent when that folder is called `manifests`."""
+    if not path.is_file():
+        raise UserError(f"{path}: manifest not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a manifest must be a mapping of keys to values")
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section = raw
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            section = section.setdefault(part, {})
+        section[leaf] = value
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(e) for e in exc.errors())
+        raise UserError(f"{path}: {problems}") from None
+    folder = path.resolve().parent
+    base = folder.parent if folder.name == "manifests" else folder
+    manifest.work_dir = _resolve(base, manifest.work_dir)
+    manifest.data.captions = _resolve(base, manifest.data.captions)
+    manifest.data.images = _resolve(base, manifest.data.images)
+    if manifest.embed.model_config_path is not None:
+        manifest.embed.model_config_path = _resolve(base, manifest.embed.model_config_path)
+    manifest.source = path
+    return manifest
+
+
+def _resolve(base: Path, value: Path) -> Path:
+    value = value.expanduser()
+    return value if value.is_absolute() else (base / value)
