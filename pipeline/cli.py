@@ -29,15 +29,9 @@ DatasetOpt = Annotated[
 ]
 ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
 DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]
-OutOpt = Annotated[
-    Path | None, typer.Option("--out", help="Work folder for all stage outputs (overrides work_dir).")
-]
-ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Recompute even when the stage's output is up to date.")
-]
-BatchOpt = Annotated[
-    int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")
-]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Work folder for all stage outputs (overrides work_dir).")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Recompute even when the stage's output is up to date.")]
+BatchOpt = Annotated[int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")]
 KOpt = Annotated[int | None, typer.Option("--k", help="Neighbours per image (overrides mine.k).")]
 
 
@@ -96,9 +90,7 @@ def embed(
     """Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/)."""
     from stages import embed as stage
 
-    loaded = _manifest(
-        dataset, manifest, **{"run.device": device, "embed.batch_size": batch_size, "work_dir": out}
-    )
+    loaded = _manifest(dataset, manifest, **{"run.device": device, "embed.batch_size": batch_size, "work_dir": out})
     _report(stage.run(loaded, force=force))
 
 

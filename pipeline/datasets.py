@@ -139,9 +139,7 @@ def read_flickr_token(path: Path) -> Corpus:
             continue
         match = _TOKEN_LINE.match(line)
         if match is None:
-            skips.append(
-                Skip("line", f"{path.name}:{lineno}", "malformed line (expected name.jpg#n<TAB>caption)")
-            )
+            skips.append(Skip("line", f"{path.name}:{lineno}", "malformed line (expected name.jpg#n<TAB>caption)"))
             continue
         rows.append((match["name"].strip(), int(match["n"]), match["text"], f"{path.name}:{lineno}"))
     return _flickr_corpus(path, rows, skips)
@@ -154,17 +152,13 @@ def read_flickr_csv(path: Path) -> Corpus:
         reader = csv.reader(handle, delimiter="|")
         header = [h.strip() for h in next(reader, [])]
         if header[:3] != ["image_name", "comment_number", "comment"]:
-            raise UserError(
-                f"{path}: expected the header 'image_name| comment_number| comment', got {header}"
-            )
+            raise UserError(f"{path}: expected the header 'image_name| comment_number| comment', got {header}")
         for lineno, fields in enumerate(reader, start=2):
             if not fields or not "".join(fields).strip():
                 continue
             ref = f"{path.name}:{lineno}"
             if len(fields) < 3 or not fields[1].strip().isdigit():
-                skips.append(
-                    Skip("line", ref, "malformed line (expected image_name| comment_number| comment)")
-                )
+                skips.append(Skip("line", ref, "malformed line (expected image_name| comment_number| comment)"))
                 continue
             rows.append((fields[0].strip(), int(fields[1]), "|".join(fields[2:]), ref))
     return _flickr_corpus(path, rows, skips)
@@ -245,11 +239,7 @@ def _keep_images(corpus: Corpus, keep: list[bool]) -> None:
     corpus.image_ids = [i for i, ok in zip(corpus.image_ids, keep) if ok]
     corpus.file_names = [n for n, ok in zip(corpus.file_names, keep) if ok]
     kept = set(corpus.image_ids)
-    rows = [
-        (c, i, t)
-        for c, i, t in zip(corpus.caption_ids, corpus.caption_image_ids, corpus.captions)
-        if i in kept
-    ]
+    rows = [(c, i, t) for c, i, t in zip(corpus.caption_ids, corpus.caption_image_ids, corpus.captions) if i in kept]
     dropped = len(corpus.caption_ids) - len(rows)
     if dropped:
         corpus.skips.append(Skip("caption", f"{dropped} captions", "their image was skipped"))

@@ -52,9 +52,7 @@ def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
     if name not in open_clip.list_models():
         raise UserError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(
-            name, pretrained=pretrained, device=device
-        )
+        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
     except RuntimeError as exc:
         raise UserError(f"cannot load CLIP {name}/{pretrained}: {str(exc).splitlines()[0]}") from None
     except OSError as exc:  # no network and nothing cached

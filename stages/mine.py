@@ -8,6 +8,7 @@ numpy per chunk. Writer: image-pair shards, candidate shards of ids, and the cap
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -102,9 +103,7 @@ class CaptionIndex:
     caption_ids: np.ndarray
 
     @classmethod
-    def build(
-        cls, image_ids: np.ndarray, caption_ids: np.ndarray, caption_image_ids: np.ndarray
-    ) -> CaptionIndex:
+    def build(cls, image_ids: np.ndarray, caption_ids: np.ndarray, caption_image_ids: np.ndarray) -> CaptionIndex:
         """`caption_image_ids` must all be among `image_ids`; every image must have a caption."""
         order = np.lexsort((caption_ids, caption_image_ids))
         by_image = caption_image_ids[order]
@@ -186,15 +185,11 @@ def run(manifest: Manifest, force: bool = False) -> dict:
         * np.diff(index.offsets)[index.rows(pairs.column("image_id_2").to_numpy())]
     )
     cumulative = np.cumsum(per_pair)
-    bounds = np.searchsorted(
-        cumulative, np.arange(0, cumulative[-1], manifest.mine.candidates_per_shard), "right"
-    )
+    bounds = np.searchsorted(cumulative, np.arange(0, cumulative[-1], manifest.mine.candidates_per_shard), "right")
     bounds = np.unique(np.concatenate([[0], bounds[1:], [pairs.num_rows]]))
     candidates_dir = stage.folder / "candidates"
     done = {p.name for p in list_shards(candidates_dir)} if resumed else set()
-    for shard, (lo, hi) in enumerate(
-        tqdm(list(zip(bounds[:-1], bounds[1:])), desc="mine: expand", unit="shard")
-    ):
+    for shard, (lo, hi) in enumerate(tqdm(list(itertools.pairwise(bounds)), desc="mine: expand", unit="shard")):
         if shard_name(shard) not in done:
             write_table(expand(pairs.slice(lo, hi - lo), index), candidates_dir / shard_name(shard))
 
