@@ -1,0 +1,68 @@
+"""Shared fixtures: paths to the real shared data, and small manifests over generated images."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+TINY_CLIP = REPO / "pipeline" / "resources" / "open_clip" / "csts-tiny-clip.json"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def coco_val_captions(shared_data: Path) -> Path:
+    return shared_data / "coco" / "captions_val2017.json"
+
+
+@pytest.fixture(scope="session")
+def sample_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The generated sample (COCO JSON + JPEGs), made once per test session."""
+    from pipeline.sample_data import ensure_sample
+
+    root = tmp_path_factory.mktemp("sample")
+    ensure_sample(root / "captions.json", root / "images")
+    return root / "captions.json", root / "images"
+
+
+def write_manifest(folder: Path, captions: Path, images: Path, **sections: dict) -> Path:
+    """A manifest over the given COCO-format data with the tiny random CLIP; `sections` update its parts."""
+    manifest = {
+        "name": "test",
+        "demo_encoders": True,
+        "work_dir": str(folder / "work"),
+        "data": {"format": "coco", "captions": str(captions), "images": str(images)},
+        "run": {"device": "cpu"},
+        "embed": {"model_config_path": str(TINY_CLIP), "batch_size": 16, "num_workers": 0, "images_per_shard": 50},
+        "mine": {"k": 4, "candidates_per_shard": 2000},
+        "filter": {
+            "max_iou": 0.12,
+            "min_cosine": 0.4,
+            "min_ratio": 0.7,
+            "min_length": 50,
+            "text_encoder": "packaged:all-MiniLM-L6-v2",
+            "text_pooling": "model",
+        },
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            manifest.setdefault(section, {}).update(values)
+        else:
+            manifest[section] = values
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "manifest.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path

@@ -1,0 +1,87 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.conftest import REPO, write_manifest
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def manifest(tmp_path: Path, sample_dataset: tuple[Path, Path]) -> Path:
+    return write_manifest(tmp_path, *sample_dataset, embed={"images_per_shard": 100})
+
+
+def test_run_then_status_then_noop(manifest: Path):
+    result = runner.invoke(app, ["run", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "demo encoders" in result.output
+    assert "embed: done" in result.output and "mine: done" in result.output
+
+    status = runner.invoke(app, ["status", "--manifest", str(manifest)])
+    assert status.exit_code == 0
+    lines = {line.split()[0]: line.split()[1] for line in status.output.splitlines() if line.strip()}
+    assert lines["embed"] == "done" and lines["mine"] == "done"
+
+    again = runner.invoke(app, ["run", "--manifest", str(manifest)])
+    assert again.exit_code == 0 and again.output.count("up to date") >= 2
+
+    changed = runner.invoke(app, ["status", "--manifest", str(manifest)])
+    assert changed.exit_code == 0
+    rerun_k = runner.invoke(app, ["mine", "--manifest", str(manifest), "--k", "3"])
+    assert rerun_k.exit_code == 0 and "mine: done" in rerun_k.output
+    stale = runner.invoke(app, ["status", "--manifest", str(manifest)])
+    assert any(line.startswith("mine") and "stale" in line for line in stale.output.splitlines())
+
+
+def test_status_on_an_empty_work_dir_says_missing(manifest: Path):
+    result = runner.invoke(app, ["status", "--manifest", str(manifest)])
+    assert result.exit_code == 0
+    assert all("missing" in line for line in result.output.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["embed", "--dataset", "nope"], "unknown dataset 'nope'"),
+        (["mine", "--manifest", "/nonexistent/m.yaml"], "manifest not found"),
+        (["embed"], "give --dataset NAME or --manifest PATH"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_line(args: list[str], message: str):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cuda_without_gpu_is_a_one_line_error(manifest: Path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    process = subprocess.run(
+        [sys.executable, "-m", "pipeline", "embed", "--manifest", str(manifest), "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines() == [
+        "error: --device cuda: no CUDA GPU is available on this machine (use --device cpu)"
+    ]
+
+
+def test_every_command_documents_every_option():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        assert command.help, name
+        for param in command.params:
+            assert getattr(param, "help", None), f"{name} --{param.name} has no help text"

@@ -1,0 +1,177 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.datasets import read_coco, read_dataset, read_flickr_csv, read_flickr_karpathy, read_flickr_token
+from pipeline.errors import UserError
+from pipeline.manifest import DataConfig
+
+
+def test_coco_val2017_reads_every_image_and_caption(coco_val_captions: Path):
+    corpus = read_coco(coco_val_captions)
+    assert len(corpus.image_ids) == 5000
+    assert len(corpus.caption_ids) == 25014
+    assert len(set(corpus.caption_ids)) == 25014
+    assert set(corpus.caption_image_ids) <= set(corpus.image_ids)
+    assert all(text == text.strip() and text for text in corpus.captions)
+    assert corpus.skips == []
+    assert corpus.captions_table().num_rows == 25014
+
+
+def test_coco_ids_are_stable_across_reads(coco_val_captions: Path):
+    first, second = read_coco(coco_val_captions), read_coco(coco_val_captions)
+    assert first.caption_ids == second.caption_ids and first.image_ids == second.image_ids
+
+
+def _coco(tmp_path: Path, images: list, annotations: list) -> Path:
+    path = tmp_path / "captions.json"
+    path.write_text(json.dumps({"images": images, "annotations": annotations}))
+    return path
+
+
+def test_coco_empty_and_orphan_captions_are_counted_skips(tmp_path: Path):
+    path = _coco(
+        tmp_path,
+        [{"id": 1, "file_name": "a.jpg"}, {"id": 2, "file_name": "b.jpg"}],
+        [
+            {"id": 10, "image_id": 1, "caption": " A cat on a mat. "},
+            {"id": 11, "image_id": 1, "caption": "   "},
+            {"id": 12, "image_id": 9, "caption": "Orphan."},
+        ],
+    )
+    corpus = read_coco(path)
+    assert corpus.captions == ["A cat on a mat."]
+    reasons = {(s.ref, s.reason) for s in corpus.skips}
+    assert ("11", "empty caption") in reasons and ("12", "unknown image_id") in reasons
+
+
+@pytest.mark.parametrize("key", ["images", "annotations"])
+def test_coco_duplicate_ids_are_an_error(tmp_path: Path, key: str):
+    images = [{"id": 1, "file_name": "a.jpg"}, {"id": 2, "file_name": "b.jpg"}]
+    annotations = [{"id": 10, "image_id": 1, "caption": "x"}, {"id": 11, "image_id": 2, "caption": "y"}]
+    {"images": images, "annotations": annotations}[key][1]["id"] = {"images": 1, "annotations": 10}[key]
+    with pytest.raises(UserError, match=f"duplicate {key} ids"):
+        read_coco(_coco(tmp_path, images, annotations))
+
+
+def test_coco_not_json_or_wrong_layout(tmp_path: Path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        read_coco(bad)
+    bad.write_text("[]")
+    with pytest.raises(UserError, match="not a COCO captions file"):
+        read_coco(bad)
+
+
+CAPTIONS = {
+    "1000092795.jpg": ["Two young guys with shaggy hair look at their hands.", "Two friends enjoy time outside."],
+    "10002456.jpg": ["Several men in hard hats are operating a pulley system.", "Workers look down from above."],
+}
+
+
+def _flickr_files(tmp_path: Path) -> dict[str, Path]:
+    token = tmp_path / "results_20130124.token"
+    token.write_text(
+        "".join(f"{name}#{n}\t{text}\n" for name, texts in CAPTIONS.items() for n, text in enumerate(texts))
+    )
+    results = tmp_path / "results.csv"
+    results.write_text(
+        "image_name| comment_number| comment\n"
+        + "".join(f"{name}| {n}| {text}\n" for name, texts in CAPTIONS.items() for n, text in enumerate(texts))
+    )
+    karpathy = tmp_path / "dataset_flickr30k.json"
+    karpathy.write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"filename": name, "split": "train", "sentences": [{"raw": t} for t in texts]}
+                    for name, texts in CAPTIONS.items()
+                ]
+            }
+        )
+    )
+    return {"token": token, "csv": results, "karpathy": karpathy}
+
+
+def test_the_three_flickr_formats_give_the_same_ids_and_texts(tmp_path: Path):
+    files = _flickr_files(tmp_path)
+    corpora = [
+        read_flickr_token(files["token"]),
+        read_flickr_csv(files["csv"]),
+        read_flickr_karpathy(files["karpathy"]),
+    ]
+    for corpus in corpora:
+        assert corpus.image_ids == [10002456, 1000092795]
+        assert corpus.file_names == ["10002456.jpg", "1000092795.jpg"]
+        assert corpus.caption_ids == [0, 1, 2, 3]
+        assert corpus.caption_image_ids == [10002456, 10002456, 1000092795, 1000092795]
+        assert corpus.captions == corpora[0].captions
+    assert corpora[0].captions[0] == "Several men in hard hats are operating a pulley system."
+
+
+def test_karpathy_split_filter(tmp_path: Path):
+    path = tmp_path / "k.json"
+    path.write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"filename": "1.jpg", "split": "train", "sentences": [{"raw": "a"}]},
+                    {"filename": "2.jpg", "split": "test", "sentences": [{"raw": "b"}]},
+                ]
+            }
+        )
+    )
+    assert read_flickr_karpathy(path, "test").image_ids == [2]
+
+
+def test_flickr_malformed_lines_are_counted_skips(tmp_path: Path):
+    token = tmp_path / "r.token"
+    token.write_text("1.jpg#0\tA dog runs.\nthis line is broken\n1.jpg#1\t  \n")
+    corpus = read_flickr_token(token)
+    assert corpus.captions == ["A dog runs."]
+    assert {(s.kind, s.ref) for s in corpus.skips} == {("line", "r.token:2"), ("caption", "r.token:3")}
+
+    results = tmp_path / "results.csv"
+    results.write_text("image_name| comment_number| comment\n1.jpg| 0| A dog.\n2.jpg| 4 A dog runs .\n")
+    corpus = read_flickr_csv(results)
+    assert corpus.captions == ["A dog."]
+    assert [s.ref for s in corpus.skips] == ["results.csv:3"]
+
+
+def test_flickr_errors(tmp_path: Path):
+    token = tmp_path / "r.token"
+    token.write_text("1.jpg#0\tA.\n1.jpg#0\tB.\n")
+    with pytest.raises(UserError, match="duplicate caption 1.jpg#0"):
+        read_flickr_token(token)
+    token.write_text("cat.jpg#0\tA.\n")
+    with pytest.raises(UserError, match="not a numeric Flickr id"):
+        read_flickr_token(token)
+    token.write_text("\n")
+    with pytest.raises(UserError, match="no captions found"):
+        read_flickr_token(token)
+    results = tmp_path / "results.csv"
+    results.write_text("name,caption\n")
+    with pytest.raises(UserError, match="expected the header"):
+        read_flickr_csv(results)
+
+
+def test_missing_image_files_are_reported_with_their_captions(tmp_path: Path):
+    files = _flickr_files(tmp_path)
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "10002456.jpg").write_bytes(b"")
+    corpus = read_dataset(DataConfig(format="flickr30k-token", captions=files["token"], images=images))
+    assert corpus.image_ids == [10002456]
+    assert len(corpus.captions) == 2
+    reasons = [s.reason for s in corpus.skips]
+    assert "image file not found" in reasons and "their image was skipped" in reasons
+
+
+def test_missing_inputs_are_user_errors(tmp_path: Path):
+    with pytest.raises(UserError, match="caption file not found"):
+        read_dataset(DataConfig(format="coco", captions=tmp_path / "none.json", images=tmp_path))
+    files = _flickr_files(tmp_path)
+    with pytest.raises(UserError, match="image folder not found"):
+        read_dataset(DataConfig(format="flickr30k-csv", captions=files["csv"], images=tmp_path / "nope"))

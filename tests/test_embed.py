@@ -1,0 +1,121 @@
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.manifest import load_manifest
+from pipeline.records import read_record
+from pipeline.shards import list_shards, read_shards
+from stages import embed
+from tests.conftest import write_manifest
+
+
+@pytest.fixture
+def dataset(tmp_path: Path, sample_dataset: tuple[Path, Path]) -> tuple[Path, Path]:
+    """A private copy of the sample, so tests may damage it."""
+    captions, images = sample_dataset
+    shutil.copytree(images, tmp_path / "images")
+    shutil.copy(captions, tmp_path / "captions.json")
+    return tmp_path / "captions.json", tmp_path / "images"
+
+
+def _manifest(tmp_path: Path, dataset: tuple[Path, Path], **embed_config):
+    return load_manifest(write_manifest(tmp_path, *dataset, embed={"images_per_shard": 100, **embed_config}))
+
+
+def test_embed_writes_unit_vectors_for_every_image(tmp_path: Path, dataset):
+    manifest = _manifest(tmp_path, dataset)
+    record = embed.run(manifest)
+    table = read_shards(manifest.work_dir / "embed")
+    assert record["counts"]["images_embedded"] == table.num_rows == 240
+    assert len(list_shards(manifest.work_dir / "embed")) == 3
+    assert table.schema.field("embedding").type.list_size == 64
+    vectors = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    assert table.column("image_id").to_pylist() == sorted(table.column("image_id").to_pylist())
+    assert read_record(manifest.work_dir / "embed")["params"]["model"] == "csts-tiny-clip"
+    assert (manifest.work_dir / "embed" / "captions.parquet").is_file()
+
+
+def test_workers_and_batch_size_do_not_change_embeddings(tmp_path: Path, dataset):
+    first = _manifest(tmp_path / "a", dataset, num_workers=0, batch_size=7)
+    second = _manifest(tmp_path / "b", dataset, num_workers=2, batch_size=64)
+    embed.run(first)
+    embed.run(second)
+    a = read_shards(first.work_dir / "embed").column("embedding").to_pylist()
+    b = read_shards(second.work_dir / "embed").column("embedding").to_pylist()
+    np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
+
+
+def test_corrupt_images_are_skipped_and_listed(tmp_path: Path, dataset):
+    captions, images = dataset
+    victim = sorted(images.glob("*.jpg"))[5]
+    victim.write_bytes(b"not a jpeg at all")
+    manifest = _manifest(tmp_path, dataset)
+    record = embed.run(manifest)
+    assert record["counts"]["images_embedded"] == 239
+    assert record["counts"]["images_skipped"] == 1
+    [skipped] = record["skipped_images"]
+    assert skipped["file_name"] == victim.name and "unreadable image" in skipped["reason"]
+
+
+def test_rerun_with_same_inputs_is_a_noop_and_force_recomputes(tmp_path: Path, dataset):
+    manifest = _manifest(tmp_path, dataset)
+    embed.run(manifest)
+    stamps = {p: p.stat().st_mtime_ns for p in list_shards(manifest.work_dir / "embed")}
+    assert embed.run(manifest)["status"] == "up-to-date"
+    assert {p: p.stat().st_mtime_ns for p in list_shards(manifest.work_dir / "embed")} == stamps
+    record = embed.run(manifest, force=True)
+    assert record["status"] == "done" and record["resumed"] is False
+
+
+def test_a_crashed_run_resumes_from_its_finished_shards(tmp_path: Path, dataset, monkeypatch):
+    manifest = _manifest(tmp_path, dataset)
+    real = embed.embed_images
+    calls = []
+
+    def crash_on_second_shard(*args, **kwargs):
+        calls.append(len(args[1]))
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embed, "embed_images", crash_on_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        embed.run(manifest)
+    folder = manifest.work_dir / "embed"
+    assert [p.name for p in list_shards(folder)] == ["part-00000.parquet"]
+    assert read_record(folder) is None and not list(folder.glob("*.tmp"))
+    first_stamp = (folder / "part-00000.parquet").stat().st_mtime_ns
+
+    calls.clear()
+    monkeypatch.setattr(embed, "embed_images", lambda *a, **k: (calls.append(len(a[1])), real(*a, **k))[1])
+    record = embed.run(manifest)
+    assert record["resumed"] is True
+    assert calls == [100, 40]  # only the two unfinished shards
+    assert (folder / "part-00000.parquet").stat().st_mtime_ns == first_stamp
+    assert record["counts"]["images_embedded"] == 240
+
+
+def test_changed_parameters_start_afresh(tmp_path: Path, dataset):
+    manifest = _manifest(tmp_path, dataset)
+    embed.run(manifest)
+    changed = _manifest(tmp_path, dataset, images_per_shard=120)
+    record = embed.run(changed)
+    assert record["status"] == "done"
+    assert len(list_shards(changed.work_dir / "embed")) == 2
+    assert json.loads((changed.work_dir / "embed" / "_stage.json").read_text())["params"]["images_per_shard"] == 120
+
+
+def test_unknown_model_and_missing_config_are_user_errors(tmp_path: Path, dataset):
+    manifest = _manifest(tmp_path, dataset)
+    manifest.embed.model_config_path = None
+    manifest.embed.model = "ViT-Nonexistent"
+    with pytest.raises(UserError, match="unknown open_clip model 'ViT-Nonexistent'"):
+        embed.run(manifest)
+    manifest.embed.model_config_path = tmp_path / "absent.json"
+    with pytest.raises(UserError, match="model config not found"):
+        embed.run(manifest)

@@ -1,0 +1,82 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.errors import UserError
+from pipeline.manifest import load_manifest, manifest_path
+
+
+@pytest.mark.parametrize(
+    ("dataset", "k", "max_iou", "min_length"), [("coco", 64, 0.12, 50), ("flickr30k", 128, 0.2, 48)]
+)
+def test_dataset_manifests_carry_the_papers_settings(dataset, k, max_iou, min_length):
+    manifest = load_manifest(manifest_path(dataset, None))
+    assert manifest.mine.k == k
+    assert manifest.filter.max_iou == max_iou
+    assert manifest.filter.min_length == min_length
+    assert manifest.filter.min_cosine == 0.4 and manifest.filter.max_cosine is None
+    assert manifest.filter.min_ratio == 0.7
+    assert manifest.embed.model == "ViT-B-32" and manifest.embed.pretrained == "openai"
+    assert manifest.work_dir.is_absolute()
+
+
+def test_cli_overrides_replace_manifest_fields():
+    manifest = load_manifest(manifest_path("coco", None), {"mine.k": 16, "run.device": "cpu", "embed.batch_size": None})
+    assert manifest.mine.k == 16
+    assert manifest.run.device == "cpu"
+    assert manifest.embed.batch_size == 256  # None means "not given"
+
+
+def test_relative_paths_resolve_against_the_manifest_folder(tmp_path: Path):
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "x", "work_dir": "out", "data": {"format": "coco", "captions": "c.json", "images": "imgs"}}
+        )
+    )
+    manifest = load_manifest(path)
+    assert manifest.work_dir == tmp_path / "out"
+    assert manifest.data.images == tmp_path / "imgs"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = "name: x\nwork_dir: out\ndata: {format: coco, captions: c.json, images: imgs}\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("mine: {k: 0}\n", "'mine.k'"),
+        ("mine: {kk: 3}\n", "unknown key 'mine.kk'"),
+        ("mine: {pairs: both}\n", "allowed: 'unordered' or 'ordered'"),
+        ("filter: {min_cosine: 0.9, max_cosine: 0.5}\n", "above filter.max_cosine"),
+        ("filter: {max_iou: 2}\n", "'filter.max_iou'"),
+    ],
+)
+def test_bad_values_name_the_file_and_the_key(tmp_path: Path, extra: str, expected: str):
+    path = _write(tmp_path, BASE + extra)
+    with pytest.raises(UserError) as error:
+        load_manifest(path)
+    message = str(error.value)
+    assert str(path) in message and expected in message
+    assert "\n" not in message
+
+
+def test_missing_key_and_bad_yaml(tmp_path: Path):
+    with pytest.raises(UserError, match="missing key 'data'"):
+        load_manifest(_write(tmp_path, "name: x\nwork_dir: out\n"))
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_manifest(_write(tmp_path, "name: [x\n"))
+    with pytest.raises(UserError, match="manifest not found"):
+        load_manifest(tmp_path / "absent.yaml")
+
+
+def test_unknown_dataset_lists_the_known_ones():
+    with pytest.raises(UserError, match="unknown dataset 'cocoa'.*coco, flickr30k, sample"):
+        manifest_path("cocoa", None)

@@ -1,0 +1,148 @@
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.manifest import load_manifest
+from pipeline.records import StageRun
+from pipeline.shards import list_shards, read_shards, read_table, write_table
+from stages import mine
+from stages.embed import embeddings_table
+from tests.conftest import write_manifest
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    vectors = rng.standard_normal((n, d)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_faiss_neighbours_equal_brute_force_top_k():
+    vectors = _unit(np.random.default_rng(0), 500, 32)
+    neighbours, scores = mine.exact_knn(vectors, k=10, device="cpu", query_batch=128)
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -np.inf)
+    expected = np.argsort(-sims, axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(neighbours, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(sims, expected, axis=1), atol=1e-5)
+    assert not np.any(neighbours == np.arange(500)[:, None])
+
+
+def test_self_match_is_removed_by_index_even_among_duplicate_vectors():
+    vectors = _unit(np.random.default_rng(1), 20, 8)
+    vectors[5] = vectors[6] = vectors[7]  # three identical rows: self may not come first
+    neighbours, _ = mine.exact_knn(vectors, k=5, device="cpu")
+    assert not np.any(neighbours == np.arange(20)[:, None])
+    assert set(neighbours[5, :2]) == {6, 7} and set(neighbours[7, :2]) == {5, 6}
+
+
+def test_k_must_be_below_the_number_of_images():
+    with pytest.raises(UserError, match="needs more than 10 embedded images"):
+        mine.exact_knn(_unit(np.random.default_rng(0), 10, 4), k=10)
+
+
+def test_unordered_pairs_keep_each_symmetric_pair_once_with_its_best_rank():
+    vectors = _unit(np.random.default_rng(2), 60, 16)
+    image_ids = np.arange(100, 160, dtype=np.int64)
+    neighbours, scores = mine.exact_knn(vectors, k=6)
+    ordered = mine.image_pairs(image_ids, neighbours, scores, "ordered")
+    unordered = mine.image_pairs(image_ids, neighbours, scores, "unordered")
+    assert ordered.num_rows == 60 * 6
+    directed = set(zip(ordered.column("image_id_1").to_pylist(), ordered.column("image_id_2").to_pylist()))
+    expected = {(min(a, b), max(a, b)) for a, b in directed}
+    got = list(zip(unordered.column("image_id_1").to_pylist(), unordered.column("image_id_2").to_pylist()))
+    assert len(got) == len(set(got)) == len(expected) and set(got) == expected
+    assert all(a < b for a, b in got)
+    best = {}
+    for a, b, rank in zip(*(ordered.column(c).to_pylist() for c in ("image_id_1", "image_id_2", "rank"))):
+        key = (min(a, b), max(a, b))
+        best[key] = min(best.get(key, 99), rank)
+    assert dict(zip(got, unordered.column("rank").to_pylist())) == best
+
+
+def test_expansion_is_the_cartesian_product_of_captions():
+    # images 1..4 with 1, 2, 3 and 5 captions
+    caption_image_ids = np.array([1, 2, 2, 3, 3, 3, 4, 4, 4, 4, 4])
+    caption_ids = np.arange(500, 511)
+    index = mine.CaptionIndex.build(np.array([4, 3, 2, 1]), caption_ids, caption_image_ids)
+    pairs = pa.table(
+        {
+            "image_id_1": [1, 2, 3],
+            "image_id_2": [4, 3, 4],
+            "rank": pa.array([1, 1, 2], pa.int32()),
+            "cosine": pa.array([0.9, 0.8, 0.7], pa.float32()),
+        }
+    )
+    candidates = mine.expand(pairs, index)
+    assert candidates.num_rows == 1 * 5 + 2 * 3 + 3 * 5
+    rows = candidates.to_pylist()
+    owner = dict(zip(caption_ids.tolist(), caption_image_ids.tolist()))
+    expected = {
+        (c1, c2)
+        for i1, i2 in [(1, 4), (2, 3), (3, 4)]
+        for c1 in caption_ids[caption_image_ids == i1]
+        for c2 in caption_ids[caption_image_ids == i2]
+    }
+    assert {(r["caption_id_1"], r["caption_id_2"]) for r in rows} == expected
+    for r in rows:
+        assert owner[r["caption_id_1"]] == r["image_id_1"] != r["image_id_2"] == owner[r["caption_id_2"]]
+        assert r["pair_id"] == (r["caption_id_1"] << 32) | r["caption_id_2"]
+    assert [r["image_cosine"] for r in rows if r["image_id_1"] == 2] == pytest.approx([0.8] * 6)
+
+
+def _fake_embed_stage(work_dir: Path, n_images: int = 40, captions_per_image: int = 5) -> None:
+    """An embed folder as the embed stage leaves it (docs/schemas.md), with random unit vectors."""
+    rng = np.random.default_rng(3)
+    image_ids = np.arange(1, n_images + 1, dtype=np.int64) * 3
+    folder = work_dir / "embed"
+    write_table(
+        embeddings_table(image_ids, [f"{i}.jpg" for i in image_ids], _unit(rng, n_images, 16)),
+        folder / "part-00000.parquet",
+    )
+    caption_image_ids = np.repeat(image_ids, captions_per_image)
+    write_table(
+        pa.table(
+            {
+                "caption_id": np.arange(len(caption_image_ids), dtype=np.int64) + 7,
+                "image_id": caption_image_ids,
+                "caption": [f"caption {i}" for i in range(len(caption_image_ids))],
+            }
+        ),
+        folder / "captions.parquet",
+    )
+    StageRun("embed", folder, {"fake": True}, {}).finish({"images_embedded": n_images})
+
+
+def _manifest(tmp_path: Path, **mine_config):
+    return load_manifest(write_manifest(tmp_path, tmp_path / "c.json", tmp_path, mine=mine_config))
+
+
+def test_mine_stage_counts_are_exact(tmp_path: Path):
+    manifest = _manifest(tmp_path, k=4, candidates_per_shard=500)
+    _fake_embed_stage(manifest.work_dir)
+    record = mine.run(manifest)
+    folder = manifest.work_dir / "mine"
+    pairs = read_shards(folder / "image_pairs")
+    candidates = read_shards(folder / "candidates")
+    assert record["counts"]["image_pairs"] == pairs.num_rows
+    assert 40 * 4 / 2 <= pairs.num_rows <= 40 * 4
+    assert record["counts"]["candidate_pairs"] == candidates.num_rows == pairs.num_rows * 25
+    assert len(list_shards(folder / "candidates")) == record["counts"]["candidate_shards"] > 1
+    assert np.all(candidates.column("image_id_1").to_numpy() != candidates.column("image_id_2").to_numpy())
+    assert len(set(candidates.column("pair_id").to_pylist())) == candidates.num_rows
+    assert read_table(folder / "captions.parquet").num_rows == 200
+
+
+def test_mine_rerun_is_a_noop_and_changed_k_recomputes(tmp_path: Path):
+    manifest = _manifest(tmp_path, k=4)
+    _fake_embed_stage(manifest.work_dir)
+    mine.run(manifest)
+    assert mine.run(manifest)["status"] == "up-to-date"
+    manifest.mine.k = 6
+    assert mine.run(manifest)["params"]["k"] == 6
+
+
+def test_mine_without_embed_output_says_what_to_run(tmp_path: Path):
+    with pytest.raises(UserError, match="run `csts-pipeline embed` first"):
+        mine.run(_manifest(tmp_path))
