@@ -143,7 +143,7 @@ def test_flickr_malformed_lines_are_counted_skips(tmp_path: Path):
 def test_flickr_errors(tmp_path: Path):
     token = tmp_path / "r.token"
     token.write_text("1.jpg#0\tA.\n1.jpg#0\tB.\n")
-    with pytest.raises(UserError, match="duplicate caption 1.jpg#0"):
+    with pytest.raises(UserError, match=r"duplicate caption 1\.jpg#0"):
         read_flickr_token(token)
     token.write_text("cat.jpg#0\tA.\n")
     with pytest.raises(UserError, match="not a numeric Flickr id"):

@@ -51,7 +51,7 @@ def test_workers_and_batch_size_do_not_change_embeddings(tmp_path: Path, dataset
 
 
 def test_corrupt_images_are_skipped_and_listed(tmp_path: Path, dataset):
-    captions, images = dataset
+    images = dataset[1]
     victim = sorted(images.glob("*.jpg"))[5]
     victim.write_bytes(b"not a jpeg at all")
     manifest = _manifest(tmp_path, dataset)

@@ -78,5 +78,5 @@ def test_missing_key_and_bad_yaml(tmp_path: Path):
 
 
 def test_unknown_dataset_lists_the_known_ones():
-    with pytest.raises(UserError, match="unknown dataset 'cocoa'.*coco, flickr30k, sample"):
+    with pytest.raises(UserError, match=r"unknown dataset 'cocoa'.*coco, flickr30k, sample"):
         manifest_path("cocoa", None)
