@@ -39,8 +39,10 @@ class EmbedConfig(_Section):
     )
     batch_size: int = Field(256, gt=0)
     num_workers: int = Field(8, ge=0)
-    decode: Literal["auto", "cpu", "gpu"] = Field(
-        "auto", description="JPEG decode: DataLoader workers (cpu) or nvJPEG on CUDA (gpu)"
+    decode: Literal["auto", "workers", "device"] = Field(
+        "auto",
+        description="workers: PIL in DataLoader workers; device: batched decode_jpeg on the model's device "
+        "(nvJPEG on CUDA); auto: device on CUDA, else workers",
     )
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     images_per_shard: int = Field(10_000, gt=0)
@@ -51,6 +53,9 @@ class MineConfig(_Section):
     pairs: Literal["unordered", "ordered"] = Field(
         "unordered",
         description="unordered: (i, j) and (j, i) kept once with image_id_1 < image_id_2; ordered: both",
+    )
+    knn: Literal["faiss", "torch"] = Field(
+        "faiss", description="exact search by FAISS IndexFlatIP (GPU index on CUDA) or chunked torch.mm + topk"
     )
     candidates_per_shard: int = Field(4_000_000, gt=0)
     query_batch: int = Field(8192, gt=0, description="queries per FAISS search call")

@@ -10,19 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import torch
-from PIL import Image, UnidentifiedImageError
-from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from pipeline.datasets import Corpus, read_dataset
 from pipeline.device import autocast_dtype, resolve_device
 from pipeline.errors import UserError
+from pipeline.images import choose_decode, image_batches
 from pipeline.manifest import EmbedConfig, Manifest
 from pipeline.records import StageRun, file_fingerprint, fingerprint
 from pipeline.shards import list_shards, read_table, shard_name, write_table
@@ -34,7 +34,8 @@ STAGE = "embed"
 @dataclass
 class ClipImageEncoder:
     model: torch.nn.Module
-    preprocess: object
+    preprocess: Callable
+    preprocess_config: dict
     dim: int
     name: str
 
@@ -51,6 +52,7 @@ def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
         name, pretrained = config.model_config_path.stem, None
     if name not in open_clip.list_models():
         raise UserError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
+    torch.manual_seed(0)  # random-init configs give the same weights on every run, so resumed shards match
     try:
         model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
     except RuntimeError as exc:
@@ -64,34 +66,13 @@ def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
     dim = int(model.visual.output_dim)
-    torch.manual_seed(0)
-    return ClipImageEncoder(model=model, preprocess=preprocess, dim=dim, name=f"{name}/{pretrained}")
-
-
-class _ImageFiles(Dataset):
-    """Decodes and preprocesses one image; a file that will not decode is reported, not raised."""
-
-    def __init__(self, paths: list[Path], preprocess: object):
-        self.paths = paths
-        self.preprocess = preprocess
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str]:
-        try:
-            with Image.open(self.paths[index]) as image:
-                return index, self.preprocess(image.convert("RGB")), ""
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            return index, None, f"unreadable image ({exc.__class__.__name__}: {str(exc)[:120]})"
-
-
-def _collate(items: list[tuple[int, torch.Tensor | None, str]]):
-    good = [(i, t) for i, t, _ in items if t is not None]
-    failed = [(i, reason) for i, t, reason in items if t is None]
-    indices = [i for i, _ in good]
-    batch = torch.stack([t for _, t in good]) if good else None
-    return indices, batch, failed
+    return ClipImageEncoder(
+        model=model,
+        preprocess=preprocess,
+        preprocess_config=open_clip.get_model_preprocess_cfg(model),
+        dim=dim,
+        name=f"{name}/{pretrained}",
+    )
 
 
 def embed_images(
@@ -101,35 +82,37 @@ def embed_images(
     batch_size: int,
     num_workers: int,
     precision: str = "auto",
+    decode: str = "auto",
     progress: tqdm | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
     """Embeds `paths`; returns (row indices that succeeded, float32 unit vectors, [(row, reason)] failures)."""
-    loader = DataLoader(
-        _ImageFiles(paths, encoder.preprocess),
-        batch_size=batch_size,
-        num_workers=num_workers,
-        collate_fn=_collate,
-        pin_memory=device.type == "cuda",
-        persistent_workers=False,
-    )
     dtype = autocast_dtype(device, precision)
+    batches = image_batches(
+        paths,
+        choose_decode(decode, device),
+        device,
+        batch_size,
+        num_workers,
+        encoder.preprocess,
+        encoder.preprocess_config,
+    )
     rows: list[int] = []
-    vectors: list[np.ndarray] = []
+    vectors: list[torch.Tensor] = []
     failures: list[tuple[int, str]] = []
     with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-        for indices, batch, failed in loader:
+        for indices, batch, failed in batches:
             failures.extend(failed)
             if batch is not None:
-                batch = batch.to(device, non_blocking=True)
                 if device.type == "cuda":
                     batch = batch.contiguous(memory_format=torch.channels_last)
                 features = encoder.model.encode_image(batch).float()
-                features = torch.nn.functional.normalize(features, dim=-1)
-                vectors.append(features.cpu().numpy())
+                vectors.append(torch.nn.functional.normalize(features, dim=-1).to("cpu", non_blocking=True))
                 rows.extend(indices)
             if progress is not None:
                 progress.update(len(indices) + len(failed))
-    embedded = np.concatenate(vectors) if vectors else np.zeros((0, encoder.dim), np.float32)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    embedded = torch.cat(vectors).numpy() if vectors else np.zeros((0, encoder.dim), np.float32)
     return np.asarray(rows, np.int64), embedded.astype(np.float32), failures
 
 
@@ -198,7 +181,7 @@ def run(manifest: Manifest, force: bool = False) -> dict:
             processed += hi - lo
             paths = [corpus.image_root / name for name in corpus.file_names[lo:hi]]
             rows, vectors, failures = embed_images(
-                encoder, paths, device, config.batch_size, config.num_workers, config.precision, progress
+                encoder, paths, device, config.batch_size, config.num_workers, config.precision, config.decode, progress
             )
             ids = np.asarray(corpus.image_ids[lo:hi], np.int64)[rows]
             names = [corpus.file_names[lo + r] for r in rows]

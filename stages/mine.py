@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import torch
 from tqdm import tqdm
 
+from pipeline.device import resolve_device
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest
 from pipeline.records import StageRun, require_record
@@ -32,16 +34,41 @@ def pair_ids(caption_id_1: np.ndarray, caption_id_2: np.ndarray) -> np.ndarray:
     return (caption_id_1.astype(np.int64) << 32) | caption_id_2.astype(np.int64)
 
 
-def _faiss_index(dim: int, device: str):
-    import faiss
+class _FaissSearch:
+    """FAISS `IndexFlatIP` (exact), moved to the GPU when FAISS has GPU support and the device is CUDA."""
 
-    index = faiss.IndexFlatIP(dim)
-    if device != "cpu" and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
-        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
-    return index
+    def __init__(self, vectors: np.ndarray, device: torch.device):
+        import faiss
+
+        self.index = faiss.IndexFlatIP(vectors.shape[1])
+        if device.type == "cuda" and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+            self.resources = faiss.StandardGpuResources()
+            self.index = faiss.index_cpu_to_gpu(self.resources, device.index or 0, self.index)
+        self.index.add(vectors)
+        self.vectors = vectors
+
+    def search(self, lo: int, hi: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(self.vectors[lo:hi], k)
 
 
-def exact_knn(vectors: np.ndarray, k: int, device: str = "auto", query_batch: int = 8192):
+class _TorchSearch:
+    """Chunked `torch.mm` + `topk` in float32 on the device: exact, and often faster than FAISS on a GPU."""
+
+    def __init__(self, vectors: np.ndarray, device: torch.device):
+        self.base = torch.from_numpy(vectors).to(device)
+
+    def search(self, lo: int, hi: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, found = torch.topk(self.base[lo:hi] @ self.base.T, k, dim=1, sorted=True)
+        return scores.cpu().numpy(), found.cpu().numpy()
+
+
+def exact_knn(
+    vectors: np.ndarray,
+    k: int,
+    device: torch.device | None = None,
+    query_batch: int = 8192,
+    backend: str = "faiss",
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-k neighbours of every row by inner product, the row itself excluded.
 
     Returns (neighbours [n, k] int64 row indices, scores [n, k] float32), best first. The self match is removed
@@ -51,13 +78,13 @@ def exact_knn(vectors: np.ndarray, k: int, device: str = "auto", query_batch: in
     if k >= n:
         raise UserError(f"mine.k={k} needs more than {k} embedded images; this dataset has {n}")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    index = _faiss_index(vectors.shape[1], device)
-    index.add(vectors)
+    device = device or torch.device("cpu")
+    searcher = _TorchSearch(vectors, device) if backend == "torch" else _FaissSearch(vectors, device)
     neighbours = np.empty((n, k), np.int64)
     scores = np.empty((n, k), np.float32)
-    for lo in tqdm(range(0, n, query_batch), desc="mine: knn", unit="batch", dynamic_ncols=True):
+    for lo in tqdm(range(0, n, query_batch), desc=f"mine: knn ({backend})", unit="batch", dynamic_ncols=True):
         hi = min(n, lo + query_batch)
-        found_scores, found = index.search(vectors[lo:hi], k + 1)
+        found_scores, found = searcher.search(lo, hi, k + 1)
         is_self = found == np.arange(lo, hi)[:, None]
         # drop the self column where it appears, else the last (k+1-th) column
         drop = np.where(is_self.any(axis=1), is_self.argmax(axis=1), k)
@@ -174,7 +201,8 @@ def run(manifest: Manifest, force: bool = False) -> dict:
     )
 
     knn_started = time.perf_counter()
-    neighbours, scores = exact_knn(vectors, manifest.mine.k, manifest.run.device, manifest.mine.query_batch)
+    device = resolve_device(manifest.run.device)
+    neighbours, scores = exact_knn(vectors, manifest.mine.k, device, manifest.mine.query_batch, manifest.mine.knn)
     knn_seconds = time.perf_counter() - knn_started
     pairs = image_pairs(image_ids, neighbours, scores, manifest.mine.pairs)
     write_table(pairs, stage.folder / "image_pairs" / shard_name(0))
@@ -204,5 +232,7 @@ def run(manifest: Manifest, force: bool = False) -> dict:
         counts,
         resumed=resumed,
         knn_seconds=round(knn_seconds, 3),
+        knn_backend=manifest.mine.knn,
+        device=str(device),
         seconds_total=round(time.perf_counter() - started, 3),
     )

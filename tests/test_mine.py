@@ -18,9 +18,10 @@ def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def test_faiss_neighbours_equal_brute_force_top_k():
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_neighbours_equal_brute_force_top_k(backend: str):
     vectors = _unit(np.random.default_rng(0), 500, 32)
-    neighbours, scores = mine.exact_knn(vectors, k=10, device="cpu", query_batch=128)
+    neighbours, scores = mine.exact_knn(vectors, k=10, query_batch=128, backend=backend)
     sims = vectors @ vectors.T
     np.fill_diagonal(sims, -np.inf)
     expected = np.argsort(-sims, axis=1, kind="stable")[:, :10]
@@ -29,10 +30,11 @@ def test_faiss_neighbours_equal_brute_force_top_k():
     assert not np.any(neighbours == np.arange(500)[:, None])
 
 
-def test_self_match_is_removed_by_index_even_among_duplicate_vectors():
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_self_match_is_removed_by_index_even_among_duplicate_vectors(backend: str):
     vectors = _unit(np.random.default_rng(1), 20, 8)
     vectors[5] = vectors[6] = vectors[7]  # three identical rows: self may not come first
-    neighbours, _ = mine.exact_knn(vectors, k=5, device="cpu")
+    neighbours, _ = mine.exact_knn(vectors, k=5, backend=backend)
     assert not np.any(neighbours == np.arange(20)[:, None])
     assert set(neighbours[5, :2]) == {6, 7} and set(neighbours[7, :2]) == {5, 6}
 

@@ -1,0 +1,162 @@
+"""Image batches for a CLIP image tower, by one of two decode paths.
+
+- `workers`: DataLoader worker processes open each file with PIL and run open_clip's own preprocess; batches are
+  pinned and copied to the device without blocking. The reference path, and the one for CPU runs.
+- `device`: workers only read the file bytes; JPEGs are decoded as a batch by `torchvision.io.decode_jpeg` on the
+  model's device (nvJPEG on CUDA), then resized, cropped and normalised there, as open_clip's preprocess does.
+  Files that nvJPEG refuses (PNG, CMYK JPEG) fall back to PIL one by one.
+
+Both yield (row indices, float batch on the device, [(row, reason)] for unreadable files), so an unreadable image
+is reported, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import DataLoader, Dataset
+from torchvision.io import ImageReadMode, decode_jpeg
+
+Batch = tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]
+DecodeMode = Literal["workers", "device"]
+_PIL_ERRORS = (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError)
+
+
+def choose_decode(mode: str, device: torch.device) -> DecodeMode:
+    """`auto` decodes on the GPU when the model runs there, else in DataLoader workers."""
+    if mode == "auto":
+        return "device" if device.type == "cuda" else "workers"
+    return "device" if mode in ("device", "gpu") else "workers"
+
+
+def _unreadable(exc: BaseException) -> str:
+    return f"unreadable image ({exc.__class__.__name__}: {str(exc)[:120]})"
+
+
+class _PreprocessedImages(Dataset):
+    def __init__(self, paths: list[Path], preprocess: Callable):
+        self.paths, self.preprocess = paths, preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str]:
+        try:
+            with Image.open(self.paths[index]) as image:
+                return index, self.preprocess(image.convert("RGB")), ""
+        except _PIL_ERRORS as exc:
+            return index, None, _unreadable(exc)
+
+
+class _FileBytes(Dataset):
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str]:
+        try:
+            data = np.fromfile(self.paths[index], dtype=np.uint8)
+        except OSError as exc:
+            return index, None, _unreadable(exc)
+        return index, torch.from_numpy(data), ""
+
+
+def _stack_collate(items: list[tuple[int, torch.Tensor | None, str]]) -> Batch:
+    good = [(i, t) for i, t, _ in items if t is not None]
+    failed = [(i, reason) for i, t, reason in items if t is None]
+    return [i for i, _ in good], torch.stack([t for _, t in good]) if good else None, failed
+
+
+def _list_collate(items: list[tuple[int, torch.Tensor | None, str]]):
+    good = [(i, t) for i, t, _ in items if t is not None]
+    failed = [(i, reason) for i, t, reason in items if t is None]
+    return [i for i, _ in good], [t for _, t in good], failed
+
+
+class DevicePreprocess:
+    """open_clip's eval preprocess (resize shortest side, centre crop, normalise) as tensor ops on a device."""
+
+    def __init__(self, config: dict, device: torch.device):
+        height, width = config["size"] if isinstance(config["size"], tuple | list) else (config["size"],) * 2
+        self.size = (int(height), int(width))
+        self.mode = {"bicubic": "bicubic", "bilinear": "bilinear"}.get(
+            config.get("interpolation", "bicubic"), "bicubic"
+        )
+        self.mean = torch.tensor(config["mean"], device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(config["std"], device=device).view(1, 3, 1, 1) * 255
+        self.device = device
+
+    def decode(self, data: list[torch.Tensor]) -> list[torch.Tensor | str]:
+        """Batched decode on the device; a batch that fails is retried file by file, with PIL as last resort."""
+        try:
+            return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device))
+        except RuntimeError:
+            return [self._decode_one(item) for item in data]
+
+    def _decode_one(self, data: torch.Tensor) -> torch.Tensor | str:
+        try:
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+        except RuntimeError:
+            pass
+        try:
+            import io
+
+            with Image.open(io.BytesIO(data.numpy().tobytes())) as image:
+                array = np.asarray(image.convert("RGB"))
+            return torch.from_numpy(array.copy()).permute(2, 0, 1).to(self.device)
+        except _PIL_ERRORS as exc:
+            return _unreadable(exc)
+
+    def resize_crop(self, image: torch.Tensor) -> torch.Tensor:
+        height, width = image.shape[-2:]
+        scale = max(self.size[0] / height, self.size[1] / width)
+        new_size = (max(self.size[0], round(height * scale)), max(self.size[1], round(width * scale)))
+        resized = F.interpolate(image[None].float(), size=new_size, mode=self.mode, antialias=True, align_corners=False)
+        top, left = (new_size[0] - self.size[0]) // 2, (new_size[1] - self.size[1]) // 2
+        return resized[0, :, top : top + self.size[0], left : left + self.size[1]].clamp_(0, 255)
+
+    def __call__(self, data: list[torch.Tensor]) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
+        decoded = self.decode(data)
+        good = [(pos, image) for pos, image in enumerate(decoded) if not isinstance(image, str)]
+        failed = [(pos, image) for pos, image in enumerate(decoded) if isinstance(image, str)]
+        if not good:
+            return [], None, failed
+        batch = torch.stack([self.resize_crop(image) for _, image in good])
+        return [pos for pos, _ in good], (batch - self.mean) / self.std, failed
+
+
+def image_batches(
+    paths: list[Path],
+    mode: DecodeMode,
+    device: torch.device,
+    batch_size: int,
+    num_workers: int,
+    preprocess: Callable,
+    preprocess_config: dict,
+) -> Iterator[Batch]:
+    """Batches of preprocessed images on `device`, in path order, with failures reported per batch."""
+    pin = device.type == "cuda"
+    if mode == "workers":
+        loader = DataLoader(
+            _PreprocessedImages(paths, preprocess),
+            batch_size=batch_size,
+            num_workers=num_workers,
+            collate_fn=_stack_collate,
+            pin_memory=pin,
+        )
+        for indices, batch, failed in loader:
+            yield indices, None if batch is None else batch.to(device, non_blocking=True), failed
+        return
+    on_device = DevicePreprocess(preprocess_config, device)
+    loader = DataLoader(_FileBytes(paths), batch_size=batch_size, num_workers=num_workers, collate_fn=_list_collate)
+    for indices, data, failed in loader:
+        positions, batch, decode_failed = on_device(data) if data else ([], None, [])
+        yield [indices[p] for p in positions], batch, failed + [(indices[p], reason) for p, reason in decode_failed]
