@@ -33,6 +33,12 @@ OutOpt = Annotated[Path | None, typer.Option("--out", help="Work folder for all 
 ForceOpt = Annotated[bool, typer.Option("--force", help="Recompute even when the stage's output is up to date.")]
 BatchOpt = Annotated[int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")]
 KOpt = Annotated[int | None, typer.Option("--k", help="Neighbours per image (overrides mine.k).")]
+DecodeOpt = Annotated[
+    str | None,
+    typer.Option(help="JPEG decode: workers (PIL in DataLoader workers), device (nvJPEG on CUDA) or auto."),
+]
+WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (overrides embed.num_workers).")]
+KnnOpt = Annotated[str | None, typer.Option(help="Exact search backend: faiss or torch (overrides mine.knn).")]
 
 
 def _user_errors(command: Callable[..., None]) -> Callable[..., None]:
@@ -84,13 +90,22 @@ def embed(
     manifest: ManifestOpt = None,
     device: DeviceOpt = None,
     batch_size: BatchOpt = None,
+    decode: DecodeOpt = None,
+    num_workers: WorkersOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/)."""
     from stages import embed as stage
 
-    loaded = _manifest(dataset, manifest, **{"run.device": device, "embed.batch_size": batch_size, "work_dir": out})
+    overrides = {
+        "run.device": device,
+        "embed.batch_size": batch_size,
+        "embed.decode": decode,
+        "embed.num_workers": num_workers,
+        "work_dir": out,
+    }
+    loaded = _manifest(dataset, manifest, **overrides)
     _report(stage.run(loaded, force=force))
 
 
@@ -100,6 +115,7 @@ def mine(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
     k: KOpt = None,
+    knn: KnnOpt = None,
     device: DeviceOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
@@ -107,7 +123,7 @@ def mine(
     """Exact top-k image neighbours (FAISS) expanded to candidate caption pairs (<out>/mine/)."""
     from stages import mine as stage
 
-    loaded = _manifest(dataset, manifest, **{"mine.k": k, "run.device": device, "work_dir": out})
+    loaded = _manifest(dataset, manifest, **{"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out})
     _report(stage.run(loaded, force=force))
 
 

@@ -1,0 +1,123 @@
+"""Image embedding throughput on realistic JPEGs, with its two ceilings measured in the same run.
+
+    python bench/embed.py                                  # ViT-B-32 (random weights: same speed), 400 JPEGs
+    python bench/embed.py --images 4000 --batch-size 256 --workers 16 --device cuda
+
+Generates COCO-like JPEGs (640x480, quality 90) once into --folder, then measures, for each decode path
+(`workers`: PIL in DataLoader workers; `device`: batched decode_jpeg on the model's device):
+  decode-only   images/s of the loader alone (decode + preprocess, batches on the device)
+  model-only    images/s of encode_image on a preloaded batch
+  pipeline      images/s of stages.embed.embed_images, and its fraction of the lower ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFilter
+
+from pipeline.device import resolve_device
+from pipeline.images import image_batches
+from pipeline.manifest import EmbedConfig
+from stages.embed import embed_images, load_clip
+
+
+def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:
+    """Photo-like 640x480 JPEGs: smooth colour fields, shapes and sensor noise (about 100-150 KB each)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{i:06d}.jpg" for i in range(count)]
+    if all(p.is_file() for p in paths):
+        return paths
+    rng = np.random.default_rng(seed)
+    for path in paths:
+        field = rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)
+        image = Image.fromarray(field).resize((640, 480), Image.Resampling.BICUBIC)
+        draw = ImageDraw.Draw(image)
+        for _ in range(int(rng.integers(3, 9))):
+            x, y = int(rng.integers(0, 560)), int(rng.integers(0, 400))
+            colour = tuple(int(c) for c in rng.integers(0, 255, 3))
+            draw.ellipse((x, y, x + int(rng.integers(20, 160)), y + int(rng.integers(20, 160))), fill=colour)
+        image = image.filter(ImageFilter.GaussianBlur(1.2))
+        noisy = np.asarray(image, np.int16) + rng.integers(-12, 12, (480, 640, 3))
+        Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(path, quality=90)
+    return paths
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / max(seconds, 1e-9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=400)
+    parser.add_argument("--model", default="ViT-B-32")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "csts-bench-jpegs")
+    args = parser.parse_args()
+
+    device = resolve_device(args.device)
+    paths = make_jpegs(args.folder, args.images)
+    encoder = load_clip(EmbedConfig(model=args.model, pretrained=None), device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{torch.get_num_threads()}"
+    print(
+        f"device: {name}; model {args.model}; {len(paths)} JPEGs 640x480 q90; batch {args.batch_size}; "
+        f"workers {args.workers}; precision {args.precision}"
+    )
+
+    # model-only ceiling: one preprocessed batch, reused
+    batch = next(
+        image_batches(
+            paths[: args.batch_size],
+            "workers",
+            device,
+            args.batch_size,
+            0,
+            encoder.preprocess,
+            encoder.preprocess_config,
+        )
+    )[1]
+    from pipeline.device import autocast_dtype
+
+    dtype = autocast_dtype(device, args.precision)
+    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        encoder.model.encode_image(batch)
+        sync()
+        rounds = max(1, len(paths) // args.batch_size)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            encoder.model.encode_image(batch)
+        sync()
+        model_only = _rate(rounds * len(batch), time.perf_counter() - started)
+    print(f"model-only            {model_only:9.1f} images/s")
+
+    for mode in ("workers", "device"):
+        started = time.perf_counter()
+        count = 0
+        for indices, _, _ in image_batches(
+            paths, mode, device, args.batch_size, args.workers, encoder.preprocess, encoder.preprocess_config
+        ):
+            count += len(indices)
+        sync()
+        decode_only = _rate(count, time.perf_counter() - started)
+        started = time.perf_counter()
+        rows, _, _ = embed_images(encoder, paths, device, args.batch_size, args.workers, args.precision, mode)
+        pipeline = _rate(len(rows), time.perf_counter() - started)
+        ceiling = min(decode_only, model_only)
+        print(f"decode-only ({mode:<7}) {decode_only:9.1f} images/s")
+        print(
+            f"pipeline    ({mode:<7}) {pipeline:9.1f} images/s = {pipeline / ceiling:.0%} of the lower ceiling "
+            f"({'decode' if decode_only < model_only else 'model'}, {ceiling:.1f} images/s)"
+        )
+
+
+if __name__ == "__main__":
+    main()
