@@ -144,10 +144,8 @@ def plan(manifest: Manifest, corpus: Corpus | None = None) -> StageRun:
         "precision": config.precision,
         "images_per_shard": config.images_per_shard,
     }
-    listing = [
-        (name, (corpus.image_root / name).stat().st_size, (corpus.image_root / name).stat().st_mtime_ns)
-        for name in corpus.file_names
-    ]
+    stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
+    listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
     inputs = {"captions": file_fingerprint(manifest.data.captions), "images": fingerprint(listing)}
     return StageRun(STAGE, manifest.work_dir / STAGE, params, inputs)
 
