@@ -92,7 +92,6 @@ class Manifest(_Section):
     embed: EmbedConfig = EmbedConfig()
     mine: MineConfig = MineConfig()
     filter: FilterConfig = FilterConfig()
-    source: Path | None = Field(None, exclude=True)
 
     @model_validator(mode="after")
     def _cosine_bounds(self) -> Manifest:
@@ -158,7 +157,6 @@ def load_manifest(path: Path, overrides: dict[str, Any] | None = None) -> Manife
     manifest.data.images = _resolve(base, manifest.data.images)
     if manifest.embed.model_config_path is not None:
         manifest.embed.model_config_path = _resolve(base, manifest.embed.model_config_path)
-    manifest.source = path
     return manifest
 
 
