@@ -71,6 +71,10 @@ class FilterConfig(_Section):
     )
     text_batch_size: int = Field(256, gt=0)
     pairs_per_chunk: int = Field(2_000_000, gt=0)
+    keep_rejected: bool = Field(False, description="also write the rejected pairs, with the first criterion failed")
+    full_report: bool = Field(
+        False, description="compute the cosine for every candidate, not only those passing the cheaper criteria"
+    )
 
 
 class RunConfig(_Section):
