@@ -196,10 +196,17 @@ class TorchPairMetrics:
     """The same metrics with torch, in blocks, on any device (used on CUDA): token-id rows padded to one width,
     intersections by batched searchsorted, cosines as blocked row-wise products in float64."""
 
-    def __init__(self, features: TextFeatures, embeddings: np.ndarray | None, device, block: int = 32768):
+    def __init__(
+        self,
+        features: TextFeatures,
+        embeddings: np.ndarray | None,
+        device,
+        block: int = 1 << 20,
+        cosine_block: int = 1 << 15,
+    ):
         import torch
 
-        self.torch, self.device, self.block = torch, device, block
+        self.torch, self.device, self.block, self.cosine_block = torch, device, block, cosine_block
         self.tokens = torch.from_numpy(features.padded_token_ids()).to(device)
         self.bag_sizes = torch.from_numpy(np.diff(features.token_offsets)).to(device)
         self.words = torch.from_numpy(features.words.astype(np.int64)).to(device)
@@ -208,11 +215,12 @@ class TorchPairMetrics:
         if self.embeddings is not None:
             self.embeddings = self.embeddings.to(device)
 
-    def _blocks(self, first: np.ndarray, second: np.ndarray):
+    def _blocks(self, first: np.ndarray, second: np.ndarray, size: int):
+        """Pairs in blocks of `size`, as index tensors on the device: memory stays bounded by the block."""
         torch = self.torch
-        for lo in range(0, len(first), self.block):
-            a = torch.from_numpy(np.asarray(first[lo : lo + self.block], np.int64)).to(self.device)
-            b = torch.from_numpy(np.asarray(second[lo : lo + self.block], np.int64)).to(self.device)
+        for lo in range(0, len(first), size):
+            a = torch.from_numpy(np.asarray(first[lo : lo + size], np.int64)).to(self.device)
+            b = torch.from_numpy(np.asarray(second[lo : lo + size], np.int64)).to(self.device)
             yield slice(lo, lo + len(a)), a, b
 
     def cheap(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,7 +228,7 @@ class TorchPairMetrics:
         n = len(first)
         iou, ratio, length = np.empty(n), np.empty(n), np.empty(n, np.int32)
         width = self.tokens.shape[1]
-        for rows, a, b in self._blocks(first, second):
+        for rows, a, b in self._blocks(first, second, self.block):
             bag_a, bag_b = self.tokens[a], self.tokens[b]
             found = bag_b.gather(1, torch.searchsorted(bag_b, bag_a).clamp_max(width - 1))
             common = ((found == bag_a) & (bag_a != PAD_ID)).sum(1)
@@ -234,7 +242,7 @@ class TorchPairMetrics:
 
     def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
         out = np.empty(len(first))
-        for rows, a, b in self._blocks(first, second):
+        for rows, a, b in self._blocks(first, second, self.cosine_block):
             products = self.embeddings[a].double() * self.embeddings[b].double()
             out[rows] = products.sum(1).cpu().numpy()
         return out

@@ -79,9 +79,24 @@ def _dimension(module, current: str, before_v6: str) -> int:
     return int((getattr(module, current, None) or getattr(module, before_v6))())
 
 
+def _pooler_layer(transformer, dimension: int, name: str):
+    """The checkpoint's own pooler (dense + tanh over the CLS state) as a sentence-transformers Dense module."""
+    try:
+        from sentence_transformers.sentence_transformer.modules import Dense
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Dense
+
+    dense = getattr(getattr(transformer.auto_model, "pooler", None), "dense", None)
+    if dense is None:
+        raise UserError(f"text encoder {name!r} has no pooler layer; use text_pooling cls instead of cls_pooler")
+    weight, bias = dense.weight.detach().clone(), dense.bias.detach().clone()
+    return Dense(dimension, dimension, activation_function=torch.nn.Tanh(), init_weight=weight, init_bias=bias)
+
+
 def load_text_encoder(name: str, pooling: str, device: torch.device):
     """A SentenceTransformer on `device` (fp16 on CUDA). `pooling` 'model' keeps the model's own pooling;
-    'cls' or 'mean' put that pooling over the raw transformer (SimCSE embeds a sentence by its CLS token)."""
+    'cls' or 'mean' put that pooling over the raw transformer; 'cls_pooler' passes the CLS state through the
+    checkpoint's pooler layer (dense + tanh), which is how SimCSE's own tool embeds sentences (`pooler_output`)."""
     from sentence_transformers import SentenceTransformer
 
     try:
@@ -96,9 +111,10 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
         else:
             transformer = Transformer(source)
             dimension = _dimension(transformer, "get_embedding_dimension", "get_word_embedding_dimension")
-            model = SentenceTransformer(
-                modules=[transformer, Pooling(dimension, pooling_mode=pooling)], device=str(device)
-            )
+            modules = [transformer, Pooling(dimension, pooling_mode="cls" if pooling == "cls_pooler" else pooling)]
+            if pooling == "cls_pooler":
+                modules.append(_pooler_layer(transformer, dimension, name))
+            model = SentenceTransformer(modules=modules, device=str(device))
     except (OSError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise UserError(

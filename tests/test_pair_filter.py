@@ -263,7 +263,7 @@ def test_torch_path_equals_numba_path_on_cpu(real_pairs):
     texts, embeddings, first, second = real_pairs
     features = TextFeatures.build(texts)
     numba_path = NumbaPairMetrics(features, embeddings)
-    torch_path = TorchPairMetrics(features, embeddings, torch.device("cpu"), block=4096)
+    torch_path = TorchPairMetrics(features, embeddings, torch.device("cpu"), block=4096, cosine_block=1000)
     for ours, theirs in zip(torch_path.cheap(first, second), numba_path.cheap(first, second)):
         np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(
@@ -293,6 +293,23 @@ def test_cls_and_mean_pooling_build_an_encoder_over_the_raw_transformer():
     np.testing.assert_allclose(mean, own, atol=1e-5)  # all-MiniLM-L6-v2's own pooling is the mean
     assert cls.shape == own.shape and np.abs(cls - own).max() > 1e-2
     np.testing.assert_allclose(np.linalg.norm(cls, axis=1), 1, atol=1e-5)
+
+
+def test_cls_pooler_embeds_as_simcses_own_tool():
+    """SimCSE's tool takes transformers' `pooler_output` (dense + tanh over CLS), normalised to unit length."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from pipeline.text import resolve_encoder
+
+    texts = ["A dog runs on the beach.", "Two people ride bicycles down a city street."]
+    ours = encode_texts(load_text_encoder(MINILM, "cls_pooler", torch.device("cpu")), texts, 8)
+    path = resolve_encoder(MINILM)
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        pooled = model(**tokenizer(texts, padding=True, return_tensors="pt")).pooler_output
+    np.testing.assert_allclose(ours, torch.nn.functional.normalize(pooled, dim=1).numpy(), atol=1e-5)
+    cls = encode_texts(load_text_encoder(MINILM, "cls", torch.device("cpu")), texts, 8)
+    assert np.abs(ours - cls).max() > 1e-2
 
 
 @pytest.mark.parametrize(
