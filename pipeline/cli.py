@@ -166,7 +166,10 @@ TextEncoderOpt = Annotated[
     typer.Option(help="sentence-transformers model name or local folder, or packaged:all-MiniLM-L6-v2."),
 ]
 TextPoolingOpt = Annotated[
-    str | None, typer.Option(help="cls (SimCSE), mean, or model (the model's own pooling); filter.text_pooling.")
+    str | None,
+    typer.Option(
+        help="cls_pooler (SimCSE's tool), cls, mean, or model (its own pooling); overrides filter.text_pooling."
+    ),
 ]
 PairsOpt = Annotated[
     Path | None,

@@ -311,11 +311,11 @@ def test_cli_bad_options_are_one_line_errors(work, args, message):
 
 @pytest.fixture
 def stsb_csv(tmp_path) -> Path:
-    """300 STS-B dev pairs as a CSV with the columns sentence1, sentence2 (and the gold score)."""
+    """150 STS-B dev pairs as a CSV with the columns sentence1, sentence2 (and the gold score)."""
     source = DATA / "stsb" / "sts-dev.csv"
     if not source.is_file():
         pytest.skip(f"shared data missing: {source}")
-    rows = [line.split("\t") for line in source.read_text(encoding="utf-8").splitlines()[:300]]
+    rows = [line.split("\t") for line in source.read_text(encoding="utf-8").splitlines()[:150]]
     path = tmp_path / "stsb.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -330,7 +330,7 @@ def test_pairs_mode_scores_any_sentence_pairs(work, stsb_csv, suffix):
     args = ["filter", "--manifest", str(write_manifest(work.parent)), "--pairs", str(stsb_csv), "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "filter funnel: 300 candidate pairs" in result.output
+    assert "filter funnel: 150 candidate pairs" in result.output
     if suffix == ".parquet":
         scored = pq.read_table(out)
     else:
@@ -338,7 +338,7 @@ def test_pairs_mode_scores_any_sentence_pairs(work, stsb_csv, suffix):
 
         scored = pacsv.read_csv(out, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
     assert scored.column_names == ["score", "sentence1", "sentence2", *CRITERIA, "kept", "failed"]
-    assert scored.num_rows == 300 and scored["simcse_cosine"].null_count == 0
+    assert scored.num_rows == 150 and scored["simcse_cosine"].null_count == 0
     criteria = Criteria(min_length=50, min_ratio=0.7, max_iou=0.12, min_cosine=0.4)
     for row in scored.to_pylist():
         expected = reference_pair_metrics(row["sentence1"], row["sentence2"], None, None)
@@ -355,7 +355,7 @@ def test_pairs_mode_with_the_cosine_off_loads_no_encoder(work, stsb_csv, monkeyp
     result = CliRunner().invoke(app, ["filter", *args, "--min-cosine", "none", "--min-length", "none"])
     assert result.exit_code == 0, result.output
     scored = pq.read_table(out)
-    assert scored["simcse_cosine"].null_count == 300
+    assert scored["simcse_cosine"].null_count == 150
     assert set(scored["failed"].drop_null().to_pylist()) <= {"ratio", "iou"}
 
 
