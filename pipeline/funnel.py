@@ -79,7 +79,9 @@ class Funnel:
             return "off"
         if self.cosine_evaluated == self.candidates:
             return "all candidates"
-        return f"only the {self.cosine_evaluated:,} pairs that passed {' and '.join(self._cheap_active())}"
+        cheap = self._cheap_active()
+        names = f"{', '.join(cheap[:-1])} and {cheap[-1]}" if len(cheap) > 1 else "".join(cheap)
+        return f"only the {self.cosine_evaluated:,} pairs that passed {names}"
 
     def _cheap_active(self) -> list[str]:
         return [name for name in CHEAP_CRITERIA if name in self.criteria.active()]
