@@ -67,7 +67,7 @@ class FilterConfig(_Section):
         description="sentence-transformers model name or path; 'packaged:all-MiniLM-L6-v2' for the demo model",
     )
     text_pooling: Literal["cls", "cls_pooler", "mean", "model"] = Field(
-        "cls",
+        "cls_pooler",
         description="cls: the CLS state; cls_pooler: the CLS state through the checkpoint's pooler (dense + tanh), "
         "as SimCSE's own tool; mean; model: a sentence-transformers model's own pooling",
     )

@@ -248,7 +248,9 @@ class TorchPairMetrics:
         return out
 
 
-def pair_metrics_backend(features: TextFeatures, embeddings: np.ndarray | None, device):
+def pair_metrics_backend(
+    features: TextFeatures, embeddings: np.ndarray | None, device
+) -> NumbaPairMetrics | TorchPairMetrics:
     """torch on a CUDA device, the numba kernels otherwise."""
     if getattr(device, "type", str(device)) == "cuda":
         return TorchPairMetrics(features, embeddings, device)
@@ -273,7 +275,13 @@ class ScoredPairs:
         return len(self.first_failed)
 
 
-def score_pairs(backend, criteria: Criteria, first: np.ndarray, second: np.ndarray, cosine_for_all: bool = False):
+def score_pairs(
+    backend: NumbaPairMetrics | TorchPairMetrics,
+    criteria: Criteria,
+    first: np.ndarray,
+    second: np.ndarray,
+    cosine_for_all: bool = False,
+) -> ScoredPairs:
     """Cheap metrics on every pair, then the cosine where it is needed: on the pairs that passed the cheap
     criteria, or on every pair when `cosine_for_all` (exact funnel figures for the cosine)."""
     iou, ratio, length = backend.cheap(first, second)

@@ -28,7 +28,7 @@ from pipeline.device import resolve_device
 from pipeline.errors import UserError
 from pipeline.funnel import Funnel
 from pipeline.manifest import FilterConfig, Manifest
-from pipeline.pair_filter import CRITERIA, Criteria, TextFeatures, pair_metrics_backend, score_pairs
+from pipeline.pair_filter import CRITERIA, Criteria, ScoredPairs, TextFeatures, pair_metrics_backend, score_pairs
 from pipeline.records import StageRun, fingerprint, read_record, require_record, write_json
 from pipeline.shards import list_shards, read_table, write_table
 from pipeline.text import encode_texts, load_text_encoder
@@ -128,7 +128,7 @@ def sentence_embeddings(
     return embeddings, info
 
 
-def _metric_columns(scored, select: np.ndarray) -> dict[str, pa.Array]:
+def _metric_columns(scored: ScoredPairs, select: np.ndarray) -> dict[str, pa.Array]:
     cosine = scored.metrics["simcse_cosine"][select]
     return {
         "iou": pa.array(scored.metrics["iou"][select].astype(np.float32)),
@@ -138,7 +138,14 @@ def _metric_columns(scored, select: np.ndarray) -> dict[str, pa.Array]:
     }
 
 
-def _output(candidates: pa.Table, rows: tuple[np.ndarray, np.ndarray], texts: pa.Array, scored, select, schema):
+def _output(
+    candidates: pa.Table,
+    rows: tuple[np.ndarray, np.ndarray],
+    texts: pa.Array,
+    scored: ScoredPairs,
+    select: np.ndarray,
+    schema: pa.Schema,
+) -> pa.Table:
     """The kept (or rejected) rows of one chunk of candidates, in the filter's schema."""
     take = pa.array(select, pa.int64())
     columns = {name: candidates.column(name).take(take) for name in ("pair_id", "image_id_1", "image_id_2")}
