@@ -70,9 +70,9 @@ def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> M
 
 
 def _stage_modules() -> dict[str, Any]:
-    from stages import embed, mine
+    from stages import embed, filter, mine
 
-    return {"embed": embed, "mine": mine}
+    return {"embed": embed, "mine": mine, "filter": filter}
 
 
 def _report(record: dict) -> None:
@@ -159,6 +159,112 @@ def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt
         counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
         state = "done" if current else "stale"
         typer.echo(f"{name:<8} {state:<6} {record['timings']['seconds']:>8.1f}s  {counts}")
+
+
+# --- filter (issue 3) ---------------------------------------------------------------------------------------------
+_OFF = ("none", "null", "off")
+ThresholdHelp = "{}; a number, or none to switch the criterion off (overrides filter.{})."
+MaxIouOpt = Annotated[str | None, typer.Option(help=ThresholdHelp.format("Maximum bag-of-words IoU", "max_iou"))]
+MinCosineOpt = Annotated[
+    str | None, typer.Option(help=ThresholdHelp.format("Minimum SimCSE cosine similarity", "min_cosine"))
+]
+MaxCosineOpt = Annotated[
+    str | None, typer.Option(help=ThresholdHelp.format("Maximum SimCSE cosine similarity", "max_cosine"))
+]
+MinRatioOpt = Annotated[
+    str | None, typer.Option(help=ThresholdHelp.format("Minimum word-count ratio (shorter/longer)", "min_ratio"))
+]
+MinLengthOpt = Annotated[
+    str | None, typer.Option(help=ThresholdHelp.format("Minimum characters of the shorter sentence", "min_length"))
+]
+TextEncoderOpt = Annotated[
+    str | None,
+    typer.Option(help="sentence-transformers model name or local folder, or packaged:all-MiniLM-L6-v2."),
+]
+TextPoolingOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="cls_pooler (SimCSE's tool), cls, mean, or model (its own pooling); overrides filter.text_pooling."
+    ),
+]
+PairsOpt = Annotated[
+    Path | None,
+    typer.Option("--pairs", help="Score this CSV/Parquet of sentence pairs (columns sentence1, sentence2) instead."),
+]
+FilterOutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Work folder (overrides work_dir); with --pairs, the scored file (.csv or .parquet)."),
+]
+KeepRejectedOpt = Annotated[
+    bool, typer.Option("--keep-rejected", help="Also write the rejected pairs with the first criterion they failed.")
+]
+FullReportOpt = Annotated[
+    bool,
+    typer.Option("--full-report", help="Compute the cosine for every candidate (exact funnel), not only survivors."),
+]
+
+
+def _threshold_overrides(**given: str | None) -> tuple[dict[str, float | int], list[str]]:
+    """Numbers become manifest overrides; 'none' names a criterion to switch off."""
+    overrides: dict[str, float | int] = {}
+    off: list[str] = []
+    for key, value in given.items():
+        if value is None:
+            continue
+        if value.strip().lower() in _OFF:
+            off.append(key)
+            continue
+        try:
+            overrides[f"filter.{key}"] = int(value) if key == "min_length" else float(value)
+        except ValueError:
+            raise UserError(f"--{key.replace('_', '-')} {value!r}: give a number, or none to switch it off") from None
+    return overrides, off
+
+
+@app.command("filter")
+@_user_errors
+def filter_command(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    max_iou: MaxIouOpt = None,
+    min_cosine: MinCosineOpt = None,
+    max_cosine: MaxCosineOpt = None,
+    min_ratio: MinRatioOpt = None,
+    min_length: MinLengthOpt = None,
+    text_encoder: TextEncoderOpt = None,
+    text_pooling: TextPoolingOpt = None,
+    pairs: PairsOpt = None,
+    out: FilterOutOpt = None,
+    keep_rejected: KeepRejectedOpt = False,
+    full_report: FullReportOpt = False,
+    device: DeviceOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Keep the candidate pairs meeting the C-STS criteria (<out>/filter/), print the funnel; or score --pairs."""
+    from stages import filter as stage
+
+    overrides, off = _threshold_overrides(
+        max_iou=max_iou, min_cosine=min_cosine, max_cosine=max_cosine, min_ratio=min_ratio, min_length=min_length
+    )
+    overrides |= {
+        "filter.text_encoder": text_encoder,
+        "filter.text_pooling": text_pooling,
+        "filter.keep_rejected": keep_rejected or None,
+        "filter.full_report": full_report or None,
+        "run.device": device,
+    }
+    if pairs is None:
+        overrides["work_dir"] = out
+    elif out is None:
+        raise UserError("--pairs needs --out FILE (.csv or .parquet) for the scored pairs")
+    loaded = _manifest(dataset, manifest, **overrides)
+    for key in off:
+        setattr(loaded.filter, key, None)
+    if pairs is None:
+        _report(stage.run(loaded, force=force))
+        return
+    result = stage.score_file(loaded, pairs, out)
+    typer.echo(f"scored {result['pairs']} pairs in {result['seconds']:.1f}s: {result['kept']} kept -> {result['out']}")
 
 
 def main() -> None:

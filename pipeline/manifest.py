@@ -71,11 +71,17 @@ class FilterConfig(_Section):
         "princeton-nlp/sup-simcse-roberta-large",
         description="sentence-transformers model name or path; 'packaged:all-MiniLM-L6-v2' for the demo model",
     )
-    text_pooling: Literal["cls", "mean", "model"] = Field(
-        "cls", description="cls as SimCSE does; 'model' keeps a sentence-transformers model's own pooling"
+    text_pooling: Literal["cls", "cls_pooler", "mean", "model"] = Field(
+        "cls_pooler",
+        description="cls: the CLS state; cls_pooler: the CLS state through the checkpoint's pooler (dense + tanh), "
+        "as SimCSE's own tool; mean; model: a sentence-transformers model's own pooling",
     )
     text_batch_size: int = Field(256, gt=0)
     pairs_per_chunk: int = Field(2_000_000, gt=0)
+    keep_rejected: bool = Field(False, description="also write the rejected pairs, with the first criterion failed")
+    full_report: bool = Field(
+        False, description="compute the cosine for every candidate, not only those passing the cheaper criteria"
+    )
 
 
 class RunConfig(_Section):

