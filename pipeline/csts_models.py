@@ -243,9 +243,8 @@ class CstsModel(nn.Module):
 
     def save(self, folder: Path) -> None:
         """Atomically: written as `folder.tmp`, then swapped in, so a crash never leaves half a model."""
-        from safetensors.torch import save_file
-
         import transformers
+        from safetensors.torch import save_file
 
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
