@@ -137,7 +137,10 @@ def _read_csv(path: Path) -> pa.Table:
             ),
         )
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not a readable C-STS CSV ({str(exc).splitlines()[0]})") from None
+        with path.open("rb") as handle:
+            tabbed = b"\t" in handle.readline()
+        hint = "tab-separated: an STS Benchmark file? use --task stsb" if tabbed else str(exc).splitlines()[0]
+        raise UserError(f"{path}: not a readable C-STS CSV ({hint})") from None
 
 
 def _normalise(table: pa.Table, path: Path, label_range: tuple[float, float], with_condition: bool) -> pa.Table:

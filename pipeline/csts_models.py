@@ -242,11 +242,11 @@ class CstsModel(nn.Module):
         return {k: v.detach().contiguous() for k, v in self.state_dict().items() if not k.startswith("backbone.")}
 
     def save(self, folder: Path) -> None:
-        """Atomically: written as `folder.tmp`, then swapped in, so a crash never leaves half a model."""
+        """Atomically: written as `folder.partial`, then swapped in, so a crash never leaves half a model."""
         import transformers
         from safetensors.torch import save_file
 
-        tmp = folder.with_name(folder.name + ".tmp")
+        tmp = folder.with_name(folder.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         transformers.logging.disable_progress_bar()
         try:

@@ -365,11 +365,11 @@ def run(options: TrainOptions, force: bool = False) -> dict:
     _check_out_folder(options.out)
     device = resolve_device(options.device)
     dtype = half_precision(device, hyper.precision)
-    resumed = stage.begin(force=force)
-
     _set_seed(hyper.seed)
     model = load_model(hyper.model, spec).to(device)
     model.train()
+    resumed = stage.begin(force=force)
+
     tokenized = model.tokenize(splits.train)
     targets = torch.tensor(scale(splits.train.labels()), dtype=torch.float32)
     validation_tokens = model.tokenize(splits.validation) if splits.validation is not None else None
