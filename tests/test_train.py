@@ -34,6 +34,18 @@ STSB = REPO.parent / "shared" / "data" / "stsb"
 MINILM = "packaged:all-MiniLM-L6-v2"
 
 
+@pytest.fixture(autouse=True)
+def one_thread_for_tiny_models(request: pytest.FixtureRequest):
+    """The tiny models gain nothing from intra-op threads, and on a busy machine their spinning costs a lot."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer: real code paths, no download."""
