@@ -23,7 +23,6 @@ from pipeline.shards import read_shards, read_table
 
 TEXT_COLUMNS = ("sentence1", "sentence2", "condition")
 CSTS_COLUMNS = (*TEXT_COLUMNS, "label")
-PROVENANCE_COLUMNS = ("pair_id", "image_id_1", "image_id_2", "caption_id_1", "caption_id_2")
 CSTS_LABEL_RANGE = (1.0, 5.0)
 STSB_LABEL_RANGE = (0.0, 5.0)
 # The authors' test CSV hides its labels as -1.

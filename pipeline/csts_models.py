@@ -239,7 +239,7 @@ class CstsModel(nn.Module):
         return self.cls_mlp(cls) if self.cls_mlp is not None else cls
 
     def head_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().contiguous() for k, v in self.state_dict().items() if not k.startswith("backbone.")}
+        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("backbone.")}
 
     def save(self, folder: Path) -> None:
         """Atomically: written as `folder.partial`, then swapped in, so a crash never leaves half a model."""
