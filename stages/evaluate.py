@@ -1,0 +1,87 @@
+"""evaluate: score a trained C-STS model, or a base encoder as a bi-encoder zero-shot (the paper's Table 2), on
+C-STS-format data or STS Benchmark files.
+
+Reader: pipeline.csts_data. Model: pipeline.csts_models (a `train` output's `best/` folder rebuilds its own
+encoding and heads; any other model is a bi-encoder with its own pooling: the cosine of the two sentence
+embeddings, each sentence encoded with the condition as a tokenizer pair when the data has conditions). Writer:
+the metrics JSON and `predictions_<split>.parquet` next to it (docs/schemas.md). Evaluation is cheap and
+deterministic, so a rerun simply recomputes and atomically replaces its outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.csts_data import PairData, read_pairs
+from pipeline.csts_eval import half_precision, score_split, write_outputs
+from pipeline.csts_models import ModelSpec, is_trained_model, load_model, model_pooling, resolve_model_path
+from pipeline.device import resolve_device
+from pipeline.errors import UserError
+
+log = logging.getLogger(__name__)
+TASKS = ("csts", "stsb")
+
+
+@dataclass
+class EvaluateOptions:
+    model: str
+    data: Path
+    task: str = "csts"
+    split: str | None = None
+    encoding: str | None = None
+    pooler: str | None = None
+    max_length: int = 128
+    batch_size: int = 64
+    device: str = "auto"
+    precision: str = "auto"
+    metrics_out: Path = Path("runs/evaluate/metrics.json")
+
+
+def load_splits(options: EvaluateOptions) -> dict[str, PairData]:
+    """One split, or each split of a C-STS source with a `split` column when no --split is given."""
+    if options.task not in TASKS:
+        raise UserError(f"--task {options.task!r}: choose one of {', '.join(TASKS)}")
+    data = read_pairs(options.data, options.task, options.split)
+    if options.split is None and "split" in data.table.column_names:
+        names = sorted(set(data.column("split")))
+        return {name: read_pairs(options.data, options.task, name) for name in names}
+    return {data.name: data}
+
+
+def model_for(options: EvaluateOptions):
+    """A trained model as saved; a base model as a zero-shot bi-encoder."""
+    if is_trained_model(options.model):
+        model = load_model(options.model)
+        if options.encoding is not None and options.encoding != model.spec.encoding:
+            raise UserError(
+                f"{options.model}: a trained {model.spec.encoding}-encoder, so --encoding {options.encoding} is wrong"
+            )
+        return model
+    encoding = options.encoding or "bi"
+    if encoding != "bi":
+        raise UserError(
+            f"--encoding {encoding}: a base model has no trained {encoding}-encoder head; zero-shot evaluation is for "
+            "bi-encoders (train a model with `csts-pipeline train` first)"
+        )
+    pooler = options.pooler or model_pooling(resolve_model_path(options.model)) or "cls"
+    spec = ModelSpec(encoding="bi", pooler=pooler, max_length=options.max_length, base_model=options.model)
+    return load_model(options.model, spec)
+
+
+def run(options: EvaluateOptions) -> dict[str, dict]:
+    """Score every split; returns {split: {spearman, pearson, n}} and writes the outputs."""
+    if options.batch_size < 1:
+        raise UserError("--batch-size must be at least 1")
+    splits = load_splits(options)
+    device = resolve_device(options.device)
+    dtype = half_precision(device, options.precision)
+    model = model_for(options).to(device)
+    results = {}
+    for name, data in splits.items():
+        scores, metrics = score_split(model, data, device, options.batch_size, dtype)
+        results[name] = (data, scores, metrics)
+        log.info("evaluate: %s n=%d spearman %s", name, metrics["n"], metrics["spearman"])
+    write_outputs(results, options.metrics_out)
+    return {name: metrics for name, (_, _, metrics) in results.items()}

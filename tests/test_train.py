@@ -1,0 +1,481 @@
+"""train and evaluate: the C-STS and STS-B readers, the Quad pairing, the correlations, every encoding x objective
+trained for a few steps on a generated C-STS-format set with a tiny random BERT, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+import torch
+from scipy import stats
+from typer.testing import CliRunner
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from pipeline.cli import app
+from pipeline.csts_data import label_scale, quad_pairs, read_csts, read_stsb
+from pipeline.csts_eval import correlations, pearson, spearman
+from pipeline.csts_models import ModelSpec, load_model, resolve_model_path
+from pipeline.errors import UserError
+from pipeline.sample_csts import sample_rows, write_sample_parquet, write_sample_splits
+from stages import evaluate as evaluate_stage
+from stages import train as train_stage
+
+REPO = Path(__file__).resolve().parents[1]
+STSB = REPO.parent / "shared" / "data" / "stsb"
+MINILM = "packaged:all-MiniLM-L6-v2"
+
+
+@pytest.fixture(autouse=True)
+def one_thread_for_tiny_models(request: pytest.FixtureRequest):
+    """The tiny models gain nothing from intra-op threads, and on a busy machine their spinning costs a lot."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer: real code paths, no download."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(MINILM))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def csts_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The authors' layout: one CSV per split, each pair's two rows adjacent."""
+    return write_sample_splits(tmp_path_factory.mktemp("csts"), {"train": 24, "validation": 10, "test": 10})
+
+
+def _csv(path: Path, rows: list[dict]) -> Path:
+    pacsv.write_csv(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _options(tiny_bert: Path, files: dict[str, Path], out: Path, **overrides) -> train_stage.TrainOptions:
+    values = {
+        "train": files["train"],
+        "validation": files["validation"],
+        "test": files["test"],
+        "out": out,
+        "model": str(tiny_bert),
+        "learning_rate": 3e-3,
+        "batch_size": 8,
+        "epochs": 3,
+        "warmup_ratio": 0.0,
+        "weight_decay": 0.0,
+        "device": "cpu",
+        **overrides,
+    }
+    return train_stage.TrainOptions(**values)
+
+
+# --- readers -------------------------------------------------------------------------------------------------
+
+
+def test_csv_and_parquet_read_the_same(tmp_path: Path, csts_files: dict[str, Path]) -> None:
+    from_csv = read_csts(csts_files["train"])
+    table = pacsv.read_csv(csts_files["train"])
+    pq.write_table(table, tmp_path / "train.parquet")
+    (tmp_path / "shards").mkdir()
+    pq.write_table(table.slice(0, 20), tmp_path / "shards" / "part-00000.parquet")
+    pq.write_table(table.slice(20), tmp_path / "shards" / "part-00001.parquet")
+    for other in (read_csts(tmp_path / "train.parquet"), read_csts(tmp_path / "shards")):
+        assert other.table.select(["sentence1", "sentence2", "condition", "label"]).equals(
+            from_csv.table.select(["sentence1", "sentence2", "condition", "label"])
+        )
+    assert len(from_csv) == 48 and from_csv.labelled and from_csv.has_condition
+
+
+def test_csv_quoted_commas_and_newlines(tmp_path: Path) -> None:
+    path = tmp_path / "quoted.csv"
+    path.write_text(
+        'sentence1,sentence2,condition,label\n"A dog, brown.","A cat\nsleeps.","The ""animal"".",3\n',
+        encoding="utf-8",
+    )
+    data = read_csts(path)
+    assert data.column("sentence1") == ["A dog, brown."]
+    assert data.column("sentence2") == ["A cat\nsleeps."]
+    assert data.column("condition") == ['The "animal".']
+
+
+def test_parquet_split_column_selects_rows(tmp_path: Path) -> None:
+    path = write_sample_parquet(tmp_path / "all.parquet", {"train": 6, "validation": 3, "test": 2})
+    assert len(read_csts(path, "train")) == 12
+    assert len(read_csts(path, "validation")) == 6
+    assert len(read_csts(path)) == 22
+    with pytest.raises(UserError, match="no rows with split == 'dev'"):
+        read_csts(path, "dev")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda rows: [{k: v for k, v in r.items() if k != "condition"} for r in rows], "missing C-STS column"),
+        (lambda rows: [{**rows[0], "label": 7.0}, *rows[1:]], r"label 7 in row 1 is outside 1-5"),
+        (lambda rows: [{**rows[0], "label": 0.0}, *rows[1:]], r"label 0 in row 1 is outside 1-5"),
+        (lambda rows: [{**rows[0], "label": -1.0}, *rows[1:]], "row 1 has no label while other rows have one"),
+        (lambda rows: [{**rows[0], "sentence1": " "}, *rows[1:]], "column sentence1 has 1 empty value"),
+    ],
+)
+def test_bad_csts_files_are_one_line_errors(tmp_path: Path, change, message: str) -> None:
+    path = _csv(tmp_path / "bad.csv", change(sample_rows(4)))
+    with pytest.raises(UserError, match=message) as error:
+        read_csts(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_hidden_test_labels_mean_unlabelled(tmp_path: Path) -> None:
+    rows = [{**row, "label": -1.0} for row in sample_rows(3)]
+    data = read_csts(_csv(tmp_path / "test.csv", rows))
+    assert not data.labelled
+    assert correlations(np.arange(6.0), None) == {"spearman": None, "pearson": None, "n": 6}
+
+
+def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found"):
+        read_csts(tmp_path / "nope.csv")
+
+
+def test_stsb_reader_ignores_extra_fields_and_quotes(tmp_path: Path) -> None:
+    path = tmp_path / "sts.csv"
+    path.write_text(
+        'main-news\tfile\t2012\t0001\t4.2\tHe said "yes.\tShe said no.\tsource-a\tsource-b\n'
+        "main-news\tfile\t2012\t0002\t0.0\tA 'quoted' line\tAnother one\n",
+        encoding="utf-8",
+    )
+    data = read_stsb(path)
+    assert data.column("sentence1") == ['He said "yes.', "A 'quoted' line"]
+    assert data.column("sentence2") == ["She said no.", "Another one"]
+    assert data.labels().tolist() == [4.2, 0.0]
+    assert not data.has_condition
+    path.write_text("main-news\tfile\t2012\t0001\t4.2\tonly one sentence\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"sts.csv:1: expected 7 tab-separated fields"):
+        read_stsb(path)
+
+
+def test_stsb_reader_on_the_shared_files() -> None:
+    if not STSB.is_dir():
+        pytest.skip(f"shared STS-B data not found at {STSB}")
+    counts = {name: len(read_stsb(STSB / f"sts-{name}.csv")) for name in ("train", "dev", "test")}
+    assert counts == {"train": 5749, "dev": 1500, "test": 1379}
+
+
+# --- Quad pairing and label scale ---------------------------------------------------------------------------
+
+
+def _assert_pairs_correct(data, pairs: np.ndarray) -> None:
+    s1, s2, labels = np.array(data.column("sentence1")), np.array(data.column("sentence2")), data.labels()
+    assert len(np.unique(pairs)) == len(data) == 2 * len(pairs)
+    assert (s1[pairs[:, 0]] == s1[pairs[:, 1]]).all() and (s2[pairs[:, 0]] == s2[pairs[:, 1]]).all()
+    assert (labels[pairs[:, 0]] > labels[pairs[:, 1]]).all()
+
+
+def test_quad_pairs_of_adjacent_and_shuffled_rows(tmp_path: Path) -> None:
+    rows = sample_rows(12, seed=3)
+    _assert_pairs_correct(read_csts(_csv(tmp_path / "a.csv", rows)), quad_pairs(read_csts(tmp_path / "a.csv")))
+    random.Random(1).shuffle(rows)
+    shuffled = read_csts(_csv(tmp_path / "b.csv", rows))
+    _assert_pairs_correct(shuffled, quad_pairs(shuffled))
+
+
+def test_quad_pairs_follow_condition_type_when_present(tmp_path: Path) -> None:
+    rows = sample_rows(4, seed=5)
+    # Labels that contradict condition_type: condition_type wins, as the annotation intended.
+    flipped = [{**row, "label": 6.0 - row["label"]} for row in rows]
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.Table.from_pylist(flipped), path)
+    data = read_csts(path)
+    pairs = quad_pairs(data)
+    kinds = np.array(data.column("condition_type"))
+    assert (kinds[pairs[:, 0]] == "high").all() and (kinds[pairs[:, 1]] == "low").all()
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        (lambda rows: rows[1:], "appears 1 time"),
+        (lambda rows: [*rows, rows[0]], "appears 3 time"),
+        (lambda rows: [{**rows[0], "label": rows[1]["label"]}, *rows[1:]], "same label"),
+    ],
+)
+def test_quad_pairs_refuse_broken_files(tmp_path: Path, breakage, message: str) -> None:
+    rows = [{k: v for k, v in row.items() if k != "condition_type"} for row in sample_rows(5, seed=2)]
+    path = _csv(tmp_path / "broken.csv", breakage(rows))
+    with pytest.raises(UserError, match=message) as error:
+        quad_pairs(read_csts(path))
+    text = str(error.value)
+    assert str(path) in text and rows[0]["sentence1"][:20] in text
+
+
+def test_quad_pairs_by_pair_id_check_the_sentences(tmp_path: Path) -> None:
+    rows = sample_rows(3, seed=4)
+    for index, row in enumerate(rows):
+        row["pair_id"] = index // 2
+    rows[1]["sentence2"] = "Something else entirely."
+    path = tmp_path / "ids.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with pytest.raises(UserError, match="different sentence2"):
+        quad_pairs(read_csts(path))
+
+
+def test_label_scale_observed_and_overridden(csts_files: dict[str, Path]) -> None:
+    train = read_csts(csts_files["train"])
+    scale = label_scale([train])
+    assert (scale.low, scale.high) == (1.0, 5.0)
+    assert scale(np.array([1.0, 3.0, 5.0])).tolist() == [0.0, 0.5, 1.0]
+    assert label_scale([train], 0.0, 5.0)(np.array([5.0])).tolist() == [1.0]
+    with pytest.raises(UserError, match="outside --min-label/--max-label 2-5"):
+        label_scale([train], 2.0, None)
+
+
+# --- correlations ----------------------------------------------------------------------------------------------
+
+
+def test_correlations_match_scipy() -> None:
+    rng = np.random.default_rng(0)
+    cases = [
+        (np.array([1.0, 2.0, 3.0, 4.0, 5.0]), np.array([5.0, 6.0, 7.0, 8.0, 7.0])),
+        (np.array([0.1, 0.4, 0.4, 0.9, 0.2, 0.2]), np.array([1.0, 3.0, 2.0, 5.0, 1.0, 1.0])),  # ties on both sides
+        (rng.normal(size=500), rng.integers(1, 6, size=500).astype(float)),
+    ]
+    for x, y in cases:
+        assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+        assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-12)
+        values = correlations(x, y)
+        assert values["spearman"] == pytest.approx(100 * stats.spearmanr(x, y).statistic, abs=1e-3)
+        assert values["n"] == len(x)
+    assert correlations(np.ones(4), np.arange(4.0))["spearman"] is None  # constant scores: undefined, not 0
+
+
+# --- models ------------------------------------------------------------------------------------------------------
+
+
+def test_bad_combinations_are_refused(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    for overrides, message in [
+        ({"encoding": "cross", "objective": "quad"}, "needs --encoding bi or tri"),
+        ({"encoding": "cross", "objective": "quad+mse"}, "needs --encoding bi or tri"),
+        ({"encoding": "bi", "condition_only": True}, "cross-encoder ablations"),
+        ({"encoding": "tri", "objective": "quad", "batch_size": 7}, "even batch"),
+        ({"preset": "nope"}, "known presets: paper"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            train_stage.run(_options(tiny_bert, csts_files, tmp_path / "out", **overrides))
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_folder_that_is_not_a_train_output_is_refused(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not a train output folder"):
+        train_stage.run(_options(tiny_bert, csts_files, tmp_path, max_steps=1))
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_tokenized_inputs_per_encoding(tiny_bert: Path, csts_files: dict[str, Path]) -> None:
+    data = read_csts(csts_files["validation"])
+    first = data.table.slice(0, 1)
+    s1, s2, c = (first[name][0].as_py() for name in ("sentence1", "sentence2", "condition"))
+    expected = {
+        ("cross", False, False): [f"{s1} [SEP] {s2} [SEP] {c}"],
+        ("cross", True, False): [c],
+        ("cross", False, True): [f"{s1} [SEP] {s2}"],
+        ("bi", False, False): [(s1, c), (s2, c)],
+        ("tri", False, False): [s1, s2, c],
+    }
+    for (encoding, condition_only, sentences_only), texts in expected.items():
+        spec = ModelSpec(encoding=encoding, condition_only=condition_only, sentences_only=sentences_only)
+        model = load_model(str(tiny_bert), spec)
+        tokens = model.tokenize(data)
+        for segment, text in zip(tokens.segments, texts, strict=True):
+            pair = text if isinstance(text, tuple) else (text,)
+            assert segment[0] == model.tokenizer(*pair)["input_ids"]
+
+
+COMBINATIONS = [
+    ("cross", "mse", {}),
+    ("cross", "mse", {"condition_only": True}),
+    ("bi", "mse", {"pooler": "mean", "transform": True}),
+    ("bi", "quad", {"pooler": "cls-mlp"}),
+    ("bi", "quad+mse", {}),
+    ("tri", "mse", {"tri_head": "hadamard"}),
+    ("tri", "quad", {"tri_head": "concat"}),
+    ("tri", "quad+mse", {"tri_head": "hadamard", "transform": True}),
+]
+
+
+@pytest.mark.parametrize(("encoding", "objective", "extra"), COMBINATIONS)
+def test_training_lowers_the_loss_and_scores_every_split(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path, encoding: str, objective: str, extra: dict
+) -> None:
+    out = tmp_path / "run"
+    options = _options(tiny_bert, csts_files, out, encoding=encoding, objective=objective, **extra)
+    record = train_stage.run(options)
+
+    history = record["history"]
+    assert len(history) == 3 and history[-1]["steps"] == 3 * 6  # 48 rows / 8 per batch, 3 epochs
+    assert history[-1]["probe_loss"] < record["initial_probe_loss"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {"validation", "test"}
+    for split, rows in (("validation", 20), ("test", 20)):
+        assert metrics[split]["n"] == rows
+        assert all(np.isfinite(metrics[split][key]) for key in ("spearman", "pearson"))
+        predictions = pq.read_table(out / f"predictions_{split}.parquet")
+        assert predictions.num_rows == rows and np.isfinite(predictions["score"].to_numpy()).all()
+    saved = json.loads((out / "best" / "csts_model.json").read_text())
+    assert (saved["encoding"], saved["objective"]) == (encoding, objective)
+    assert json.loads((out / "train_record.json").read_text())["fingerprint"] == record["fingerprint"]
+    assert not list(out.rglob("*.tmp")) and not (out / "checkpoint.pt").exists()
+
+    # The best/ folder reloads as the same model: evaluate reproduces the recorded test metrics.
+    reloaded = evaluate_stage.run(
+        evaluate_stage.EvaluateOptions(
+            model=str(out / "best"), data=csts_files["test"], device="cpu", metrics_out=tmp_path / "eval" / "m.json"
+        )
+    )
+    assert reloaded["csts_test"]["spearman"] == pytest.approx(metrics["test"]["spearman"], abs=1e-3)
+
+
+def test_rerun_is_a_noop_and_force_retrains(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    options = _options(tiny_bert, csts_files, tmp_path / "run", max_steps=2)
+    first = train_stage.run(options)
+    assert train_stage.run(options) == {"status": "up-to-date", "folder": str(tmp_path / "run")}
+    again = train_stage.run(options, force=True)
+    assert again["fingerprint"] == first["fingerprint"] and again["timings"] != first["timings"]
+    changed = train_stage.run(_options(tiny_bert, csts_files, tmp_path / "run", max_steps=3))
+    assert changed["fingerprint"] != first["fingerprint"] and changed["counts"]["optimizer_steps"] == 3
+
+
+def test_interrupted_training_resumes_after_the_last_epoch(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = _options(tiny_bert, csts_files, tmp_path / "run", epochs=2, objective="quad", encoding="tri")
+    save = train_stage._save_checkpoint
+
+    def crash_after_first_epoch(path: Path, state: dict) -> None:
+        save(path, state)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_stage, "_save_checkpoint", crash_after_first_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train_stage.run(options)
+    interrupted = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["state"]
+    monkeypatch.setattr(train_stage, "_save_checkpoint", save)
+
+    record = train_stage.run(options)
+    assert record["resumed"] and [e["epoch"] for e in record["history"]] == [1, 2]
+    assert record["history"][0] == interrupted["history"][0]
+    assert record["counts"]["optimizer_steps"] == 2 * 6
+
+
+def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path, tmp_path: Path) -> None:
+    path = write_sample_parquet(tmp_path / "all.parquet", {"train": 12, "validation": 4, "test": 4})
+    options = train_stage.TrainOptions(
+        train=path, out=tmp_path / "run", model=str(tiny_bert), device="cpu", max_steps=2, batch_size=8
+    )
+    record = train_stage.run(options)
+    assert record["counts"]["train_rows"] == 24 and record["counts"]["validation_rows"] == 8
+    assert set(record["metrics"]) == {"validation", "test"}
+    assert "split" in pq.read_table(tmp_path / "run" / "predictions_test.parquet").column_names
+
+
+def test_paper_preset_values_and_overrides(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    options = train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, preset="paper", model=str(tiny_bert))
+    hyper = train_stage.resolve(options)
+    assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 4, 8)
+    assert (hyper.epochs, hyper.warmup_ratio, hyper.max_length, hyper.pooler) == (3, 0.1, 512, "cls")
+    assert hyper.model == str(tiny_bert)  # an explicit option beats the preset
+    default = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path))
+    assert default.model == MINILM and default.pooler == "mean"  # MiniLM's own pooling
+
+
+# --- evaluate and the CLI ----------------------------------------------------------------------------------------
+
+
+def test_cli_train_then_evaluate(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    out, metrics = tmp_path / "run", tmp_path / "metrics" / "train.json"
+    args = ["train", "--train", str(csts_files["train"]), "--validation", str(csts_files["validation"])]
+    args += ["--out", str(out), "--model", str(tiny_bert), "--encoding", "tri", "--objective", "quad"]
+    args += ["--max-steps", "2", "--device", "cpu", "--metrics-out", str(metrics)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "validation" in result.output and "spearman" in result.output
+    assert json.loads(metrics.read_text())["n"] == 20  # one split: flat keys
+    assert "up to date" in runner.invoke(app, args).output
+
+    evaluated = tmp_path / "eval" / "metrics.json"
+    args = ["evaluate", "--model", str(out / "best"), "--data", str(csts_files["test"]), "--device", "cpu"]
+    result = runner.invoke(app, [*args, "--metrics-out", str(evaluated)])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(evaluated.read_text())) == {"spearman", "pearson", "n"}
+    assert (evaluated.parent / "predictions_csts_test.parquet").is_file()
+
+    result = runner.invoke(app, [*args, "--encoding", "bi"])
+    assert result.exit_code == 2 and "trained tri-encoder" in result.output
+
+
+def test_cli_errors_are_one_line(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    base = ["train", "--train", str(csts_files["train"]), "--out", str(tmp_path / "o"), "--model", str(tiny_bert)]
+    for args, message in [
+        ([*base, "--encoding", "cross", "--objective", "quad"], "needs --encoding bi or tri"),
+        (["train", "--train", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o")], "not found"),
+        ([*base, "--precision", "fp16", "--device", "cpu"], "needs a CUDA device"),
+        (["evaluate", "--model", str(tiny_bert), "--data", str(csts_files["test"]), "--encoding", "tri"], "zero-shot"),
+    ]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert message in result.output and result.output.strip().count("\n") == 0
+
+
+def test_zero_shot_bi_encoder_on_csts(csts_files: dict[str, Path], tmp_path: Path) -> None:
+    """The paper's Table 2 setting: a sentence encoder, untrained on C-STS, scoring (s_i, c) pairs."""
+    metrics = evaluate_stage.run(
+        evaluate_stage.EvaluateOptions(
+            model=MINILM, data=csts_files["validation"], device="cpu", metrics_out=tmp_path / "m.json"
+        )
+    )
+    assert metrics["csts_validation"]["n"] == 20
+    assert np.isfinite(metrics["csts_validation"]["spearman"])
+
+
+@pytest.mark.slow
+def test_stsb_test_with_minilm_matches_its_published_level(tmp_path: Path) -> None:
+    if not STSB.is_dir():
+        pytest.skip(f"shared STS-B data not found at {STSB}")
+    args = ["evaluate", "--task", "stsb", "--data", str(STSB / "sts-test.csv"), "--model", MINILM]
+    result = CliRunner().invoke(app, [*args, "--device", "cpu", "--metrics-out", str(tmp_path / "stsb.json")])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "stsb.json").read_text())
+    assert metrics["n"] == 1379
+    assert 81.0 < metrics["spearman"] < 83.0  # measured 82.03 (docs/train.md)
