@@ -392,7 +392,6 @@ def _results_fingerprint(results: list[Path]) -> list[tuple[str, str]]:
 
 
 def _up_to_date(stage: StageRun) -> dict[str, Any]:
-    log.info("%s: up to date in %s (nothing to do; --force recomputes)", stage.stage, stage.folder)
     return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
 
 
@@ -850,7 +849,7 @@ def _agreement(item: np.ndarray, worker: np.ndarray, rating: np.ndarray, status:
         "chance_agreement": None,
         "items": len(codes),
         "ratings": int(shared.sum()),
-        "raters_per_item": {str(k): int(v) for k, v in sorted(Counter(counts.sum(axis=1).tolist()).items())},
+        "ratings_per_item": {str(k): int(v) for k, v in sorted(Counter(counts.sum(axis=1).tolist()).items())},
         "categories": list(range(low, high + 1)),
         "scope": "kept items with two or more ratings; Fleiss' kappa with per-item rater counts",
     }
@@ -1024,7 +1023,7 @@ def describe(record: dict[str, Any]) -> str:
             f"{counts['items_too_few_ratings']} too few ratings, {counts['items_unanswered']} unanswered "
             f"-> {folder.parent / 'items.parquet'}",
             f"Fleiss' kappa {kappa} over {agreement['items']} items with 2+ ratings "
-            f"(raters per item: {agreement['raters_per_item']}); {record['agreement']}",
+            f"(ratings per item: {agreement['ratings_per_item']}); {record['agreement']}",
             agreement_table(agreement),
         ]
     )
