@@ -1004,7 +1004,10 @@ def describe(record: dict[str, Any]) -> str:
             f"  upload: {record['files']['hits']}\n  ids:    {record['files']['tasks']}"
         )
     if stage == "annotate-split":
-        lines = [f"{counts['sentence_pairs']} sentence pairs ({counts['incomplete_pairs_dropped']} incomplete dropped)"]
+        lines = [
+            f"{counts['sentence_pairs']} sentence pairs split; {counts['incomplete_pairs_dropped']} pair(s) left out "
+            "(not both conditions kept)"
+        ]
         lines += [f"  {name:<10} {counts[f'{name}_rows']:>6} rows  {record['files'][name]}" for name in SPLITS]
         return "\n".join(lines)
     problems = ", ".join(f"{name} {n}" for name, n in record["problems"].items()) or "none"
@@ -1016,14 +1019,14 @@ def describe(record: dict[str, Any]) -> str:
         )
     agreement = json.loads(Path(record["agreement"]).read_text())
     kappa = "n/a" if agreement["fleiss_kappa"] is None else f"{agreement['fleiss_kappa']:.3f}"
+    spread = ", ".join(f"{n} with {k} ratings" for k, n in agreement["ratings_per_item"].items()) or "none"
     return "\n".join(
         [
             header,
             f"items: {counts['items_kept']} kept, {counts['items_not_pertinent']} not pertinent, "
             f"{counts['items_too_few_ratings']} too few ratings, {counts['items_unanswered']} unanswered "
             f"-> {folder.parent / 'items.parquet'}",
-            f"Fleiss' kappa {kappa} over {agreement['items']} items with 2+ ratings "
-            f"(ratings per item: {agreement['ratings_per_item']}); {record['agreement']}",
+            f"Fleiss' kappa {kappa} over {agreement['items']} items with 2+ ratings ({spread}); {record['agreement']}",
             agreement_table(agreement),
         ]
     )

@@ -637,15 +637,31 @@ def test_annotate_commands_document_every_option():
             assert getattr(param, "help", None), f"annotate {name} --{param.name} has no help text"
 
 
+def fenced_blocks(markdown: str) -> dict[str, list[str]]:
+    """The fenced code blocks of a Markdown text by info string ("" for plain blocks)."""
+    blocks: dict[str, list[str]] = {}
+    kind, lines = None, []
+    for line in markdown.splitlines(keepends=True):
+        if line.startswith("```"):
+            if kind is None:
+                kind, lines = line[3:].strip(), []
+            else:
+                blocks.setdefault(kind, []).append("".join(lines))
+                kind = None
+        elif kind is not None:
+            lines.append(line)
+    return blocks
+
+
 def test_the_documented_example_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Every `$ csts-pipeline annotate ...` of docs/annotate.md's worked example, run from the repository root
     with its output folder in a temporary place, prints exactly what the document shows."""
     monkeypatch.chdir(REPO)
     text = (REPO / "docs" / "annotate.md").read_text()
     example = text[text.index("## Worked example") :]
-    sessions = re.findall(r"```console\n(.*?)```", example, flags=re.S)
+    blocks = fenced_blocks(example)
     steps = []
-    for session in sessions:
+    for session in blocks["console"]:
         for chunk in re.split(r"^\$ ", session, flags=re.M)[1:]:
             command, *shown = chunk.rstrip("\n").split("\n")
             steps.append((command.split(), shown))
@@ -656,3 +672,8 @@ def test_the_documented_example_runs_as_shown(tmp_path: Path, monkeypatch: pytes
         args = [str(out) if a == "runs/annotate-example" else a for a in command[1:]]
         printed = cli(*args).replace(str(out), "runs/annotate-example")
         assert printed.rstrip("\n").split("\n") == shown, " ".join(command)
+    # the file excerpts shown (plain ``` blocks) are lines of the files written
+    written = {line for path in out.rglob("*.csv") for line in path.read_text().splitlines()}
+    assert len(blocks[""]) >= 3
+    for line in "".join(blocks[""]).splitlines():
+        assert line in written, line
