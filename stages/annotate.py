@@ -57,8 +57,8 @@ _MTURK_FIELDS = {
 REPORT_SCHEMA = pa.schema(
     [("file", pa.string()), ("row", pa.int64()), ("id", pa.string()), ("problem", pa.string()), ("detail", pa.string())]
 )
-_TRUE = {"true", "1", "yes", "y", "on", "x", "checked"}
-_FALSE = {"false", "0", "no", "n", "off", ""}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
 
 CSTS_SCHEMA = pa.schema(
     [
@@ -127,6 +127,11 @@ class KeptSource:
 
     files: list[Path]
     fingerprint: str
+
+    @property
+    def name(self) -> Path:
+        """What error messages call the input: the file, or the folder of the shards."""
+        return self.files[0] if len(self.files) == 1 else self.files[0].parent
 
     def read(self, columns: tuple[str, ...]) -> tuple[pa.Table, np.ndarray]:
         """All files' `columns` concatenated, and each file's first row in the concatenation."""
@@ -307,14 +312,14 @@ def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow]
     columns: set[str] = set()
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
-            if path.suffix in (".jsonl", ".json"):
+            if path.suffix == ".jsonl":
                 for number, line in enumerate(handle, start=1):
                     if not line.strip():
                         continue
                     try:
                         value = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        value = exc
+                    except json.JSONDecodeError:
+                        value = None
                     if not isinstance(value, dict):
                         problems.append(Problem(str(path), number, "", "bad_json", "not a JSON object"))
                         continue
@@ -384,11 +389,12 @@ class _Screen:
         return len({(p.file, p.row) for p in self.problems})
 
 
-def _results_fingerprint(results: list[Path]) -> list[tuple[str, str]]:
+def _results_fingerprint(results: list[Path]) -> str:
+    """The results files' contents in order (order matters: the first valid answer of a task wins)."""
     for path in results:
         if not path.is_file():
             raise UserError(f"{path}: results file not found")
-    return [(str(path), file_fingerprint(path)) for path in results]
+    return fingerprint([file_fingerprint(path) for path in results])
 
 
 def _up_to_date(stage: StageRun) -> dict[str, Any]:
@@ -428,8 +434,10 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
     numeric, offsets = source.read(("pair_id", "caption_id_1", "caption_id_2", "image_cosine", "iou"))
     for name in numeric.column_names:
         if numeric.column(name).null_count:
-            raise UserError(f"{source.files[0].parent}: {numeric.column(name).null_count} kept row(s) without {name}")
+            raise UserError(f"{source.name}: {numeric.column(name).null_count} kept row(s) without {name}")
     candidates = _unique_pairs(numeric)
+    if len(candidates) == 0:
+        raise UserError(f"{source.name}: no kept pairs to sample from")
     cosine = numeric.column("image_cosine").to_numpy()[candidates].astype(np.float64)
     iou = numeric.column("iou").to_numpy()[candidates].astype(np.float64)
     pair_ids = numeric.column("pair_id").to_numpy()[candidates]
@@ -489,7 +497,7 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool) -> d
         "annotate-import-conditions",
         annotate_dir / CONDITIONS,
         {},
-        {"tasks": upstream["fingerprint"], "results": fingerprint(_results_fingerprint(results))},
+        {"tasks": upstream["fingerprint"], "results": _results_fingerprint(results)},
     )
     if stage.is_done() and not force:
         return _up_to_date(stage)
@@ -738,7 +746,7 @@ def import_ratings(
     tasks_dir = annotate_dir / RATINGS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage ratings")
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
-    inputs = {"tasks": upstream["fingerprint"], "results": fingerprint(_results_fingerprint(results))}
+    inputs = {"tasks": upstream["fingerprint"], "results": _results_fingerprint(results)}
     stage = StageRun("annotate-import-ratings", annotate_dir / RATINGS, params, inputs)
     if stage.is_done() and not force:
         return _up_to_date(stage)

@@ -413,7 +413,7 @@ def test_simulated_raters_aggregate_to_the_hidden_truth(tmp_path: Path, rated: P
     rows, truth, bad = simulated_ratings(items)
     results = write_results(tmp_path / "ratings.csv", rows)
     for how in ("mean", "median"):
-        record = annotate.import_ratings(rated, [results], how, 0.5, 1, False)
+        record = annotate.import_ratings(rated, [results], how, 0.5, 1, force=True)
         table = pq.read_table(rated / "ratings" / "items.parquet").to_pylist()
         individual = pq.read_table(rated / "ratings" / "ratings.parquet").to_pylist()
         for item in table[:40]:
