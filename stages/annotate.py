@@ -249,9 +249,13 @@ def stratified_sample(pair_ids: np.ndarray, cosine: np.ndarray, iou: np.ndarray,
     sizes = np.bincount(strata, minlength=bins * bins)
     quota = allocate(sizes, n)
     key = hash64(pair_ids, seed)
-    order = np.lexsort((key, strata))
-    rank = np.arange(len(order)) - (np.cumsum(sizes) - sizes)[strata[order]]
-    chosen = order[rank < quota[strata[order]]]
+    by_stratum = np.argsort(strata, kind="stable")
+    chosen = []
+    for rows, take in zip(np.split(by_stratum, np.cumsum(sizes)[:-1]), quota):
+        if 0 < take < len(rows):
+            rows = rows[np.argpartition(key[rows], take - 1)[:take]]
+        chosen.append(rows[:take])
+    chosen = np.concatenate(chosen)
     return Sample(chosen[np.argsort(key[chosen], kind="stable")], strata, sizes, quota, cosine_edges, iou_edges)
 
 
@@ -554,7 +558,8 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool) -> d
         "unanswered_tasks": len(tasks) - len(answers),
         "triplets": len(triplets),
     }
-    return stage.finish(counts, problems=screen.summary(), report=str(stage.folder / REPORT))
+    files = {"conditions": str(stage.folder / "conditions.parquet"), "report": str(stage.folder / REPORT)}
+    return stage.finish(counts, problems=screen.summary(), files=files)
 
 
 TRIPLET_SCHEMA = pa.schema(
@@ -832,13 +837,9 @@ def import_ratings(
         **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
         "items_unanswered": int((status == "unanswered").sum()),
     }
-    return stage.finish(
-        counts,
-        problems=screen.summary(),
-        report=str(stage.folder / REPORT),
-        fleiss_kappa=agreement["fleiss_kappa"],
-        agreement=str(stage.folder / "agreement.json"),
-    )
+    files = {name: str(stage.folder / name) for name in ("items.parquet", "ratings.parquet", "agreement.json")}
+    files["report"] = str(stage.folder / REPORT)
+    return stage.finish(counts, problems=screen.summary(), fleiss_kappa=agreement["fleiss_kappa"], files=files)
 
 
 def _agreement(item: np.ndarray, worker: np.ndarray, rating: np.ndarray, status: np.ndarray) -> dict[str, Any]:
@@ -999,33 +1000,33 @@ def describe(record: dict[str, Any]) -> str:
     """What a step did, for the command line: counts, problems, where the files are."""
     if record.get("status") == "up-to-date":
         return f"up to date: {record['folder']} (nothing to do; --force recomputes)"
-    counts, folder = record["counts"], Path(record.get("report", record.get("files", {}).get("hits", ".")))
-    stage = record["stage"]
+    counts, files, stage = record["counts"], record["files"], record["stage"]
     if stage == "annotate-export-conditions":
         return (
             f"{counts['tasks']} condition-writing tasks sampled from {counts['unique_pairs']} kept pairs over "
-            f"{counts['strata']} strata\n  upload: {record['files']['hits']}\n  ids:    {record['files']['tasks']}"
+            f"{counts['strata']} strata\n  upload: {files['hits']}\n  ids:    {files['tasks']}"
         )
     if stage == "annotate-export-ratings":
         return (
             f"{counts['items']} rating tasks ({counts['pairs']} pairs x high/low)\n"
-            f"  upload: {record['files']['hits']}\n  ids:    {record['files']['tasks']}"
+            f"  upload: {files['hits']}\n  ids:    {files['tasks']}"
         )
     if stage == "annotate-split":
         lines = [
             f"{counts['sentence_pairs']} sentence pairs split; {counts['incomplete_pairs_dropped']} pair(s) left out "
             "(not both conditions kept)"
         ]
-        lines += [f"  {name:<10} {counts[f'{name}_rows']:>6} rows  {record['files'][name]}" for name in SPLITS]
+        lines += [f"  {name:<10} {counts[f'{name}_rows']:>6} rows  {files[name]}" for name in SPLITS]
         return "\n".join(lines)
     problems = ", ".join(f"{name} {n}" for name, n in record["problems"].items()) or "none"
-    header = f"{counts['rows_read']} rows read, {counts['excluded_rows']} excluded ({problems}); report: {folder}"
+    header = f"{counts['rows_read']} rows read, {counts['excluded_rows']} excluded ({problems}); "
+    header += f"report: {files['report']}"
     if stage == "annotate-import-conditions":
         return (
             f"{header}\n{counts['accepted']} of {counts['tasks']} tasks answered -> {counts['triplets']} "
-            f"(s1, s2, c) triplets in {folder.parent / 'conditions.parquet'}"
+            f"(s1, s2, c) triplets in {files['conditions']}"
         )
-    agreement = json.loads(Path(record["agreement"]).read_text())
+    agreement = json.loads(Path(files["agreement.json"]).read_text())
     kappa = "n/a" if agreement["fleiss_kappa"] is None else f"{agreement['fleiss_kappa']:.3f}"
     spread = ", ".join(f"{n} with {k} ratings" for k, n in agreement["ratings_per_item"].items()) or "none"
     return "\n".join(
@@ -1033,8 +1034,9 @@ def describe(record: dict[str, Any]) -> str:
             header,
             f"items: {counts['items_kept']} kept, {counts['items_not_pertinent']} not pertinent, "
             f"{counts['items_too_few_ratings']} too few ratings, {counts['items_unanswered']} unanswered "
-            f"-> {folder.parent / 'items.parquet'}",
-            f"Fleiss' kappa {kappa} over {agreement['items']} items with 2+ ratings ({spread}); {record['agreement']}",
+            f"-> {files['items.parquet']}",
+            f"Fleiss' kappa {kappa} over {agreement['items']} items with 2+ ratings ({spread}); "
+            f"{files['agreement.json']}",
             agreement_table(agreement),
         ]
     )
