@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
 import re
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from pipeline.records import write_json
 from pipeline.shards import shard_name, write_table
 from stages import annotate
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 COCO_CAPTIONS = SHARED_DATA / "coco" / "captions_val2017.json"
