@@ -266,6 +266,7 @@ def filter_command(
     result = stage.score_file(loaded, pairs, out)
     typer.echo(f"scored {result['pairs']} pairs in {result['seconds']:.1f}s: {result['kept']} kept -> {result['out']}")
 
+
 # --- train / evaluate (C-STS models) -----------------------------------------------------------------------
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 PrecisionOpt = Annotated[
@@ -412,6 +413,8 @@ def evaluate(
     )
     _print_metrics(stage.run(options))
     typer.echo(f"metrics: {metrics_out}")
+
+
 # annotate: the human round trip around condition writing and rating (stages/annotate.py, docs/annotate.md).
 annotate_app = typer.Typer(
     help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",

@@ -1,0 +1,139 @@
+"""The mine -> filter path at COCO scale on this machine: how time and memory grow with the work.
+
+    python bench/scale.py                        # 82,783 synthetic images, k=64, at 10%, 30% and 100%
+    python bench/scale.py --fractions 0.1 --images 82783
+
+Synthetic image embeddings (512-d, clustered so neighbours are meaningful) stand in for CLIP's; each synthetic
+image carries the 5 real captions of a COCO val2017 image (../shared/data/coco/captions_val2017.json). Each
+stage runs in its own process, so its peak memory (max RSS) is its own. Prints, per fraction and stage: wall
+time, peak memory, candidate pairs and pairs/s, then the growth between fractions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from bench.mine import clustered_unit_vectors
+from pipeline.datasets import read_coco
+from pipeline.records import StageRun
+from pipeline.shards import shard_name, write_table
+from stages.embed import embeddings_table
+
+REPO = Path(__file__).resolve().parents[1]
+COCO_VAL = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
+
+
+def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0) -> None:
+    """An embed folder as the embed stage writes it (docs/schemas.md), for `n_images` synthetic images."""
+    corpus = read_coco(COCO_VAL)
+    by_image: dict[int, list[str]] = {}
+    for image_id, text in zip(corpus.caption_image_ids, corpus.captions):
+        by_image.setdefault(image_id, []).append(text)
+    sources = [texts[:5] for texts in by_image.values() if len(texts) >= 5]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(sources), n_images)
+    image_ids = np.arange(n_images, dtype=np.int64)
+    folder = work_dir / "embed"
+    vectors = clustered_unit_vectors(n_images, dim, seed)
+    per_shard = 10_000
+    for shard, lo in enumerate(range(0, n_images, per_shard)):
+        hi = min(n_images, lo + per_shard)
+        table = embeddings_table(image_ids[lo:hi], [f"{i:012d}.jpg" for i in image_ids[lo:hi]], vectors[lo:hi])
+        write_table(table, folder / shard_name(shard))
+    texts = [text for pick in picks for text in sources[pick]]
+    write_table(
+        pa.table({
+            "caption_id": np.arange(len(texts), dtype=np.int64),
+            "image_id": np.repeat(image_ids, 5),
+            "caption": texts,
+        }),
+        folder / "captions.parquet",
+    )
+    StageRun("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).finish(
+        {"images_embedded": n_images}
+    )
+
+
+def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
+    from importlib import import_module
+
+    from pipeline.manifest import load_manifest
+
+    started = time.perf_counter()
+    record = import_module(f"stages.{stage}").run(load_manifest(Path(manifest_path)))
+    seconds = time.perf_counter() - started
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    queue.put({"seconds": seconds, "peak_mib": peak_mib, "counts": record["counts"]})
+
+
+def run_stage(stage: str, manifest_path: Path) -> dict:
+    """One stage in a fresh process, so that its peak memory is measured alone."""
+    queue: mp.Queue = mp.get_context("spawn").Queue()
+    process = mp.get_context("spawn").Process(target=_run_stage, args=(stage, str(manifest_path), queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=82_783)
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.3, 1.0])
+    parser.add_argument("--k", type=int, default=64)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--work", type=Path, default=Path("runs/bench-scale"))
+    args = parser.parse_args()
+
+    rows = []
+    total_started = time.perf_counter()
+    for fraction in args.fractions:
+        n_images = int(round(args.images * fraction))
+        work_dir = (args.work / f"{n_images}").resolve()
+        synthetic_embed_stage(work_dir, n_images, args.dim)
+        manifest = {
+            "name": f"scale-{n_images}",
+            "demo_encoders": True,
+            "work_dir": str(work_dir),
+            "data": {"format": "coco", "captions": str(COCO_VAL), "images": str(work_dir)},
+            "run": {"device": "auto"},
+            "mine": {"k": args.k},
+            "filter": {"max_iou": 0.12, "min_cosine": 0.4, "min_ratio": 0.7, "min_length": 50,
+                       "text_encoder": "packaged:all-MiniLM-L6-v2", "text_pooling": "model"},
+        }
+        manifest_path = work_dir / "manifest.yaml"
+        manifest_path.write_text(yaml.safe_dump(manifest))
+        for stage in ("mine", "filter"):
+            result = run_stage(stage, manifest_path)
+            candidates = result["counts"].get("candidate_pairs") or result["counts"].get("candidates")
+            rows.append({"fraction": fraction, "images": n_images, "stage": stage, **result,
+                         "candidate_pairs": candidates})
+            print(
+                f"{fraction:>5.0%} {n_images:>6} images  {stage:<6} {result['seconds']:8.1f}s  "
+                f"peak {result['peak_mib']:8.0f} MiB  candidate pairs {candidates:>11,}  "
+                f"{candidates / result['seconds']:12,.0f} pairs/s",
+                flush=True,
+            )
+    print(f"total wall time {time.perf_counter() - total_started:.0f}s")
+    base = {row["stage"]: row for row in rows if row["fraction"] == args.fractions[0]}
+    for row in rows[2:]:
+        first = base[row["stage"]]
+        print(
+            f"growth {row['stage']:<6} {first['fraction']:.0%} -> {row['fraction']:.0%}: pairs x"
+            f"{row['candidate_pairs'] / first['candidate_pairs']:.2f}, time x{row['seconds'] / first['seconds']:.2f}, "
+            f"peak memory x{row['peak_mib'] / first['peak_mib']:.2f}"
+        )
+    (args.work / "scale.json").write_text(json.dumps(rows, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
