@@ -51,11 +51,13 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
         write_table(table, folder / shard_name(shard))
     texts = [text for pick in picks for text in sources[pick]]
     write_table(
-        pa.table({
-            "caption_id": np.arange(len(texts), dtype=np.int64),
-            "image_id": np.repeat(image_ids, 5),
-            "caption": texts,
-        }),
+        pa.table(
+            {
+                "caption_id": np.arange(len(texts), dtype=np.int64),
+                "image_id": np.repeat(image_ids, 5),
+                "caption": texts,
+            }
+        ),
         folder / "captions.parquet",
     )
     StageRun("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).finish(
@@ -97,7 +99,7 @@ def main() -> None:
     rows = []
     total_started = time.perf_counter()
     for fraction in args.fractions:
-        n_images = int(round(args.images * fraction))
+        n_images = round(args.images * fraction)
         work_dir = (args.work / f"{n_images}").resolve()
         synthetic_embed_stage(work_dir, n_images, args.dim)
         manifest = {
@@ -107,16 +109,23 @@ def main() -> None:
             "data": {"format": "coco", "captions": str(COCO_VAL), "images": str(work_dir)},
             "run": {"device": "auto"},
             "mine": {"k": args.k},
-            "filter": {"max_iou": 0.12, "min_cosine": 0.4, "min_ratio": 0.7, "min_length": 50,
-                       "text_encoder": "packaged:all-MiniLM-L6-v2", "text_pooling": "model"},
+            "filter": {
+                "max_iou": 0.12,
+                "min_cosine": 0.4,
+                "min_ratio": 0.7,
+                "min_length": 50,
+                "text_encoder": "packaged:all-MiniLM-L6-v2",
+                "text_pooling": "model",
+            },
         }
         manifest_path = work_dir / "manifest.yaml"
         manifest_path.write_text(yaml.safe_dump(manifest))
         for stage in ("mine", "filter"):
             result = run_stage(stage, manifest_path)
             candidates = result["counts"].get("candidate_pairs") or result["counts"].get("candidates")
-            rows.append({"fraction": fraction, "images": n_images, "stage": stage, **result,
-                         "candidate_pairs": candidates})
+            rows.append(
+                {"fraction": fraction, "images": n_images, "stage": stage, **result, "candidate_pairs": candidates}
+            )
             print(
                 f"{fraction:>5.0%} {n_images:>6} images  {stage:<6} {result['seconds']:8.1f}s  "
                 f"peak {result['peak_mib']:8.0f} MiB  candidate pairs {candidates:>11,}  "
