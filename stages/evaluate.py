@@ -16,9 +16,10 @@ from pathlib import Path
 
 from pipeline.csts_data import PairData, read_pairs
 from pipeline.csts_eval import half_precision, score_split, write_outputs
-from pipeline.csts_models import ModelSpec, is_trained_model, load_model, model_pooling, resolve_model_path
+from pipeline.csts_models import ModelSpec, is_trained_model, load_model, model_pooling
 from pipeline.device import resolve_device
 from pipeline.errors import UserError
+from pipeline.packaged_models import resolve_model_path
 
 log = logging.getLogger(__name__)
 TASKS = ("csts", "stsb")

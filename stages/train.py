@@ -32,9 +32,10 @@ from pipeline.csts_eval import (
     write_metrics,
     write_outputs,
 )
-from pipeline.csts_models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling, resolve_model_path
+from pipeline.csts_models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling
 from pipeline.device import resolve_device
 from pipeline.errors import UserError
+from pipeline.packaged_models import resolve_model_path
 from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, read_record, write_json
 from pipeline.shards import SHARD_GLOB
 

@@ -301,11 +301,11 @@ def test_cls_pooler_embeds_as_simcses_own_tool():
     """SimCSE's tool takes transformers' `pooler_output` (dense + tanh over CLS), normalised to unit length."""
     from transformers import AutoModel, AutoTokenizer
 
-    from pipeline.text import resolve_encoder
+    from pipeline.packaged_models import resolve_model_path
 
     texts = ["A dog runs on the beach.", "Two people ride bicycles down a city street."]
     ours = encode_texts(load_text_encoder(MINILM, "cls_pooler", torch.device("cpu")), texts, 8)
-    path = resolve_encoder(MINILM)
+    path = resolve_model_path(MINILM)
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
     with torch.no_grad():
         pooled = model(**tokenizer(texts, padding=True, return_tensors="pt")).pooler_output
@@ -319,7 +319,7 @@ def test_cls_pooler_embeds_as_simcses_own_tool():
     [
         ("/nonexistent/simcse-model", "download it first"),
         ("princeton-nlp/sup-simcse-roberta-large-not-cached", "local folder"),
-        ("packaged:no-such-model", "packaged encoders: packaged:all-MiniLM-L6-v2"),
+        ("packaged:no-such-model", "packaged models: packaged:all-MiniLM-L6-v2"),
     ],
 )
 @pytest.mark.parametrize("pooling", ["model", "cls"])

@@ -23,8 +23,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from pipeline.cli import app
 from pipeline.csts_data import label_scale, quad_pairs, read_csts, read_stsb
 from pipeline.csts_eval import correlations, pearson, spearman
-from pipeline.csts_models import ModelSpec, load_model, resolve_model_path
+from pipeline.csts_models import ModelSpec, load_model
 from pipeline.errors import UserError
+from pipeline.packaged_models import resolve_model_path
 from pipeline.sample_csts import sample_rows, write_sample_parquet, write_sample_splits
 from stages import evaluate as evaluate_stage
 from stages import train as train_stage

