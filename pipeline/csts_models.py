@@ -26,7 +26,7 @@ from torch.nn.functional import cosine_similarity
 
 from pipeline.csts_data import PairData
 from pipeline.errors import UserError
-from pipeline.packaged_models import resolve_model_path
+from pipeline.packaged_models import load_failure, resolve_model_path
 
 ENCODINGS = ("cross", "bi", "tri")
 OBJECTIVES = ("mse", "quad", "quad+mse")
@@ -282,11 +282,7 @@ def _load_encoder(name: str, path: str):
         tokenizer = AutoTokenizer.from_pretrained(path)
         backbone = AutoModel.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UserError(
-            f"cannot load model {name!r} ({reason}); without network access download it first "
-            "(e.g. `huggingface-cli download NAME`) or give a local folder"
-        ) from None
+        raise load_failure("model", name, exc, "give a local folder") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
         transformers.logging.enable_progress_bar()

@@ -26,3 +26,12 @@ def resolve_model_path(name: str) -> str:
         package = PACKAGED_MODELS[short].replace("_", "-")
         raise UserError(f"model {name!r} needs the Python package {package}; install it") from None
     return str(module.get_model_path())
+
+
+def load_failure(what: str, name: str, exc: BaseException, local_option: str) -> UserError:
+    """The one-line error for a model that would not load, usually for want of network access."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+    return UserError(
+        f"cannot load {what} {name!r} ({reason}); without network access download it first "
+        f"(e.g. `huggingface-cli download NAME`) or {local_option}"
+    )

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from pipeline.errors import UserError
-from pipeline.packaged_models import resolve_model_path
+from pipeline.packaged_models import load_failure, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,8 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
                 modules.append(_pooler_layer(transformer, dimension, name))
             model = SentenceTransformer(modules=modules, device=str(device))
     except (OSError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UserError(
-            f"cannot load text encoder {name!r} ({reason}); without network access download it first "
-            "(e.g. `huggingface-cli download NAME`) or set filter.text_encoder / --text-encoder to a local folder"
+        raise load_failure(
+            "text encoder", name, exc, "set filter.text_encoder / --text-encoder to a local folder"
         ) from None
     model.eval()
     if device.type == "cuda":
