@@ -7,7 +7,8 @@ Generates COCO-like JPEGs (640x480, quality 90) once into --folder, then measure
 (`workers`: PIL in DataLoader workers; `device`: batched decode_jpeg on the model's device):
   decode-only   images/s of the loader alone (decode + preprocess, batches on the device)
   model-only    images/s of encode_image on a preloaded batch
-  pipeline      images/s of stages.embed.embed_images, and its fraction of the lower ceiling.
+  pipeline      images/s of the embed stage's loop (stages.embed.write_embedding_shards: read, embed and write
+                Parquet shards of --images-per-shard, overlapped), and its fraction of the lower ceiling.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from pipeline.device import resolve_device
 from pipeline.images import image_batches
 from pipeline.manifest import EmbedConfig
-from stages.embed import embed_images, load_clip
+from stages.embed import ImageList, load_clip, write_embedding_shards
 
 
 def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto")
+    parser.add_argument("--images-per-shard", type=int, default=1000)
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "csts-bench-jpegs")
     args = parser.parse_args()
 
@@ -108,9 +110,19 @@ def main() -> None:
             count += len(indices)
         sync()
         decode_only = _rate(count, time.perf_counter() - started)
-        started = time.perf_counter()
-        rows, _, _ = embed_images(encoder, paths, device, args.batch_size, args.workers, args.precision, mode)
-        pipeline = _rate(len(rows), time.perf_counter() - started)
+        config = EmbedConfig(
+            model=args.model,
+            pretrained=None,
+            batch_size=args.batch_size,
+            num_workers=args.workers,
+            precision=args.precision,
+            decode=mode,
+        )
+        images = ImageList(list(range(len(paths))), [p.name for p in paths], args.folder, args.images_per_shard)
+        with tempfile.TemporaryDirectory() as out:
+            started = time.perf_counter()
+            write_embedding_shards(encoder, images, list(range(images.n_shards)), Path(out), device, config)
+            pipeline = _rate(len(paths), time.perf_counter() - started)
         ceiling = min(decode_only, model_only)
         print(f"decode-only ({mode:<7}) {decode_only:9.1f} images/s")
         print(

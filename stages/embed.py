@@ -1,8 +1,9 @@
 """embed: every image of the dataset through an open_clip image tower, L2-normalised, written as shards.
 
-Reader: the manifest's dataset (pipeline.datasets). Mapper: a DataLoader whose workers decode and preprocess
-JPEGs, batched inference under `torch.inference_mode` with autocast on CUDA. Writer: one Parquet shard per
-`images_per_shard` images plus `captions.parquet`; schemas in docs/schemas.md.
+Reader: the manifest's dataset (pipeline.datasets). Mapper: one DataLoader over every pending image (workers
+decode and preprocess, or read bytes for nvJPEG; pipeline.images), batched inference under
+`torch.inference_mode` with autocast on CUDA. Writer: a background thread writing one Parquet shard per
+`images_per_shard` images as each completes, plus `captions.parquet`; schemas in docs/schemas.md.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +77,10 @@ def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
     )
 
 
-def embed_images(
+Batch = tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]
+
+
+def embed_batches(
     encoder: ClipImageEncoder,
     paths: list[Path],
     device: torch.device,
@@ -83,9 +88,12 @@ def embed_images(
     num_workers: int,
     precision: str = "auto",
     decode: str = "auto",
-    progress: tqdm | None = None,
-) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
-    """Embeds `paths`; returns (row indices that succeeded, float32 unit vectors, [(row, reason)] failures)."""
+) -> Iterator[Batch]:
+    """Per batch, in path order: (rows of `paths` embedded, their float32 unit vectors on the CPU, failures).
+
+    One loader serves every path, so its workers stay busy across shard boundaries. On CUDA the vectors are
+    copied to the CPU without blocking: synchronize the device before reading them.
+    """
     dtype = autocast_dtype(device, precision)
     batches = image_batches(
         paths,
@@ -96,24 +104,98 @@ def embed_images(
         encoder.preprocess,
         encoder.preprocess_config,
     )
-    rows: list[int] = []
-    vectors: list[torch.Tensor] = []
-    failures: list[tuple[int, str]] = []
-    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-        for indices, batch, failed in batches:
-            failures.extend(failed)
-            if batch is not None:
-                if device.type == "cuda":
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                features = encoder.model.encode_image(batch).float()
-                vectors.append(torch.nn.functional.normalize(features, dim=-1).to("cpu", non_blocking=True))
-                rows.extend(indices)
+    for indices, batch, failed in batches:
+        if batch is None:
+            yield indices, None, failed
+            continue
+        if device.type == "cuda":
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            features = torch.nn.functional.normalize(encoder.model.encode_image(batch).float(), dim=-1)
+            on_cpu = features.to("cpu", non_blocking=True)
+        yield indices, on_cpu, failed
+
+
+@dataclass
+class ImageList:
+    """The dataset's images in shard order: shard `s` holds positions [s * per_shard, (s + 1) * per_shard)."""
+
+    image_ids: list[int]
+    file_names: list[str]
+    image_root: Path
+    per_shard: int
+
+    @property
+    def n_shards(self) -> int:
+        return (len(self.image_ids) + self.per_shard - 1) // self.per_shard
+
+    def positions(self, shard: int) -> range:
+        return range(shard * self.per_shard, min(len(self.image_ids), (shard + 1) * self.per_shard))
+
+
+def write_embedding_shards(
+    encoder: ClipImageEncoder,
+    images: ImageList,
+    shards: list[int],
+    folder: Path,
+    device: torch.device,
+    config: EmbedConfig,
+    progress: tqdm | None = None,
+) -> None:
+    """Embeds the images of `shards` and writes `part-<shard>.parquet` for each.
+
+    Reading (DataLoader workers), inference (this thread) and writing (a background thread) overlap: a shard is
+    handed to the writer as soon as its last image is embedded, while the loader keeps going. At most one write
+    is in flight, so memory stays bounded by two shards.
+    """
+    positions = np.asarray([p for s in shards for p in images.positions(s)], np.int64)
+    shard_ends = np.cumsum([len(images.positions(s)) for s in shards])
+    paths = [images.image_root / images.file_names[p] for p in positions]
+    buffers: dict[int, tuple[list[int], list[torch.Tensor], list[tuple[int, str]]]] = {s: ([], [], []) for s in shards}
+    next_to_write, consumed = 0, 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-writer") as writer:
+        in_flight: Future | None = None
+        batches = embed_batches(
+            encoder, paths, device, config.batch_size, config.num_workers, config.precision, config.decode
+        )
+        for indices, vectors, failed in batches:
+            rows = positions[np.asarray(indices, np.int64)]
+            row_shards = rows // images.per_shard  # non-decreasing: batches and shards are in position order
+            for shard in np.unique(row_shards).tolist():
+                lo, hi = np.searchsorted(row_shards, shard, "left"), np.searchsorted(row_shards, shard, "right")
+                buffers[shard][0].extend(rows[lo:hi].tolist())
+                buffers[shard][1].append(vectors[lo:hi])  # a view: the copy from the GPU may still be running
+            for index, reason in failed:
+                position = int(positions[index])
+                buffers[position // images.per_shard][2].append((position, reason))
+            consumed += len(indices) + len(failed)
             if progress is not None:
                 progress.update(len(indices) + len(failed))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    embedded = torch.cat(vectors).numpy() if vectors else np.zeros((0, encoder.dim), np.float32)
-    return np.asarray(rows, np.int64), embedded.astype(np.float32), failures
+            while next_to_write < len(shards) and shard_ends[next_to_write] <= consumed:
+                shard = shards[next_to_write]
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)  # the shard's vectors have landed on the CPU
+                table = _shard_table(images, *buffers.pop(shard), dim=encoder.dim)
+                if in_flight is not None:
+                    in_flight.result()  # re-raises a failed write here
+                in_flight = writer.submit(write_table, table, folder / shard_name(shard))
+                next_to_write += 1
+        if in_flight is not None:
+            in_flight.result()
+
+
+def _shard_table(
+    images: ImageList, rows: list[int], vectors: list[torch.Tensor], failures: list[tuple[int, str]], dim: int
+) -> pa.Table:
+    """One shard's rows, with the images that could not be read in its `skipped` metadata."""
+    embedded = torch.cat(vectors).numpy() if vectors else np.zeros((0, dim), np.float32)
+    table = embeddings_table(
+        np.asarray([images.image_ids[p] for p in rows], np.int64), [images.file_names[p] for p in rows], embedded
+    )
+    skipped = [
+        {"image_id": images.image_ids[p], "file_name": images.file_names[p], "reason": reason} for p, reason in failures
+    ]
+    return table.replace_schema_metadata({"skipped": json.dumps(skipped)})
 
 
 def embeddings_table(image_ids: np.ndarray, file_names: list[str], vectors: np.ndarray) -> pa.Table:
@@ -165,35 +247,14 @@ def run(manifest: Manifest, force: bool = False) -> dict:
     config = manifest.embed
     device = resolve_device(manifest.run.device)
     encoder = load_clip(config, device)
-    per_shard = config.images_per_shard
-    n_images = len(corpus.image_ids)
-    n_shards = (n_images + per_shard - 1) // per_shard
+    images = ImageList(corpus.image_ids, corpus.file_names, corpus.image_root, config.images_per_shard)
     done = {p.name for p in list_shards(stage.folder)} if resumed else set()
-    started, processed = time.perf_counter(), 0
-    with tqdm(total=n_images, desc="embed", unit="img", dynamic_ncols=True) as progress:
-        for shard in range(n_shards):
-            lo, hi = shard * per_shard, min(n_images, (shard + 1) * per_shard)
-            if shard_name(shard) in done:
-                progress.update(hi - lo)
-                continue
-            processed += hi - lo
-            paths = [corpus.image_root / name for name in corpus.file_names[lo:hi]]
-            rows, vectors, failures = embed_images(
-                encoder, paths, device, config.batch_size, config.num_workers, config.precision, config.decode, progress
-            )
-            ids = np.asarray(corpus.image_ids[lo:hi], np.int64)[rows]
-            names = [corpus.file_names[lo + r] for r in rows]
-            skipped = [
-                {
-                    "image_id": corpus.image_ids[lo + r],
-                    "file_name": corpus.file_names[lo + r],
-                    "reason": reason,
-                }
-                for r, reason in failures
-            ]
-            table = embeddings_table(ids, names, vectors)
-            table = table.replace_schema_metadata({"skipped": json.dumps(skipped)})
-            write_table(table, stage.folder / shard_name(shard))
+    pending = [s for s in range(images.n_shards) if shard_name(s) not in done]
+    processed = sum(len(images.positions(s)) for s in pending)
+    started = time.perf_counter()
+    with tqdm(total=len(images.image_ids), desc="embed", unit="img", dynamic_ncols=True) as progress:
+        progress.update(len(images.image_ids) - processed)
+        write_embedding_shards(encoder, images, pending, stage.folder, device, config, progress)
     seconds = time.perf_counter() - started
 
     skipped_images: list[dict] = []
@@ -204,11 +265,11 @@ def run(manifest: Manifest, force: bool = False) -> dict:
         meta = table.schema.metadata or {}
         skipped_images.extend(json.loads(meta.get(b"skipped", b"[]")))
     counts = {
-        "images_in_dataset": n_images,
+        "images_in_dataset": len(images.image_ids),
         "images_embedded": embedded,
         "images_skipped": len(skipped_images),
         "captions": len(corpus.caption_ids),
-        "shards": n_shards,
+        "shards": images.n_shards,
         "dim": encoder.dim,
     }
     return stage.finish(

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
@@ -73,17 +74,20 @@ def test_rerun_with_same_inputs_is_a_noop_and_force_recomputes(tmp_path: Path, d
 
 
 def test_a_crashed_run_resumes_from_its_finished_shards(tmp_path: Path, dataset, monkeypatch):
-    manifest = _manifest(tmp_path, dataset)
-    real = embed.embed_images
-    calls = []
+    manifest = _manifest(tmp_path, dataset)  # 3 shards of 100 images; batches of 16 straddle the boundaries
+    real = embed.embed_batches
+    requested: list[int] = []
 
-    def crash_on_second_shard(*args, **kwargs):
-        calls.append(len(args[1]))
-        if len(calls) == 2:
-            raise KeyboardInterrupt("simulated crash")
-        return real(*args, **kwargs)
+    def crash_inside_second_shard(encoder, paths, *args, **kwargs):
+        requested.append(len(paths))
+        yielded = 0
+        for batch in real(encoder, paths, *args, **kwargs):
+            if yielded > 100:  # the batch that finished shard 0 has been consumed
+                raise KeyboardInterrupt("simulated crash")
+            yielded += len(batch[0]) + len(batch[2])
+            yield batch
 
-    monkeypatch.setattr(embed, "embed_images", crash_on_second_shard)
+    monkeypatch.setattr(embed, "embed_batches", crash_inside_second_shard)
     with pytest.raises(KeyboardInterrupt):
         embed.run(manifest)
     folder = manifest.work_dir / "embed"
@@ -91,13 +95,33 @@ def test_a_crashed_run_resumes_from_its_finished_shards(tmp_path: Path, dataset,
     assert read_record(folder) is None and not list(folder.glob("*.tmp"))
     first_stamp = (folder / "part-00000.parquet").stat().st_mtime_ns
 
-    calls.clear()
-    monkeypatch.setattr(embed, "embed_images", lambda *a, **k: (calls.append(len(a[1])), real(*a, **k))[1])
+    requested.clear()
+    monkeypatch.setattr(
+        embed, "embed_batches", lambda e, paths, *a, **k: (requested.append(len(paths)), real(e, paths, *a, **k))[1]
+    )
     record = embed.run(manifest)
     assert record["resumed"] is True
-    assert calls == [100, 40]  # only the two unfinished shards
+    assert requested == [140]  # one loader over the two unfinished shards only
     assert (folder / "part-00000.parquet").stat().st_mtime_ns == first_stamp
     assert record["counts"]["images_embedded"] == 240
+    resumed = read_shards(folder)
+    assert resumed.column("image_id").to_pylist() == sorted(resumed.column("image_id").to_pylist())
+
+
+def test_shards_match_a_single_in_memory_pass(tmp_path: Path, dataset):
+    """Cutting one loader's batches into shards loses, duplicates and reorders nothing."""
+    manifest = _manifest(tmp_path, dataset, batch_size=16, images_per_shard=37)
+    embed.run(manifest)
+    table = read_shards(manifest.work_dir / "embed")
+    assert len(list_shards(manifest.work_dir / "embed")) == 7
+    encoder = embed.load_clip(manifest.embed, torch.device("cpu"))
+    paths = sorted(dataset[1].glob("*.jpg"))
+    vectors = [v for _, v, _ in embed.embed_batches(encoder, paths, torch.device("cpu"), 240, 0)]
+    names = table.column("file_name").to_pylist()
+    assert names == [p.name for p in paths]
+    np.testing.assert_allclose(
+        np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), vectors[0], atol=1e-5
+    )
 
 
 def test_changed_parameters_start_afresh(tmp_path: Path, dataset):
