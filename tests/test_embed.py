@@ -108,6 +108,24 @@ def test_a_crashed_run_resumes_from_its_finished_shards(tmp_path: Path, dataset,
     assert resumed.column("image_id").to_pylist() == sorted(resumed.column("image_id").to_pylist())
 
 
+def test_a_failed_background_write_stops_the_run(tmp_path: Path, dataset, monkeypatch):
+    """A shard write that fails in the writer thread is raised in the stage, not lost; finished shards stay."""
+    manifest = _manifest(tmp_path, dataset)
+    real = embed.write_table
+
+    def disk_full_on_second_shard(table, path):
+        if path.name == "part-00001.parquet":
+            raise OSError(28, "No space left on device")
+        real(table, path)
+
+    monkeypatch.setattr(embed, "write_table", disk_full_on_second_shard)
+    with pytest.raises(OSError, match="No space left"):
+        embed.run(manifest)
+    folder = manifest.work_dir / "embed"
+    assert [p.name for p in list_shards(folder)] == ["part-00000.parquet"]
+    assert read_record(folder) is None
+
+
 def test_shards_match_a_single_in_memory_pass(tmp_path: Path, dataset):
     """Cutting one loader's batches into shards loses, duplicates and reorders nothing."""
     manifest = _manifest(tmp_path, dataset, batch_size=16, images_per_shard=37)

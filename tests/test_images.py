@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.images import choose_decode, image_batches
+from pipeline.images import DevicePreprocess, choose_decode, image_batches
 from pipeline.manifest import EmbedConfig
 from stages.embed import load_clip
 from tests.conftest import TINY_CLIP
@@ -64,3 +64,16 @@ def test_auto_decode_uses_the_device_only_on_cuda():
     assert choose_decode("auto", torch.device("cuda")) == "device"
     assert choose_decode("device", torch.device("cpu")) == "device"
     assert choose_decode("workers", torch.device("cuda")) == "workers"
+
+
+def test_batched_resize_keeps_order_across_size_groups(encoder):
+    """Images of the same size are resized together; each output row still belongs to its own input."""
+    on_cpu = DevicePreprocess(encoder.preprocess_config, torch.device("cpu"))
+    rng = np.random.default_rng(1)
+    shapes = [(480, 640), (640, 480), (480, 640), (375, 500), (640, 480)]
+    images = [torch.from_numpy(rng.integers(0, 255, (3, *shape), dtype=np.uint8)) for shape in shapes]
+    together = on_cpu.resize_crop(images)
+    one_by_one = torch.cat([on_cpu.resize_crop([image]) for image in images])
+    assert together.shape == (5, 3, 64, 64)
+    torch.testing.assert_close(together, one_by_one)
+    assert not torch.equal(together[0], together[2])  # same size, different pictures: not mixed up
