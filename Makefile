@@ -1,13 +1,19 @@
-# The two commands in the README: `make sample` and `make test`. Both create .venv on first use.
+# The two commands in the README: `make sample` and `make test`. Both create .venv on first use, installing the
+# exact versions (with hashes) of requirements/lock-pyXY.txt for this Python; `make lock` re-resolves the locks.
 VENV ?= .venv
+PYTHON ?= python3
 PY := $(VENV)/bin/python
+PYV := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+LOCK := requirements/lock-py$(PYV).txt
 STAMP := $(VENV)/.installed
 
-.PHONY: sample test lint
+.PHONY: sample test lint lock
 
-$(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[cpu,dev]'
+$(STAMP): pyproject.toml $(LOCK)
+	@test -f $(LOCK) || { echo "no lock for Python $(PYV): supported are 3.10-3.13 ($(LOCK) missing)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 sample: $(STAMP)
@@ -20,3 +26,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/hadolint Dockerfile
+
+lock:
+	requirements/refresh.sh

@@ -23,9 +23,9 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter
 
 from pipeline.device import resolve_device
-from pipeline.images import image_batches
 from pipeline.manifest import EmbedConfig
-from stages.embed import ImageList, load_clip, write_embedding_shards
+from stages.embed.images import image_batches
+from stages.embed.stage import ImageList, load_clip, write_embedding_shards
 
 
 def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:

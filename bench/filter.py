@@ -33,7 +33,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.manifest import load_manifest
-from pipeline.pair_filter import (
+from stages.filter.criteria import (
     CRITERIA,
     Criteria,
     NumbaPairMetrics,
@@ -41,8 +41,8 @@ from pipeline.pair_filter import (
     reference_pair_metrics,
     score_pairs,
 )
-from pipeline.text import bag_of_words
-from stages.mine import CaptionIndex, expand, image_pairs
+from stages.filter.text import bag_of_words
+from stages.mine.stage import CaptionIndex, expand, image_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTIONS = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
@@ -87,7 +87,7 @@ def embed(texts: list[str], kind: str, dim: int) -> np.ndarray:
     if kind == "minilm":
         import torch
 
-        from pipeline.text import encode_texts, load_text_encoder
+        from stages.filter.text import encode_texts, load_text_encoder
 
         return encode_texts(load_text_encoder("packaged:all-MiniLM-L6-v2", "model", torch.device("cpu")), texts, 128)
     vectors = np.random.default_rng(0).standard_normal((len(texts), dim), dtype=np.float32)

@@ -26,7 +26,7 @@ from bench.mine import clustered_unit_vectors
 from pipeline.datasets import read_coco
 from pipeline.records import StageRun
 from pipeline.shards import shard_name, write_table
-from stages.embed import embeddings_table
+from stages.embed.stage import embeddings_table
 
 REPO = Path(__file__).resolve().parents[1]
 COCO_VAL = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"

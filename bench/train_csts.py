@@ -5,7 +5,7 @@
 
 The official C-STS files come from the authors (princeton-nlp/c-sts: request the password, then
 `bash extract.sh csts.tar.enc PASSWORD` gives csts_{train,validation,test}.csv). In one run the script scores
-the validation split zero-shot (the baseline, the paper's Table 2 setting), fine-tunes with `stages.train`, and
+the validation split zero-shot (the baseline, the paper's Table 2 setting), fine-tunes with `stages.train.train`, and
 prints validation Spearman/Pearson (x100) of both, the delta and ratio, training examples/s and scoring
 examples/s.
 """
@@ -23,13 +23,13 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.csts_data import read_csts
-from pipeline.csts_eval import half_precision, score_split
-from pipeline.csts_models import ModelSpec, load_model, model_pooling
 from pipeline.device import resolve_device
 from pipeline.packaged_models import resolve_model_path
-from pipeline.sample_csts import write_sample_splits
-from stages import train
+from stages.train import train
+from stages.train.data import read_csts
+from stages.train.models import ModelSpec, load_model, model_pooling
+from stages.train.sample import write_sample_splits
+from stages.train.scoring import half_precision, score_split
 
 MODEL = "packaged:all-MiniLM-L6-v2"
 

@@ -13,7 +13,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-TINY_CLIP = REPO / "pipeline" / "resources" / "open_clip" / "csts-tiny-clip.json"
+TINY_CLIP = REPO / "stages" / "embed" / "resources" / "open_clip" / "csts-tiny-clip.json"
 
 
 @pytest.fixture(scope="session")

@@ -17,16 +17,16 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.records import write_json
 from pipeline.shards import shard_name, write_table
-from stages import annotate
+from stages.annotate import steps as annotate
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 COCO_CAPTIONS = SHARED_DATA / "coco" / "captions_val2017.json"
-STOPWORDS = REPO / "pipeline" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
+STOPWORDS = REPO / "stages" / "filter" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
 
 KEPT_SCHEMA = pa.schema(
     [

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from csts_pipeline.cli import app
 from tests.conftest import REPO, write_manifest
 
 runner = CliRunner()
@@ -65,7 +65,7 @@ def test_cuda_without_gpu_is_a_one_line_error(manifest: Path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     process = subprocess.run(
-        [sys.executable, "-m", "pipeline", "embed", "--manifest", str(manifest), "--device", "cuda"],
+        [sys.executable, "-m", "csts_pipeline", "embed", "--manifest", str(manifest), "--device", "cuda"],
         capture_output=True,
         text=True,
         cwd=REPO,

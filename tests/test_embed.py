@@ -10,7 +10,7 @@ from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
 from pipeline.records import read_record
 from pipeline.shards import list_shards, read_shards
-from stages import embed
+from stages.embed import stage as embed
 from tests.conftest import write_manifest
 
 

@@ -17,13 +17,13 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-import stages.filter as stage
-from pipeline.cli import app
+import stages.filter.stage as stage
+from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
-from pipeline.pair_filter import CRITERIA, Criteria, reference_pair_metrics
 from pipeline.records import STARTED, StageRun, read_record, write_json
 from pipeline.shards import shard_name, write_table
+from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]

@@ -5,9 +5,9 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.images import DevicePreprocess, choose_decode, image_batches
 from pipeline.manifest import EmbedConfig
-from stages.embed import load_clip
+from stages.embed.images import DevicePreprocess, choose_decode, image_batches
+from stages.embed.stage import load_clip
 from tests.conftest import TINY_CLIP
 
 

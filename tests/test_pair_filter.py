@@ -14,7 +14,7 @@ import torch
 
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
-from pipeline.pair_filter import (
+from stages.filter.criteria import (
     CRITERIA,
     Criteria,
     NumbaPairMetrics,
@@ -23,7 +23,7 @@ from pipeline.pair_filter import (
     reference_pair_metrics,
     score_pairs,
 )
-from pipeline.text import bag_of_words, char_length, encode_texts, load_text_encoder, stopwords, word_count
+from stages.filter.text import bag_of_words, char_length, encode_texts, load_text_encoder, stopwords, word_count
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]

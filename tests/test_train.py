@@ -20,15 +20,15 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pipeline.cli import app
-from pipeline.csts_data import label_scale, quad_pairs, read_csts, read_stsb
-from pipeline.csts_eval import correlations, pearson, spearman
-from pipeline.csts_models import ModelSpec, load_model
+from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.packaged_models import resolve_model_path
-from pipeline.sample_csts import sample_rows, write_sample_parquet, write_sample_splits
-from stages import evaluate as evaluate_stage
-from stages import train as train_stage
+from stages.train import evaluate as evaluate_stage
+from stages.train import train as train_stage
+from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
+from stages.train.models import ModelSpec, load_model
+from stages.train.sample import sample_rows, write_sample_parquet, write_sample_splits
+from stages.train.scoring import correlations, pearson, spearman
 
 REPO = Path(__file__).resolve().parents[1]
 STSB = REPO.parent / "shared" / "data" / "stsb"

@@ -1,7 +1,7 @@
 """evaluate: score a trained C-STS model, or a base encoder as a bi-encoder zero-shot (the paper's Table 2), on
 C-STS-format data or STS Benchmark files.
 
-Reader: pipeline.csts_data. Model: pipeline.csts_models (a `train` output's `best/` folder rebuilds its own
+Reader: stages.train.data. Model: stages.train.models (a `train` output's `best/` folder rebuilds its own
 encoding and heads; any other model is a bi-encoder with its own pooling: the cosine of the two sentence
 embeddings, each sentence encoded with the condition as a tokenizer pair when the data has conditions). Writer:
 the metrics JSON and `predictions_<split>.parquet` next to it (docs/schemas.md). Evaluation is cheap and
@@ -14,12 +14,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.csts_data import PairData, read_pairs
-from pipeline.csts_eval import half_precision, score_split, write_outputs
-from pipeline.csts_models import ModelSpec, is_trained_model, load_model, model_pooling
 from pipeline.device import resolve_device
 from pipeline.errors import UserError
 from pipeline.packaged_models import resolve_model_path
+from stages.train.data import PairData, read_pairs
+from stages.train.models import ModelSpec, is_trained_model, load_model, model_pooling
+from stages.train.scoring import half_precision, score_split, write_outputs
 
 log = logging.getLogger(__name__)
 TASKS = ("csts", "stsb")

@@ -11,12 +11,12 @@ import pyarrow as pa
 import torch
 from scipy.stats import rankdata
 
-from pipeline.csts_data import PairData
-from pipeline.csts_models import CstsModel, Tokenized
 from pipeline.device import autocast_dtype
 from pipeline.errors import UserError
 from pipeline.records import write_json
 from pipeline.shards import write_table
+from stages.train.data import PairData
+from stages.train.models import CstsModel, Tokenized
 
 # Columns copied from the input into the predictions, when present.
 CARRIED_COLUMNS = (

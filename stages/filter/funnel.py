@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.pair_filter import CHEAP_CRITERIA, CRITERIA, Criteria, ScoredPairs
+from stages.filter.criteria import CHEAP_CRITERIA, CRITERIA, Criteria, ScoredPairs
 
 BIN_EDGES = {
     "length": np.arange(0, 202, 2, dtype=np.float64),  # characters; the last bin holds 198 and longer

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.nn.functional import cosine_similarity
 
-from pipeline.csts_data import PairData
 from pipeline.errors import UserError
 from pipeline.packaged_models import load_failure, resolve_model_path
+from stages.train.data import PairData
 
 ENCODINGS = ("cross", "bi", "tri")
 OBJECTIVES = ("mse", "quad", "quad+mse")

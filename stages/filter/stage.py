@@ -3,7 +3,7 @@
 Reader: the mine stage's candidate shards and captions table. Mapper: per unique caption once, its bag-of-words
 ids, word count, character length and sentence embedding (the embeddings cached under
 `<work_dir>/text_embeddings/`, so a rerun with other thresholds does not encode again); per chunk of pairs, the
-cheap metrics for every pair and the cosine for the pairs that pass them (pipeline.pair_filter). Writer: one kept
+cheap metrics for every pair and the cosine for the pairs that pass them (stages.filter.criteria). Writer: one kept
 shard (and with keep_rejected one rejected shard) per candidate shard, each carrying its funnel counts, so a
 resumed run skips finished shards and still reports the whole funnel; then the funnel and histograms
 (docs/schemas.md, docs/filter.md).
@@ -26,12 +26,12 @@ from tqdm import tqdm
 
 from pipeline.device import resolve_device
 from pipeline.errors import UserError
-from pipeline.funnel import Funnel
 from pipeline.manifest import FilterConfig, Manifest
-from pipeline.pair_filter import CRITERIA, Criteria, ScoredPairs, TextFeatures, pair_metrics_backend, score_pairs
 from pipeline.records import StageRun, fingerprint, read_record, require_record, write_json
 from pipeline.shards import list_shards, read_table, write_table
-from pipeline.text import encode_texts, load_text_encoder
+from stages.filter.criteria import CRITERIA, Criteria, ScoredPairs, TextFeatures, pair_metrics_backend, score_pairs
+from stages.filter.funnel import Funnel
+from stages.filter.text import encode_texts, load_text_encoder
 
 log = logging.getLogger(__name__)
 STAGE = "filter"

@@ -1,7 +1,7 @@
 """train: fine-tune a C-STS model (cross, bi or tri-encoder; MSE, Quad or Quad+MSE) on C-STS-format data.
 
-Reader: pipeline.csts_data (C-STS CSV or Parquet shards, one source per split or a `split` column). Model:
-pipeline.csts_models. Loop: AdamW (no decay on biases and norms), linear schedule with warmup, gradient
+Reader: stages.train.data (C-STS CSV or Parquet shards, one source per split or a `split` column). Model:
+stages.train.models. Loop: AdamW (no decay on biases and norms), linear schedule with warmup, gradient
 accumulation, autocast on CUDA, evaluation on the validation split after each epoch, the best epoch kept in
 `<out>/best/`. Writer: `best/`, `metrics.json`, `predictions_<split>.parquet`, `train_record.json` (docs/schemas.md).
 A checkpoint after each epoch makes an interrupted run resume where it stopped; a rerun with the same data and
@@ -22,8 +22,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from pipeline.csts_data import PairData, label_scale, quad_pairs, read_csts
-from pipeline.csts_eval import (
+from pipeline.device import resolve_device
+from pipeline.errors import UserError
+from pipeline.packaged_models import resolve_model_path
+from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, read_record, write_json
+from pipeline.shards import SHARD_GLOB
+from stages.train.data import PairData, label_scale, quad_pairs, read_csts
+from stages.train.models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling
+from stages.train.scoring import (
     correlations,
     half_precision,
     precision_context,
@@ -32,12 +38,6 @@ from pipeline.csts_eval import (
     write_metrics,
     write_outputs,
 )
-from pipeline.csts_models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling
-from pipeline.device import resolve_device
-from pipeline.errors import UserError
-from pipeline.packaged_models import resolve_model_path
-from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, read_record, write_json
-from pipeline.shards import SHARD_GLOB
 
 log = logging.getLogger(__name__)
 STAGE = "train"

@@ -1,7 +1,7 @@
 """embed: every image of the dataset through an open_clip image tower, L2-normalised, written as shards.
 
 Reader: the manifest's dataset (pipeline.datasets). Mapper: one DataLoader over every pending image (workers
-decode and preprocess, or read bytes for nvJPEG; pipeline.images), batched inference under
+decode and preprocess, or read bytes for nvJPEG; stages.embed.images), batched inference under
 `torch.inference_mode` with autocast on CUDA. Writer: a background thread writing one Parquet shard per
 `images_per_shard` images as each completes, plus `captions.parquet`; schemas in docs/schemas.md.
 """
@@ -24,10 +24,10 @@ from tqdm import tqdm
 from pipeline.datasets import Corpus, read_dataset
 from pipeline.device import autocast_dtype, resolve_device
 from pipeline.errors import UserError
-from pipeline.images import choose_decode, image_batches
 from pipeline.manifest import EmbedConfig, Manifest
 from pipeline.records import StageRun, file_fingerprint, fingerprint
 from pipeline.shards import list_shards, read_table, shard_name, write_table
+from stages.embed.images import choose_decode, image_batches
 
 log = logging.getLogger(__name__)
 STAGE = "embed"

@@ -1,7 +1,7 @@
 """The sentence-pair criteria of the C-STS filter (Deshpande et al. 2023, App. A.2, Table 6), computed fast.
 
 Per-sentence work happens once per unique sentence (`TextFeatures`: bag-of-words ids, word count, character
-length; embeddings come from pipeline.text). Pair work is a compiled numba kernel over arrays of sentence indices
+length; embeddings come from stages.filter.text). Pair work is a compiled numba kernel over arrays of sentence indices
 on the CPU, or torch in blocks on a GPU (`pair_metrics_backend`). `Criteria` is the one place that knows the
 thresholds: which criteria are on, their bounds, pass/fail, and the cheapest-first order. `score_pairs` computes
 the cheap metrics for every pair and the cosine only for the pairs that pass them (or for all, for a full report).
@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from pipeline.manifest import FilterConfig
-from pipeline.text import bag_of_words, char_length, word_count
+from stages.filter.text import bag_of_words, char_length, word_count
 
 # Cheapest first: the order in which the funnel applies them and in which `failed` names the first violation.
 CRITERIA = ("length", "ratio", "iou", "simcse_cosine")

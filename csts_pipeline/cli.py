@@ -70,7 +70,9 @@ def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> M
 
 
 def _stage_modules() -> dict[str, Any]:
-    from stages import embed, filter, mine
+    from stages.embed import stage as embed
+    from stages.filter import stage as filter
+    from stages.mine import stage as mine
 
     return {"embed": embed, "mine": mine, "filter": filter}
 
@@ -96,7 +98,7 @@ def embed(
     force: ForceOpt = False,
 ) -> None:
     """Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/)."""
-    from stages import embed as stage
+    from stages.embed import stage
 
     overrides = {
         "run.device": device,
@@ -121,7 +123,7 @@ def mine(
     force: ForceOpt = False,
 ) -> None:
     """Exact top-k image neighbours (FAISS) expanded to candidate caption pairs (<out>/mine/)."""
-    from stages import mine as stage
+    from stages.mine import stage
 
     loaded = _manifest(dataset, manifest, **{"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out})
     _report(stage.run(loaded, force=force))
@@ -241,7 +243,7 @@ def filter_command(
     force: ForceOpt = False,
 ) -> None:
     """Keep the candidate pairs meeting the C-STS criteria (<out>/filter/), print the funnel; or score --pairs."""
-    from stages import filter as stage
+    from stages.filter import stage
 
     overrides, off = _threshold_overrides(
         max_iou=max_iou, min_cosine=min_cosine, max_cosine=max_cosine, min_ratio=min_ratio, min_length=min_length
@@ -278,7 +280,7 @@ MetricsOutOpt = Annotated[
 
 
 def _print_metrics(metrics: dict[str, dict]) -> None:
-    from pipeline.csts_eval import format_table
+    from stages.train.scoring import format_table
 
     typer.echo(format_table(metrics))
 
@@ -333,7 +335,7 @@ def train(
     force: ForceOpt = False,
 ) -> None:
     """Fine-tune a C-STS cross/bi/tri-encoder; keep the best epoch by validation Spearman (<out>/best/)."""
-    from stages import train as stage
+    from stages.train import train as stage
 
     options = stage.TrainOptions(
         train=train_data,
@@ -396,7 +398,7 @@ def evaluate(
     ] = Path("runs/evaluate/metrics.json"),
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
-    from stages import evaluate as stage
+    from stages.train import evaluate as stage
 
     options = stage.EvaluateOptions(
         model=model,
@@ -469,7 +471,7 @@ def annotate_export(
     force: Annotated[bool, typer.Option("--force", help="Replace task files exported with other parameters.")] = False,
 ) -> None:
     """Write crowd tasks: an MTurk batch CSV (one HIT per row) and a JSONL of ids (<annotate>/<stage>_tasks/)."""
-    from stages import annotate
+    from stages.annotate import steps as annotate
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     folder, work_dir = _annotate_dir(dataset, manifest, out)
@@ -513,7 +515,7 @@ def annotate_import(
     force: ForceOpt = False,
 ) -> None:
     """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
-    from stages import annotate
+    from stages.annotate import steps as annotate
 
     _only_for(stage, "ratings", aggregate=aggregate, not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)
     folder, _ = _annotate_dir(dataset, manifest, out)
@@ -538,7 +540,7 @@ def annotate_split(
     force: ForceOpt = False,
 ) -> None:
     """Train/validation/test C-STS files (Parquet and CSV) from the kept rated items (<annotate>/csts/)."""
-    from stages import annotate
+    from stages.annotate import steps as annotate
 
     folder, _ = _annotate_dir(dataset, manifest, out)
     typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force)))

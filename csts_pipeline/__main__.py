@@ -1,5 +1,5 @@
 """`python -m pipeline` is the same as the `csts-pipeline` command."""
 
-from pipeline.cli import main
+from csts_pipeline.cli import main
 
 main()

@@ -1,0 +1,1 @@
+"""The csts-pipeline application: the command line over the frame (pipeline/) and the stages (stages/)."""
