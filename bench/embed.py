@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from pipeline.device import resolve_device
 from pipeline.manifest import EmbedConfig
 from stages.embed.images import image_batches
-from stages.embed.stage import ImageList, load_clip, write_embedding_shards
+from stages.embed.encoder import ImageList, load_clip, write_embedding_shards
 
 
 def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:
@@ -121,7 +121,8 @@ def main() -> None:
         images = ImageList(list(range(len(paths))), [p.name for p in paths], args.folder, args.images_per_shard)
         with tempfile.TemporaryDirectory() as out:
             started = time.perf_counter()
-            write_embedding_shards(encoder, images, list(range(images.n_shards)), Path(out), device, config)
+            for _ in write_embedding_shards(encoder, images, list(range(images.n_shards)), Path(out), device, config):
+                pass
             pipeline = _rate(len(paths), time.perf_counter() - started)
         ceiling = min(decode_only, model_only)
         print(f"decode-only ({mode:<7}) {decode_only:9.1f} images/s")

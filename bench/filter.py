@@ -33,16 +33,10 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.manifest import load_manifest
-from stages.filter.criteria import (
-    CRITERIA,
-    Criteria,
-    NumbaPairMetrics,
-    TextFeatures,
-    reference_pair_metrics,
-    score_pairs,
-)
+from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
+from stages.filter.metrics import NumbaPairMetrics, TextFeatures
 from stages.filter.text import bag_of_words
-from stages.mine.stage import CaptionIndex, expand, image_pairs
+from stages.mine.pairs import CaptionIndex, expand, image_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTIONS = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from pipeline.device import resolve_device
-from stages.mine.stage import exact_knn
+from stages.mine.knn import exact_knn
 
 
 def brute_force_numpy(vectors: np.ndarray, k: int, query_batch: int = 4096) -> np.ndarray:

@@ -25,8 +25,9 @@ import yaml
 from bench.mine import clustered_unit_vectors
 from pipeline.datasets import read_coco
 from pipeline.records import StageRun
+from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import shard_name, write_table
-from stages.embed.stage import embeddings_table
+from stages.embed.encoder import embeddings_table
 
 REPO = Path(__file__).resolve().parents[1]
 COCO_VAL = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
@@ -48,7 +49,7 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
     for shard, lo in enumerate(range(0, n_images, per_shard)):
         hi = min(n_images, lo + per_shard)
         table = embeddings_table(image_ids[lo:hi], [f"{i:012d}.jpg" for i in image_ids[lo:hi]], vectors[lo:hi])
-        write_table(table, folder / shard_name(shard))
+        write_table(table, folder / EMBEDDINGS / shard_name(shard))
     texts = [text for pick in picks for text in sources[pick]]
     write_table(
         pa.table(
@@ -58,7 +59,7 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
                 "caption": texts,
             }
         ),
-        folder / "captions.parquet",
+        folder / CAPTIONS / shard_name(0),
     )
     StageRun("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).finish(
         {"images_embedded": n_images}
@@ -71,7 +72,7 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
     from pipeline.manifest import load_manifest
 
     started = time.perf_counter()
-    record = import_module(f"stages.{stage}").run(load_manifest(Path(manifest_path)))
+    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)))
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     queue.put({"seconds": seconds, "peak_mib": peak_mib, "counts": record["counts"]})

@@ -69,20 +69,30 @@ def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> M
     return loaded
 
 
-def _stage_modules() -> dict[str, Any]:
-    from stages.embed import stage as embed
-    from stages.filter import stage as filter
-    from stages.mine import stage as mine
+def _data_stages() -> dict[str, Any]:
+    from stages.embed.stage import EmbedStage
+    from stages.filter.stage import FilterStage
+    from stages.mine.stage import MineStage
 
-    return {"embed": embed, "mine": mine, "filter": filter}
+    return {"embed": EmbedStage, "mine": MineStage, "filter": FilterStage}
 
 
-def _report(record: dict) -> None:
+def _report(record: dict, manifest: Manifest | None = None) -> None:
+    """One summary per stage run: what it did (or that it was up to date), its skips, and filter's funnel."""
     if record.get("status") == "up-to-date":
         typer.echo(f"up to date: {record['folder']} (nothing to do; --force recomputes)")
-        return
-    counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
-    typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts})")
+        record = read_record(Path(record["folder"])) or {}
+    else:
+        counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
+        reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
+        typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts}{reused})")
+    skips = record.get("reader_skip_counts") or {}
+    if skips and record.get("status") == "done":
+        typer.echo("  skipped: " + ", ".join(f"{reason}: {count}" for reason, count in sorted(skips.items())))
+    if "funnel" in record and manifest is not None:
+        from stages.filter.stage import funnel_table
+
+        typer.echo(funnel_table(manifest, record))
 
 
 @app.command()
@@ -108,7 +118,7 @@ def embed(
         "work_dir": out,
     }
     loaded = _manifest(dataset, manifest, **overrides)
-    _report(stage.run(loaded, force=force))
+    _report(stage.run(loaded, force=force), loaded)
 
 
 @app.command()
@@ -126,7 +136,7 @@ def mine(
     from stages.mine import stage
 
     loaded = _manifest(dataset, manifest, **{"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out})
-    _report(stage.run(loaded, force=force))
+    _report(stage.run(loaded, force=force), loaded)
 
 
 @app.command()
@@ -139,28 +149,33 @@ def run(
     force: ForceOpt = False,
 ) -> None:
     """Run every data stage in order (embed, mine, ...); finished stages with unchanged inputs are skipped."""
+    from pipeline.executor import LocalExecutor
+
     loaded = _manifest(dataset, manifest, **{"run.device": device, "work_dir": out})
-    for module in _stage_modules().values():
-        _report(module.run(loaded, force=force))
+    executor = LocalExecutor()
+    for stage in _data_stages().values():
+        _report(executor.run(stage(loaded), force=force), loaded)
 
 
 @app.command()
 @_user_errors
 def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
-    """Each stage's state (done / stale / missing), counts and time, from its stage record."""
+    """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
+    from pipeline.executor import state
+
     loaded = load_manifest(manifest_path(dataset, manifest), {"work_dir": out})
-    for name, module in _stage_modules().items():
-        record = read_record(loaded.work_dir / name)
-        if record is None:
-            typer.echo(f"{name:<8} missing")
-            continue
+    for name, stage in _data_stages().items():
         try:
-            current = module.plan(loaded).fingerprint == record["fingerprint"]
-        except UserError:
-            current = False
+            found, record, detail = state(stage(loaded))
+        except UserError as exc:  # a corrupt record
+            typer.echo(f"{name:<8} corrupt   {exc}")
+            continue
+        if record is None:
+            typer.echo(f"{name:<8} {found:<10}{detail}".rstrip())
+            continue
         counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
-        state = "done" if current else "stale"
-        typer.echo(f"{name:<8} {state:<6} {record['timings']['seconds']:>8.1f}s  {counts}")
+        line = f"{name:<8} {found:<10}{record['timings']['seconds']:>8.1f}s  {counts}"
+        typer.echo(line + (f"\n         {detail}" if found in ("incomplete", "stale") and detail else ""))
 
 
 # --- filter (issue 3) ---------------------------------------------------------------------------------------------
@@ -263,9 +278,12 @@ def filter_command(
     for key in off:
         setattr(loaded.filter, key, None)
     if pairs is None:
-        _report(stage.run(loaded, force=force))
+        _report(stage.run(loaded, force=force), loaded)
         return
-    result = stage.score_file(loaded, pairs, out)
+    from stages.filter.pairs_file import score_file
+
+    result = score_file(loaded, pairs, out)
+    typer.echo(result["funnel"].table())
     typer.echo(f"scored {result['pairs']} pairs in {result['seconds']:.1f}s: {result['kept']} kept -> {result['out']}")
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from pipeline.errors import UserError
+
+if TYPE_CHECKING:  # torch loads with the first model, not with the command line
+    import torch
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
     """'auto' picks CUDA when present; asking for CUDA without a GPU is a user error, not a crash later on."""
+    import torch
+
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -27,6 +32,8 @@ def resolve_device(spec: str = "auto") -> torch.device:
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     """Half precision on CUDA by default (bf16 where supported); full precision on the CPU."""
+    import torch
+
     if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
         return None
     if precision == "auto":

@@ -1,16 +1,16 @@
-"""Stage records: what makes a stage resumable, idempotent and inspectable.
+"""Stage records: what makes a stage resumable, idempotent, inspectable and verifiable on read.
 
-A stage writes into its own folder. On start it writes `_started.json` with the fingerprint of its parameters
-and inputs; shards follow one by one; at the end `_stage.json` records parameters, input fingerprints, counts,
-skips, package versions and timings. A rerun with the same fingerprint is a no-op; a rerun after a crash keeps
-the finished shards; a rerun with other parameters or inputs starts the folder afresh.
+`_stage.json` records a stage's parameters, input fingerprints, counts, skips, package versions, timings and
+every output file with its size (and row count for Parquet). It is written last: it is the commit point, and a
+reader checks the listed files before trusting the folder (`require_record`). The executor
+(pipeline.executor) writes records for the data stages; `StageRun` serves the single-folder steps (train,
+annotate) that keep their own folder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 import time
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
+from pipeline.shards import parquet_rows, remove_tmp_files, write_atomic
 
 RECORD = "_stage.json"
 STARTED = "_started.json"
@@ -63,27 +64,72 @@ def versions() -> dict[str, str]:
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Atomic JSON write: temporary name, then rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    """Atomic JSON write (pipeline.shards.write_atomic)."""
+    blob = (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode()
+    write_atomic(path, lambda handle: handle.write(blob))
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file we wrote; unreadable content is a one-line error naming the file, never 'missing'."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: corrupt JSON ({exc}); delete it or rerun with --force") from None
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:
+    """The stage record of `folder`, or None when there is none; a corrupt record is an error naming it."""
     path = folder / RECORD
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise UserError(f"{path}: corrupt stage record (not a JSON object); rerun the stage with --force")
+    return record
+
+
+def describe_files(folder: Path) -> dict[str, dict[str, int]]:
+    """Every output file under `folder` (relative path -> bytes, and rows for Parquet), hidden names excluded."""
+    files: dict[str, dict[str, int]] = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part[0] in "._" for part in relative.parts):
+            continue
+        entry = {"bytes": path.stat().st_size}
+        if path.suffix == ".parquet":
+            entry["rows"] = parquet_rows(path)
+        files[relative.as_posix()] = entry
+    return files
+
+
+def output_problems(folder: Path, record: dict[str, Any]) -> list[str]:
+    """What differs between the files a record lists and the folder: missing, truncated or extra shards."""
+    listed = record.get("files")
+    if listed is None:
+        return [f"{folder / RECORD}: lists no output files (written by an older version); rerun with --force"]
+    problems = []
+    for name, entry in listed.items():
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != entry["bytes"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, the record says {entry['bytes']}")
+    for path in sorted(folder.rglob("part-*.parquet")):
+        name = path.relative_to(folder).as_posix()
+        if name not in listed and not any(part[0] in "._" for part in Path(name).parts):
+            problems.append(f"{path}: not listed in {RECORD}")
+    return problems
 
 
 def require_record(folder: Path, stage: str) -> dict[str, Any]:
-    """The finished record of an upstream stage, or a clear error telling which stage to run."""
+    """The finished and complete record of an upstream stage, or a one-line error telling how to repair it."""
     record = read_record(folder)
     if record is None:
         raise UserError(f"{folder}: no finished {stage} output here; run `csts-pipeline {stage}` first")
+    problems = output_problems(folder, record)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{problems[0]}{more}: the {stage} output is incomplete; rerun `csts-pipeline {stage}`")
     return record
 
 
@@ -117,8 +163,7 @@ class StageRun:
         if not resumable and self.folder.exists():
             shutil.rmtree(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        for tmp in self.folder.rglob("*.tmp"):
-            tmp.unlink()
+        remove_tmp_files(self.folder)
         (self.folder / RECORD).unlink(missing_ok=True)
         write_json(started, {"fingerprint": self.fingerprint, "params": self.params, "inputs": self.inputs})
         return resumable
@@ -140,6 +185,7 @@ class StageRun:
             },
             **extra,
         }
+        record["files"] = describe_files(self.folder)
         write_json(self.folder / RECORD, record)
         (self.folder / STARTED).unlink(missing_ok=True)
         return record

@@ -1,14 +1,17 @@
-"""Parquet shard I/O: the one way stages write and read their outputs.
+"""Parquet shard I/O: the one way stages write and read their tables.
 
-A shard is written under a temporary name and renamed when complete, so a crash never leaves a half-written
-`part-*.parquet` behind; readers only ever see finished shards.
+A stage's output is a folder of tables, each table a folder of `part-NNNNN.parquet` shards, so that
+`pyarrow.dataset.dataset(<stage>/<table>)` reads it as one dataset. Every file is written under a dot-prefixed
+temporary name and renamed when complete: standard readers skip dot- and underscore-prefixed names, so a crash
+never shows them a half-written shard.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,18 +19,36 @@ import pyarrow.parquet as pq
 from pipeline.errors import UserError
 
 SHARD_GLOB = "part-*.parquet"
+TMP_SUFFIX = ".tmp"
 
 
 def shard_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
-def write_table(table: pa.Table, path: Path) -> None:
-    """Write atomically: `path.tmp` first, then rename over `path`."""
+def temporary_path(path: Path) -> Path:
+    """Where `path` is written before its rename: hidden from readers by its leading dot."""
+    return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """The one atomic writer: `write` fills a hidden temporary file, which is synced and renamed over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    tmp = temporary_path(path)
+    try:
+        with tmp.open("wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_table(table: pa.Table, path: Path) -> None:
+    """One Parquet file, written atomically (zstd)."""
+    write_atomic(path, lambda handle: pq.write_table(table, handle, compression="zstd"))
 
 
 def list_shards(folder: Path) -> list[Path]:
@@ -44,8 +65,16 @@ def read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
         raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
 
 
+def parquet_rows(path: Path) -> int:
+    """Row count from the file footer, without reading the data."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
 def read_shards(folder: Path, columns: list[str] | None = None) -> pa.Table:
-    """All shards of a folder as one table, in shard order."""
+    """All shards of a table folder as one table, in shard order."""
     shards = list_shards(folder)
     if not shards:
         raise UserError(f"{folder}: no Parquet shards found (run the stage that writes them first)")
@@ -62,6 +91,6 @@ def iter_shards(folder: Path, columns: list[str] | None = None) -> Iterator[tupl
 
 
 def remove_tmp_files(folder: Path) -> None:
-    """Leftovers of a crashed write; the shard they belonged to is recomputed."""
-    for tmp in folder.rglob("*.tmp"):
-        tmp.unlink()
+    """Leftovers of crashed writes; the files they belonged to are written again."""
+    for tmp in folder.rglob(f".*{TMP_SUFFIX}"):
+        tmp.unlink(missing_ok=True)

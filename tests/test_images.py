@@ -7,7 +7,7 @@ from PIL import Image
 
 from pipeline.manifest import EmbedConfig
 from stages.embed.images import DevicePreprocess, choose_decode, image_batches
-from stages.embed.stage import load_clip
+from stages.embed.encoder import load_clip
 from tests.conftest import TINY_CLIP
 
 

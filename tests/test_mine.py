@@ -8,7 +8,7 @@ from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
 from pipeline.records import StageRun
 from pipeline.shards import list_shards, read_shards, read_table, write_table
-from stages.embed.stage import embeddings_table
+from stages.embed.encoder import embeddings_table
 from stages.mine import stage as mine
 from tests.conftest import write_manifest
 

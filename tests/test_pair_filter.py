@@ -14,15 +14,8 @@ import torch
 
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
-from stages.filter.criteria import (
-    CRITERIA,
-    Criteria,
-    NumbaPairMetrics,
-    TextFeatures,
-    TorchPairMetrics,
-    reference_pair_metrics,
-    score_pairs,
-)
+from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
+from stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
 from stages.filter.text import bag_of_words, char_length, encode_texts, load_text_encoder, stopwords, word_count
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,284 +1,121 @@
 """embed: every image of the dataset through an open_clip image tower, L2-normalised, written as shards.
 
-Reader: the manifest's dataset (pipeline.datasets). Mapper: one DataLoader over every pending image (workers
-decode and preprocess, or read bytes for nvJPEG; stages.embed.images), batched inference under
-`torch.inference_mode` with autocast on CUDA. Writer: a background thread writing one Parquet shard per
-`images_per_shard` images as each completes, plus `captions.parquet`; schemas in docs/schemas.md.
+Units are shards of `embed.images_per_shard` images in dataset order; they stream through one loader
+(`process_many`), so the loader's workers stay busy across shard boundaries. Outputs: `embed/embeddings/` and
+`embed/captions/` (pipeline.schemas). The model code lives in stages.embed.encoder, imported in `setup`, so that
+planning (and `status`) needs no torch.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-
-import numpy as np
-import pyarrow as pa
-import torch
-from tqdm import tqdm
+from typing import Any
 
 from pipeline.datasets import Corpus, read_dataset
-from pipeline.device import autocast_dtype, resolve_device
 from pipeline.errors import UserError
-from pipeline.manifest import EmbedConfig, Manifest
-from pipeline.records import StageRun, file_fingerprint, fingerprint
-from pipeline.shards import list_shards, read_table, shard_name, write_table
-from stages.embed.images import choose_decode, image_batches
+from pipeline.executor import LocalExecutor
+from pipeline.manifest import Manifest
+from pipeline.records import file_fingerprint, fingerprint
+from pipeline.schemas import CAPTIONS, EMBEDDINGS
+from pipeline.shards import shard_name, write_table
+from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
 
 log = logging.getLogger(__name__)
 STAGE = "embed"
 
 
-@dataclass
-class ClipImageEncoder:
-    model: torch.nn.Module
-    preprocess: Callable
-    preprocess_config: dict
-    dim: int
-    name: str
+class EmbedStage(Stage):
+    name = STAGE
+    resources = Resources(cpus=1, gpus=1)
 
-
-def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
-    """open_clip by name + pretrained tag (or checkpoint path), or a config JSON built with random weights."""
-    import open_clip
-
-    name, pretrained = config.model, config.pretrained
-    if config.model_config_path is not None:
-        if not config.model_config_path.is_file():
-            raise UserError(f"{config.model_config_path}: model config not found")
-        open_clip.add_model_config(config.model_config_path)
-        name, pretrained = config.model_config_path.stem, None
-    if name not in open_clip.list_models():
-        raise UserError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
-    torch.manual_seed(0)  # random-init configs give the same weights on every run, so resumed shards match
-    try:
-        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
-    except RuntimeError as exc:
-        raise UserError(f"cannot load CLIP {name}/{pretrained}: {str(exc).splitlines()[0]}") from None
-    except OSError as exc:  # no network and nothing cached
-        raise UserError(
-            f"cannot load CLIP weights {name}/{pretrained} ({exc.__class__.__name__}); download them first or "
-            "set embed.pretrained to a local checkpoint path"
-        ) from None
-    model.eval()
-    if device.type == "cuda":
-        model = model.to(memory_format=torch.channels_last)
-    dim = int(model.visual.output_dim)
-    return ClipImageEncoder(
-        model=model,
-        preprocess=preprocess,
-        preprocess_config=open_clip.get_model_preprocess_cfg(model),
-        dim=dim,
-        name=f"{name}/{pretrained}",
-    )
-
-
-Batch = tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]
-
-
-def embed_batches(
-    encoder: ClipImageEncoder,
-    paths: list[Path],
-    device: torch.device,
-    batch_size: int,
-    num_workers: int,
-    precision: str = "auto",
-    decode: str = "auto",
-) -> Iterator[Batch]:
-    """Per batch, in path order: (rows of `paths` embedded, their float32 unit vectors on the CPU, failures).
-
-    One loader serves every path, so its workers stay busy across shard boundaries. On CUDA the vectors are
-    copied to the CPU without blocking: synchronize the device before reading them.
-    """
-    dtype = autocast_dtype(device, precision)
-    batches = image_batches(
-        paths,
-        choose_decode(decode, device),
-        device,
-        batch_size,
-        num_workers,
-        encoder.preprocess,
-        encoder.preprocess_config,
-    )
-    for indices, batch, failed in batches:
-        if batch is None:
-            yield indices, None, failed
-            continue
-        if device.type == "cuda":
-            batch = batch.contiguous(memory_format=torch.channels_last)
-        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            features = torch.nn.functional.normalize(encoder.model.encode_image(batch).float(), dim=-1)
-            on_cpu = features.to("cpu", non_blocking=True)
-        yield indices, on_cpu, failed
-
-
-@dataclass
-class ImageList:
-    """The dataset's images in shard order: shard `s` holds positions [s * per_shard, (s + 1) * per_shard)."""
-
-    image_ids: list[int]
-    file_names: list[str]
-    image_root: Path
-    per_shard: int
+    def __init__(self, manifest: Manifest):
+        super().__init__(manifest.work_dir)
+        self.manifest = manifest
+        self.config = manifest.embed
+        self._corpus: Corpus | None = None
 
     @property
-    def n_shards(self) -> int:
-        return (len(self.image_ids) + self.per_shard - 1) // self.per_shard
+    def corpus(self) -> Corpus:
+        if self._corpus is None:
+            self._corpus = read_dataset(self.manifest.data)
+            if not self._corpus.image_ids:
+                raise UserError(f"{self.manifest.data.captions}: no images with captions and files found")
+        return self._corpus
 
-    def positions(self, shard: int) -> range:
-        return range(shard * self.per_shard, min(len(self.image_ids), (shard + 1) * self.per_shard))
-
-
-def write_embedding_shards(
-    encoder: ClipImageEncoder,
-    images: ImageList,
-    shards: list[int],
-    folder: Path,
-    device: torch.device,
-    config: EmbedConfig,
-    progress: tqdm | None = None,
-) -> None:
-    """Embeds the images of `shards` and writes `part-<shard>.parquet` for each.
-
-    Reading (DataLoader workers), inference (this thread) and writing (a background thread) overlap: a shard is
-    handed to the writer as soon as its last image is embedded, while the loader keeps going. At most one write
-    is in flight, so memory stays bounded by two shards.
-    """
-    positions = np.asarray([p for s in shards for p in images.positions(s)], np.int64)
-    shard_ends = np.cumsum([len(images.positions(s)) for s in shards])
-    paths = [images.image_root / images.file_names[p] for p in positions]
-    buffers: dict[int, tuple[list[int], list[torch.Tensor], list[tuple[int, str]]]] = {s: ([], [], []) for s in shards}
-    next_to_write, consumed = 0, 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-writer") as writer:
-        in_flight: Future | None = None
-        batches = embed_batches(
-            encoder, paths, device, config.batch_size, config.num_workers, config.precision, config.decode
+    def plan(self) -> StagePlan:
+        """Parameters that change the embeddings, fingerprints of what they are computed from, one unit a shard."""
+        config, corpus = self.config, self.corpus
+        model_config = (
+            file_fingerprint(config.model_config_path)
+            if config.model_config_path is not None and config.model_config_path.is_file()
+            else None
         )
-        for indices, vectors, failed in batches:
-            rows = positions[np.asarray(indices, np.int64)]
-            row_shards = rows // images.per_shard  # non-decreasing: batches and shards are in position order
-            for shard in np.unique(row_shards).tolist():
-                lo, hi = np.searchsorted(row_shards, shard, "left"), np.searchsorted(row_shards, shard, "right")
-                buffers[shard][0].extend(rows[lo:hi].tolist())
-                buffers[shard][1].append(vectors[lo:hi])  # a view: the copy from the GPU may still be running
-            for index, reason in failed:
-                position = int(positions[index])
-                buffers[position // images.per_shard][2].append((position, reason))
-            consumed += len(indices) + len(failed)
-            if progress is not None:
-                progress.update(len(indices) + len(failed))
-            while next_to_write < len(shards) and shard_ends[next_to_write] <= consumed:
-                shard = shards[next_to_write]
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)  # the shard's vectors have landed on the CPU
-                table = _shard_table(images, *buffers.pop(shard), dim=encoder.dim)
-                if in_flight is not None:
-                    in_flight.result()  # re-raises a failed write here
-                in_flight = writer.submit(write_table, table, folder / shard_name(shard))
-                next_to_write += 1
-        if in_flight is not None:
-            in_flight.result()
-
-
-def _shard_table(
-    images: ImageList, rows: list[int], vectors: list[torch.Tensor], failures: list[tuple[int, str]], dim: int
-) -> pa.Table:
-    """One shard's rows, with the images that could not be read in its `skipped` metadata."""
-    embedded = torch.cat(vectors).numpy() if vectors else np.zeros((0, dim), np.float32)
-    table = embeddings_table(
-        np.asarray([images.image_ids[p] for p in rows], np.int64), [images.file_names[p] for p in rows], embedded
-    )
-    skipped = [
-        {"image_id": images.image_ids[p], "file_name": images.file_names[p], "reason": reason} for p, reason in failures
-    ]
-    return table.replace_schema_metadata({"skipped": json.dumps(skipped)})
-
-
-def embeddings_table(image_ids: np.ndarray, file_names: list[str], vectors: np.ndarray) -> pa.Table:
-    dim = vectors.shape[1]
-    flat = pa.array(vectors.reshape(-1), pa.float32())
-    return pa.table(
-        {
-            "image_id": pa.array(image_ids, pa.int64()),
-            "file_name": pa.array(file_names, pa.string()),
-            "embedding": pa.FixedSizeListArray.from_arrays(flat, dim),
+        params = {
+            "model": config.model if model_config is None else config.model_config_path.stem,
+            "pretrained": config.pretrained if model_config is None else None,
+            "model_config": model_config,
+            "precision": config.precision,
+            "images_per_shard": config.images_per_shard,
         }
-    )
+        stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
+        listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
+        inputs = {"captions": file_fingerprint(self.manifest.data.captions), "images": fingerprint(listing)}
+        per_shard, n = config.images_per_shard, len(corpus.image_ids)
+        units = [
+            Unit(f"{EMBEDDINGS}/{shard_name(s)}", {"shard": s}, size=min(per_shard, n - s * per_shard))
+            for s in range((n + per_shard - 1) // per_shard)
+        ]
+        return StagePlan(params, inputs, units)
 
+    def setup(self) -> None:
+        from pipeline.device import resolve_device
+        from stages.embed.encoder import ImageList, load_clip
 
-def plan(manifest: Manifest, corpus: Corpus | None = None) -> StageRun:
-    """Parameters that change the embeddings, and fingerprints of what they are computed from."""
-    corpus = corpus or read_dataset(manifest.data)
-    config = manifest.embed
-    model_config = (
-        file_fingerprint(config.model_config_path)
-        if config.model_config_path is not None and config.model_config_path.is_file()
-        else None
-    )
-    params = {
-        "model": config.model if model_config is None else config.model_config_path.stem,
-        "pretrained": config.pretrained if model_config is None else None,
-        "model_config": model_config,
-        "precision": config.precision,
-        "images_per_shard": config.images_per_shard,
-    }
-    stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
-    listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
-    inputs = {"captions": file_fingerprint(manifest.data.captions), "images": fingerprint(listing)}
-    return StageRun(STAGE, manifest.work_dir / STAGE, params, inputs)
+        self.device = resolve_device(self.manifest.run.device)
+        self.encoder = load_clip(self.config, self.device)
+        corpus = self.corpus
+        self.images = ImageList(corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard)
+
+    def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
+        captions = staging / CAPTIONS / shard_name(0)
+        if not captions.is_file():
+            write_table(self.corpus.captions_table(), captions)
+        return super().prepare(staging, plan)
+
+    def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        from stages.embed.encoder import write_embedding_shards
+
+        by_shard = {unit.payload["shard"]: unit for unit in units}
+        written = write_embedding_shards(
+            self.encoder, self.images, list(by_shard), staging / EMBEDDINGS, self.device, self.config
+        )
+        for shard, skipped in written:
+            unit = by_shard[shard]
+            yield unit, {"images": unit.size, "embedded": unit.size - len(skipped), "skipped": skipped}
+
+    def finish(self, stats: list[dict[str, Any]], staging: Path) -> StageResult:
+        corpus = self.corpus
+        skipped = [item for unit in stats for item in unit["skipped"]]
+        counts = {
+            "images_in_dataset": len(corpus.image_ids),
+            "images_embedded": sum(unit["embedded"] for unit in stats),
+            "images_skipped": len(skipped),
+            "captions": len(corpus.caption_ids),
+            "shards": len(stats),
+            "dim": self.encoder.dim,
+        }
+        extra = {
+            "model": self.encoder.name,
+            "device": str(self.device),
+            "skipped_images": skipped,
+            "reader_skips": [vars(s) for s in corpus.skips],
+            "reader_skip_counts": corpus.skip_counts(),
+        }
+        return StageResult(counts, extra)
 
 
 def run(manifest: Manifest, force: bool = False) -> dict:
     """Embed every image of the manifest's dataset into `<work_dir>/embed/`."""
-    corpus = read_dataset(manifest.data)
-    if not corpus.image_ids:
-        raise UserError(f"{manifest.data.captions}: no images with captions and files found")
-    stage = plan(manifest, corpus)
-    if stage.is_done() and not force:
-        log.info("embed: up to date in %s (nothing to do; --force recomputes)", stage.folder)
-        return {"status": "up-to-date", "folder": str(stage.folder)}
-    resumed = stage.begin(force=force)
-    write_table(corpus.captions_table(), stage.folder / "captions.parquet")
-
-    config = manifest.embed
-    device = resolve_device(manifest.run.device)
-    encoder = load_clip(config, device)
-    images = ImageList(corpus.image_ids, corpus.file_names, corpus.image_root, config.images_per_shard)
-    done = {p.name for p in list_shards(stage.folder)} if resumed else set()
-    pending = [s for s in range(images.n_shards) if shard_name(s) not in done]
-    processed = sum(len(images.positions(s)) for s in pending)
-    started = time.perf_counter()
-    with tqdm(total=len(images.image_ids), desc="embed", unit="img", dynamic_ncols=True) as progress:
-        progress.update(len(images.image_ids) - processed)
-        write_embedding_shards(encoder, images, pending, stage.folder, device, config, progress)
-    seconds = time.perf_counter() - started
-
-    skipped_images: list[dict] = []
-    embedded = 0
-    for path in list_shards(stage.folder):
-        table = read_table(path, ["image_id"])
-        embedded += table.num_rows
-        meta = table.schema.metadata or {}
-        skipped_images.extend(json.loads(meta.get(b"skipped", b"[]")))
-    counts = {
-        "images_in_dataset": len(images.image_ids),
-        "images_embedded": embedded,
-        "images_skipped": len(skipped_images),
-        "captions": len(corpus.caption_ids),
-        "shards": images.n_shards,
-        "dim": encoder.dim,
-    }
-    return stage.finish(
-        counts,
-        model=encoder.name,
-        device=str(device),
-        resumed=resumed,
-        images_per_second=round(processed / max(seconds, 1e-9), 2),
-        skipped_images=skipped_images,
-        reader_skips=[vars(s) for s in corpus.skips],
-        reader_skip_counts=corpus.skip_counts(),
-    )
+    return LocalExecutor().run(EmbedStage(manifest), force=force)

@@ -1,24 +1,24 @@
-"""The sentence-pair criteria of the C-STS filter (Deshpande et al. 2023, App. A.2, Table 6), computed fast.
+"""The sentence-pair criteria of the C-STS filter (Deshpande et al. 2023, App. A.2, Table 6).
 
-Per-sentence work happens once per unique sentence (`TextFeatures`: bag-of-words ids, word count, character
-length; embeddings come from stages.filter.text). Pair work is a compiled numba kernel over arrays of sentence indices
-on the CPU, or torch in blocks on a GPU (`pair_metrics_backend`). `Criteria` is the one place that knows the
-thresholds: which criteria are on, their bounds, pass/fail, and the cheapest-first order. `score_pairs` computes
-the cheap metrics for every pair and the cosine only for the pairs that pass them (or for all, for a full report).
-`reference_pair_metrics` is the definition written plainly, one pair at a time: the oracle of the tests and the
-baseline of bench/filter.py.
+`Criteria` is the one place that knows the thresholds: which criteria are on, their bounds, pass/fail, and the
+cheapest-first order. `score_pairs` computes the cheap metrics for every pair and the cosine only for the pairs that
+pass them (or for all, for a full report), with a backend of stages.filter.metrics. `reference_pair_metrics` is the
+definition written plainly, one pair at a time: the oracle of the tests and the baseline of bench/filter.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numba
 import numpy as np
 
 from pipeline.manifest import FilterConfig
 from stages.filter.text import bag_of_words, char_length, word_count
+
+if TYPE_CHECKING:  # the compiled kernels load only when pairs are scored
+    from stages.filter.metrics import NumbaPairMetrics, TorchPairMetrics
 
 # Cheapest first: the order in which the funnel applies them and in which `failed` names the first violation.
 CRITERIA = ("length", "ratio", "iou", "simcse_cosine")
@@ -93,168 +93,6 @@ class Criteria:
             "min_cosine": self.min_cosine,
             "max_cosine": self.max_cosine,
         }
-
-
-@dataclass
-class TextFeatures:
-    """Per-sentence features, row r for sentence r: its bag of words as sorted unique int32 ids in
-    token_ids[token_offsets[r]:token_offsets[r + 1]] (CSR), its word count and its character length."""
-
-    token_offsets: np.ndarray
-    token_ids: np.ndarray
-    words: np.ndarray
-    chars: np.ndarray
-
-    @classmethod
-    def build(cls, texts: Sequence[str]) -> TextFeatures:
-        """One pass over the sentences; ids number the words in order of first appearance."""
-        vocabulary: dict[str, int] = {}
-        ids: list[int] = []
-        offsets = np.zeros(len(texts) + 1, np.int64)
-        words = np.empty(len(texts), np.int32)
-        chars = np.empty(len(texts), np.int32)
-        for row, text in enumerate(texts):
-            bag = {vocabulary.setdefault(word, len(vocabulary)) for word in bag_of_words(text)}
-            ids.extend(sorted(bag))
-            offsets[row + 1] = len(ids)
-            words[row] = word_count(text)
-            chars[row] = char_length(text)
-        return cls(offsets, np.asarray(ids, np.int32), words, chars)
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    def padded_token_ids(self) -> np.ndarray:
-        """[n, longest bag] int32 rows, each sorted and padded with PAD_ID (for the torch path)."""
-        counts = np.diff(self.token_offsets)
-        width = max(1, int(counts.max(initial=0)))
-        padded = np.full((len(self), width), PAD_ID, np.int32)
-        rows = np.repeat(np.arange(len(self)), counts)
-        columns = np.arange(len(self.token_ids)) - np.repeat(self.token_offsets[:-1], counts)
-        padded[rows, columns] = self.token_ids
-        return padded
-
-
-@numba.njit(parallel=True, cache=True)
-def _cheap_kernel(first, second, offsets, ids, words, chars, iou, ratio, length):  # pragma: no cover - compiled
-    for p in numba.prange(first.size):
-        a, b = first[p], second[p]
-        i, i_end, j, j_end = offsets[a], offsets[a + 1], offsets[b], offsets[b + 1]
-        common = 0
-        while i < i_end and j < j_end:  # merge of two sorted id lists
-            if ids[i] == ids[j]:
-                common += 1
-                i += 1
-                j += 1
-            elif ids[i] < ids[j]:
-                i += 1
-            else:
-                j += 1
-        union = (offsets[a + 1] - offsets[a]) + (offsets[b + 1] - offsets[b]) - common
-        iou[p] = common / union if union > 0 else 0.0
-        shorter, longer = min(words[a], words[b]), max(words[a], words[b])
-        ratio[p] = shorter / longer if longer > 0 else 0.0
-        length[p] = min(chars[a], chars[b])
-
-
-@numba.njit(parallel=True, fastmath={"reassoc", "contract"}, cache=True)
-def _cosine_kernel(first, second, embeddings, out):  # pragma: no cover - compiled
-    for p in numba.prange(first.size):
-        x, y = embeddings[first[p]], embeddings[second[p]]
-        total = 0.0
-        for d in range(x.size):
-            total += np.float64(x[d]) * np.float64(y[d])
-        out[p] = total
-
-
-class NumbaPairMetrics:
-    """Pair metrics on the CPU: compiled, parallel over pairs, no per-pair Python."""
-
-    def __init__(self, features: TextFeatures, embeddings: np.ndarray | None):
-        self.features = features
-        self.embeddings = None if embeddings is None else np.ascontiguousarray(embeddings, np.float32)
-
-    def cheap(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(iou, ratio) as float64 and length as int32 for pairs (first[p], second[p]) of sentence rows."""
-        n = len(first)
-        iou, ratio, length = np.empty(n), np.empty(n), np.empty(n, np.int32)
-        f = self.features
-        _cheap_kernel(
-            np.asarray(first, np.int64), np.asarray(second, np.int64), f.token_offsets, f.token_ids, f.words,
-            f.chars, iou, ratio, length,
-        )  # fmt: skip
-        return iou, ratio, length
-
-    def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-        """Dot products of the unit embeddings, accumulated in float64."""
-        out = np.empty(len(first))
-        _cosine_kernel(np.asarray(first, np.int64), np.asarray(second, np.int64), self.embeddings, out)
-        return out
-
-
-class TorchPairMetrics:
-    """The same metrics with torch, in blocks, on any device (used on CUDA): token-id rows padded to one width,
-    intersections by batched searchsorted, cosines as blocked row-wise products in float64."""
-
-    def __init__(
-        self,
-        features: TextFeatures,
-        embeddings: np.ndarray | None,
-        device,
-        block: int = 1 << 20,
-        cosine_block: int = 1 << 15,
-    ):
-        import torch
-
-        self.torch, self.device, self.block, self.cosine_block = torch, device, block, cosine_block
-        self.tokens = torch.from_numpy(features.padded_token_ids()).to(device)
-        self.bag_sizes = torch.from_numpy(np.diff(features.token_offsets)).to(device)
-        self.words = torch.from_numpy(features.words.astype(np.int64)).to(device)
-        self.chars = torch.from_numpy(features.chars).to(device)
-        self.embeddings = None if embeddings is None else torch.from_numpy(np.asarray(embeddings, np.float32))
-        if self.embeddings is not None:
-            self.embeddings = self.embeddings.to(device)
-
-    def _blocks(self, first: np.ndarray, second: np.ndarray, size: int):
-        """Pairs in blocks of `size`, as index tensors on the device: memory stays bounded by the block."""
-        torch = self.torch
-        for lo in range(0, len(first), size):
-            a = torch.from_numpy(np.asarray(first[lo : lo + size], np.int64)).to(self.device)
-            b = torch.from_numpy(np.asarray(second[lo : lo + size], np.int64)).to(self.device)
-            yield slice(lo, lo + len(a)), a, b
-
-    def cheap(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        torch = self.torch
-        n = len(first)
-        iou, ratio, length = np.empty(n), np.empty(n), np.empty(n, np.int32)
-        width = self.tokens.shape[1]
-        for rows, a, b in self._blocks(first, second, self.block):
-            bag_a, bag_b = self.tokens[a], self.tokens[b]
-            found = bag_b.gather(1, torch.searchsorted(bag_b, bag_a).clamp_max(width - 1))
-            common = ((found == bag_a) & (bag_a != PAD_ID)).sum(1)
-            union = self.bag_sizes[a] + self.bag_sizes[b] - common
-            iou[rows] = torch.where(union > 0, common.double() / union.clamp_min(1).double(), 0.0).cpu().numpy()
-            shorter = torch.minimum(self.words[a], self.words[b]).double()
-            longer = torch.maximum(self.words[a], self.words[b]).double()
-            ratio[rows] = torch.where(longer > 0, shorter / longer.clamp_min(1), 0.0).cpu().numpy()
-            length[rows] = torch.minimum(self.chars[a], self.chars[b]).cpu().numpy()
-        return iou, ratio, length
-
-    def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-        out = np.empty(len(first))
-        for rows, a, b in self._blocks(first, second, self.cosine_block):
-            products = self.embeddings[a].double() * self.embeddings[b].double()
-            out[rows] = products.sum(1).cpu().numpy()
-        return out
-
-
-def pair_metrics_backend(
-    features: TextFeatures, embeddings: np.ndarray | None, device
-) -> NumbaPairMetrics | TorchPairMetrics:
-    """torch on a CUDA device, the numba kernels otherwise."""
-    if getattr(device, "type", str(device)) == "cuda":
-        return TorchPairMetrics(features, embeddings, device)
-    return NumbaPairMetrics(features, embeddings)
 
 
 @dataclass

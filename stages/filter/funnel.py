@@ -8,13 +8,13 @@ into the first or last bin.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.shards import write_atomic
 from stages.filter.criteria import CHEAP_CRITERIA, CRITERIA, Criteria, ScoredPairs
 
 BIN_EDGES = {
@@ -187,7 +187,5 @@ class Funnel:
             axis.legend(fontsize=8)
         figure.suptitle(f"filter: {self.candidates:,} candidates, {self.kept:,} kept")
         figure.tight_layout()
-        tmp = path.with_name(path.name + ".tmp")
-        figure.savefig(tmp, format="png", dpi=110)
+        write_atomic(path, lambda handle: figure.savefig(handle, format="png", dpi=110))
         plt.close(figure)
-        os.replace(tmp, path)

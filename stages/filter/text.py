@@ -9,12 +9,15 @@ import logging
 import re
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from pipeline.errors import UserError
 from pipeline.packaged_models import load_failure, resolve_model_path
+
+if TYPE_CHECKING:  # torch loads only with a model, so planning and `status` stay fast
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ def _pooler_layer(transformer, dimension: int, name: str):
     dense = getattr(getattr(transformer.auto_model, "pooler", None), "dense", None)
     if dense is None:
         raise UserError(f"text encoder {name!r} has no pooler layer; use text_pooling cls instead of cls_pooler")
+    import torch
+
     weight, bias = dense.weight.detach().clone(), dense.bias.detach().clone()
     return Dense(dimension, dimension, activation_function=torch.nn.Tanh(), init_weight=weight, init_bias=bias)
 
@@ -111,6 +116,8 @@ def encode_texts(model, texts: list[str], batch_size: int, progress: bool = Fals
     if not texts:
         dimension = _dimension(model, "get_embedding_dimension", "get_sentence_embedding_dimension")
         return np.zeros((0, dimension), np.float32)
+    import torch
+
     with torch.inference_mode():
         embeddings = model.encode(texts, batch_size=batch_size, convert_to_tensor=True, show_progress_bar=progress)
         return torch.nn.functional.normalize(embeddings.float(), dim=1).cpu().numpy()

@@ -1,0 +1,222 @@
+"""The local executor: runs a stage's units in order and commits the stage's output whole.
+
+A run never writes into the committed output. It works in a hidden staging folder beside it
+(`<work_dir>/.<stage>.next/`), where each finished unit leaves a completion marker (`_units/`). A crashed or
+failed run leaves the committed output untouched and its staging folder resumable: the next run with the same
+fingerprint skips the finished units. On success the record, listing every output file, is written last into
+the staging folder, and the staging folder is swapped in by two renames; `recover` completes or rolls back a
+swap that a crash interrupted. Progress bars and logging live here, not in the stages.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from pipeline.locks import stage_lock
+from pipeline.records import (
+    RECORD,
+    STARTED,
+    describe_files,
+    fingerprint,
+    output_problems,
+    read_json,
+    read_record,
+    versions,
+    write_json,
+)
+from pipeline.shards import remove_tmp_files
+from pipeline.stage import Stage, StagePlan, Unit
+
+log = logging.getLogger(__name__)
+UNITS = "_units"
+
+
+def staging_folder(stage: Stage) -> Path:
+    return stage.work_dir / f".{stage.name}.next"
+
+
+def previous_folder(stage: Stage) -> Path:
+    return stage.work_dir / f".{stage.name}.old"
+
+
+def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
+    return fingerprint({"stage": stage.name, "params": plan.params, "inputs": plan.inputs})
+
+
+def recover(stage: Stage) -> None:
+    """Finish a commit that a crash cut short (its record is in the staging folder), or undo a half swap."""
+    old, staging = previous_folder(stage), staging_folder(stage)
+    if (staging / RECORD).is_file():
+        _swap(stage.folder, staging, old)
+    elif old.exists() and not stage.folder.exists():
+        old.rename(stage.folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap(folder: Path, staging: Path, old: Path) -> None:
+    """The committed staging folder replaces `folder`; between the two renames `recover` can tell what to do."""
+    if folder.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        folder.rename(old)
+    staging.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
+    """(state, record, detail): done, stale, incomplete, missing or partial; read-only, takes no lock."""
+    record = read_record(stage.folder)
+    if record is None:
+        partial = (staging_folder(stage) / STARTED).is_file()
+        return ("partial" if partial else "missing"), None, "a run was interrupted; rerun to resume" if partial else ""
+    problems = output_problems(stage.folder, record)
+    if problems:
+        return "incomplete", record, problems[0]
+    try:
+        current = plan_fingerprint(stage, stage.plan()) == record.get("fingerprint")
+    except Exception as exc:  # an upstream that is missing or incomplete makes this output stale
+        return "stale", record, str(exc)
+    return ("done" if current else "stale"), record, ""
+
+
+class LocalExecutor:
+    """Runs every unit of a stage in this process, in order."""
+
+    def __init__(self, progress: bool = True):
+        self.progress = progress
+
+    def run(self, stage: Stage, force: bool = False) -> dict[str, Any]:
+        """The stage's record after this run, or {"status": "up-to-date", ...} when there was nothing to do."""
+        if stage.upstream is None:
+            with stage_lock(stage.work_dir, stage.name):
+                return self._run_locked(stage, force)
+        with stage_lock(stage.work_dir, stage.upstream, exclusive=False), stage_lock(stage.work_dir, stage.name):
+            return self._run_locked(stage, force)
+
+    def _run_locked(self, stage: Stage, force: bool) -> dict[str, Any]:
+        started = time.time()
+        plan = stage.plan()
+        key = plan_fingerprint(stage, plan)
+        recover(stage)
+        if not force and self._up_to_date(stage, key):
+            return {"status": "up-to-date", "folder": str(stage.folder)}
+        clock = time.perf_counter()
+        stage.setup()
+        timings = {"setup": time.perf_counter() - clock}
+        staging = staging_folder(stage)
+        resumed = self._open_staging(staging, key, plan, force)
+        clock = time.perf_counter()
+        units = stage.prepare(staging, plan)
+        timings["prepare"] = time.perf_counter() - clock
+        markers = {unit.key: self._marker(staging, unit, key) for unit in units}
+        pending = [unit for unit in units if markers[unit.key] is None]
+        if resumed:
+            log.info("%s: resuming, %d of %d units already done", stage.name, len(units) - len(pending), len(units))
+        clock = time.perf_counter()
+        for unit, stats in self._process(stage, units, pending, staging):
+            markers[unit.key] = stats
+            write_json(self._marker_path(staging, unit), {"fingerprint": _unit_fingerprint(key, unit), "stats": stats})
+        timings["process"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        result = stage.finish([markers[unit.key] for unit in units], staging)
+        timings["finish"] = time.perf_counter() - clock
+        extra = {"resumed": resumed, "units": len(units), "units_reused": len(units) - len(pending)}
+        record = self._record(stage, key, plan, result.counts, started, timings) | extra | result.extra
+        self._commit(stage, staging, record)
+        return record
+
+    @staticmethod
+    def _up_to_date(stage: Stage, key: str) -> bool:
+        try:
+            record = read_record(stage.folder)
+        except Exception as exc:  # a corrupt record of our own output: it is about to be replaced
+            log.warning("%s", exc)
+            return False
+        if record is None or record.get("fingerprint") != key:
+            return False
+        problems = output_problems(stage.folder, record)
+        if problems:
+            log.warning("%s: %s; recomputing", stage.name, problems[0])
+        return not problems
+
+    @staticmethod
+    def _open_staging(staging: Path, key: str, plan: StagePlan, force: bool) -> bool:
+        """True when the staging folder holds a resumable run with this fingerprint; else it starts empty."""
+        started = staging / STARTED
+        resumable = False
+        if started.is_file() and not force:
+            try:
+                resumable = read_json(started).get("fingerprint") == key
+            except Exception:
+                resumable = False
+        if not resumable and staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True, exist_ok=True)
+        remove_tmp_files(staging)
+        (staging / RECORD).unlink(missing_ok=True)
+        write_json(started, {"fingerprint": key, "params": plan.params, "inputs": plan.inputs})
+        return resumable
+
+    @staticmethod
+    def _marker_path(staging: Path, unit: Unit) -> Path:
+        return staging / UNITS / (unit.key.replace("/", "__") + ".json")
+
+    def _marker(self, staging: Path, unit: Unit, key: str) -> dict[str, Any] | None:
+        """The stats of a unit finished by an earlier run with this fingerprint, else None."""
+        path = self._marker_path(staging, unit)
+        if not path.is_file():
+            return None
+        try:
+            marker = read_json(path)
+        except Exception:
+            return None
+        return marker.get("stats") if marker.get("fingerprint") == _unit_fingerprint(key, unit) else None
+
+    def _process(self, stage: Stage, units: list[Unit], pending: list[Unit], staging: Path):
+        total = sum(unit.size for unit in units)
+        done = total - sum(unit.size for unit in pending)
+        with tqdm(
+            total=total, initial=done, desc=stage.name, dynamic_ncols=True, disable=not self.progress
+        ) as progress:
+            for unit, stats in stage.process_many(pending, staging):
+                progress.update(unit.size)
+                yield unit, stats
+
+    @staticmethod
+    def _record(stage: Stage, key: str, plan: StagePlan, counts: dict, started: float, timings: dict) -> dict[str, Any]:
+        finished = time.time()
+        return {
+            "stage": stage.name,
+            "status": "done",
+            "fingerprint": key,
+            "params": plan.params,
+            "inputs": plan.inputs,
+            "counts": counts,
+            "versions": versions(),
+            "resources": vars(stage.resources),
+            "timings": {
+                "started": started,
+                "finished": finished,
+                "seconds": round(finished - started, 3),
+                **{name: round(value, 3) for name, value in timings.items()},
+            },
+        }
+
+    @staticmethod
+    def _commit(stage: Stage, staging: Path, record: dict[str, Any]) -> None:
+        """Record last into the staging folder (the commit point), then swap it in by two renames."""
+        shutil.rmtree(staging / UNITS, ignore_errors=True)
+        (staging / STARTED).unlink(missing_ok=True)
+        remove_tmp_files(staging)
+        record["files"] = describe_files(staging)
+        write_json(staging / RECORD, record)
+        _swap(stage.folder, staging, previous_folder(stage))
+
+
+def _unit_fingerprint(stage_key: str, unit: Unit) -> str:
+    return fingerprint({"stage": stage_key, "unit": unit.key, "payload": unit.payload})

@@ -1,0 +1,73 @@
+"""Every table that passes between stages, in one place: writers build these schemas, readers check them, tests
+import them (docs/schemas.md describes each column).
+
+A stage folder holds one folder per table (`<stage>/<table>/part-NNNNN.parquet`), so that
+`pyarrow.dataset.dataset(<stage>/<table>)` reads any of them, plus `_stage.json` and report files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.errors import UserError
+
+# embed/
+EMBEDDINGS = "embeddings"
+CAPTIONS = "captions"
+CAPTIONS_SCHEMA = pa.schema([("caption_id", pa.int64()), ("image_id", pa.int64()), ("caption", pa.string())])
+
+
+def embeddings_schema(dim: int) -> pa.Schema:
+    return pa.schema([("image_id", pa.int64()), ("file_name", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])
+
+
+# mine/ (plus CAPTIONS: the captions of the embedded images)
+IMAGE_PAIRS = "image_pairs"
+IMAGE_PAIRS_SCHEMA = pa.schema(
+    [("image_id_1", pa.int64()), ("image_id_2", pa.int64()), ("rank", pa.int32()), ("cosine", pa.float32())]
+)
+CANDIDATES = "candidates"
+CANDIDATES_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.int64()),
+        ("caption_id_1", pa.int64()),
+        ("caption_id_2", pa.int64()),
+        ("image_id_1", pa.int64()),
+        ("image_id_2", pa.int64()),
+        ("image_cosine", pa.float32()),
+    ]
+)
+
+# filter/
+KEPT = "kept"
+REJECTED = "rejected"
+KEPT_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.int64()),
+        ("image_id_1", pa.int64()),
+        ("image_id_2", pa.int64()),
+        ("caption_id_1", pa.int64()),
+        ("caption_id_2", pa.int64()),
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("image_cosine", pa.float32()),
+        ("iou", pa.float32()),
+        ("simcse_cosine", pa.float32()),
+        ("ratio", pa.float32()),
+        ("length", pa.int32()),
+    ]
+)
+REJECTED_SCHEMA = KEPT_SCHEMA.append(pa.field("failed", pa.string()))
+
+
+def check_columns(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
+    """`table` with the schema's columns, in its order and types; a missing column is an error naming `source`."""
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise UserError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(table.column_names)})")
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise UserError(f"{source}: columns of the wrong type ({exc})") from None

@@ -1,0 +1,88 @@
+"""What the filter computes for any set of caption pairs: distinct sentences, their embeddings (cached on disk
+by encoder and texts), and the output columns of scored pairs."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.manifest import FilterConfig
+from pipeline.records import fingerprint, write_json
+from pipeline.shards import write_atomic
+from stages.filter.criteria import CRITERIA, ScoredPairs
+from stages.filter.text import encode_texts, load_text_encoder
+
+log = logging.getLogger(__name__)
+
+
+def unique_texts(texts: list[str]) -> tuple[list[str], np.ndarray]:
+    """Distinct texts in order of first appearance, and each input's row among them."""
+    rows: dict[str, int] = {}
+    inverse = np.fromiter((rows.setdefault(text, len(rows)) for text in texts), np.int64, len(texts))
+    return list(rows), inverse
+
+
+def sentence_embeddings(
+    config: FilterConfig, texts: list[str], device: Any, cache_dir: Path | None = None
+) -> tuple[np.ndarray, dict]:
+    """Unit embeddings of `texts` with the configured encoder; read from `cache_dir` when this encoder has
+    encoded these texts before, else encoded and stored there (atomically)."""
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()
+    key = fingerprint({"encoder": config.text_encoder, "pooling": config.text_pooling, "texts": digest})
+    path = cache_dir / f"{key}.npy" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            cached = np.load(path)
+        except (OSError, ValueError):
+            cached = None
+        if cached is not None and cached.shape[0] == len(texts):
+            log.info("filter: sentence embeddings from the cache %s", path)
+            return cached, {"cache": str(path), "encoded": False, "dim": int(cached.shape[1])}
+    model = load_text_encoder(config.text_encoder, config.text_pooling, device)
+    log.info("filter: encoding %d distinct sentences with %s on %s", len(texts), config.text_encoder, device)
+    started = time.perf_counter()
+    embeddings = encode_texts(model, texts, config.text_batch_size, progress=True)
+    info = {"encoded": True, "dim": int(embeddings.shape[1]), "encode_seconds": round(time.perf_counter() - started, 3)}
+    if path is not None:
+        write_atomic(path, lambda handle: np.save(handle, embeddings))
+        meta = {"encoder": config.text_encoder, "pooling": config.text_pooling, "texts": len(texts), **info}
+        write_json(path.with_suffix(".json"), meta)
+        info["cache"] = str(path)
+    return embeddings, info
+
+
+def metric_columns(scored: ScoredPairs, select: np.ndarray) -> dict[str, pa.Array]:
+    cosine = scored.metrics["simcse_cosine"][select]
+    return {
+        "iou": pa.array(scored.metrics["iou"][select].astype(np.float32)),
+        "simcse_cosine": pa.array(cosine.astype(np.float32), mask=np.isnan(cosine)),
+        "ratio": pa.array(scored.metrics["ratio"][select].astype(np.float32)),
+        "length": pa.array(scored.metrics["length"][select].astype(np.int32)),
+    }
+
+
+def output_table(
+    candidates: pa.Table,
+    rows: tuple[np.ndarray, np.ndarray],
+    texts: pa.Array,
+    scored: ScoredPairs,
+    select: np.ndarray,
+    schema: pa.Schema,
+) -> pa.Table:
+    """The kept (or rejected) rows of one chunk of candidates, in the filter's schema."""
+    take = pa.array(select, pa.int64())
+    columns = {name: candidates.column(name).take(take) for name in ("pair_id", "image_id_1", "image_id_2")}
+    columns |= {name: candidates.column(name).take(take) for name in ("caption_id_1", "caption_id_2")}
+    columns["sentence1"] = texts.take(pa.array(rows[0][select]))
+    columns["sentence2"] = texts.take(pa.array(rows[1][select]))
+    columns["image_cosine"] = candidates.column("image_cosine").take(take).cast(pa.float32())
+    columns |= metric_columns(scored, select)
+    if "failed" in schema.names:
+        columns["failed"] = pa.array(np.asarray(CRITERIA, object)[scored.first_failed[select]], pa.string())
+    return pa.table(columns, schema=schema)

@@ -1,0 +1,108 @@
+"""Image pairs from neighbour lists, and their expansion into caption pairs (vectorised numpy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.errors import UserError
+from pipeline.schemas import CANDIDATES_SCHEMA, IMAGE_PAIRS_SCHEMA
+
+
+def pair_ids(caption_id_1: np.ndarray, caption_id_2: np.ndarray) -> np.ndarray:
+    """Stable pair id: the two 32-bit caption ids packed into one int64."""
+    return (caption_id_1.astype(np.int64) << 32) | caption_id_2.astype(np.int64)
+
+
+def image_pairs(image_ids: np.ndarray, neighbours: np.ndarray, scores: np.ndarray, mode: str) -> pa.Table:
+    """(image_id_1, image_id_2, rank, cosine); `unordered` keeps (i, j) and (j, i) once, as
+    image_id_1 < image_id_2 with the better (smaller) of the two ranks."""
+    n, k = neighbours.shape
+    first = np.repeat(image_ids, k)
+    second = image_ids[neighbours.reshape(-1)]
+    rank = np.tile(np.arange(1, k + 1, dtype=np.int32), n)
+    cosine = scores.reshape(-1)
+    if mode == "unordered":
+        lo, hi = np.minimum(first, second), np.maximum(first, second)
+        order = np.lexsort((rank, hi, lo))  # for each unordered pair, its best rank first
+        lo, hi, rank, cosine = lo[order], hi[order], rank[order], cosine[order]
+        first_of_pair = np.ones(len(lo), dtype=bool)
+        first_of_pair[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+        first, second = lo[first_of_pair], hi[first_of_pair]
+        rank, cosine = rank[first_of_pair], cosine[first_of_pair]
+    return pa.table(
+        {
+            "image_id_1": pa.array(first, pa.int64()),
+            "image_id_2": pa.array(second, pa.int64()),
+            "rank": pa.array(rank, pa.int32()),
+            "cosine": pa.array(cosine, pa.float32()),
+        },
+        schema=IMAGE_PAIRS_SCHEMA,
+    )
+
+
+@dataclass
+class CaptionIndex:
+    """Captions grouped by image (CSR layout): image row r owns caption_ids[offsets[r]:offsets[r + 1]]."""
+
+    image_ids: np.ndarray
+    offsets: np.ndarray
+    caption_ids: np.ndarray
+
+    @classmethod
+    def build(cls, image_ids: np.ndarray, caption_ids: np.ndarray, caption_image_ids: np.ndarray) -> CaptionIndex:
+        """`caption_image_ids` must all be among `image_ids`; every image must have a caption."""
+        order = np.lexsort((caption_ids, caption_image_ids))
+        by_image = caption_image_ids[order]
+        image_ids = np.sort(image_ids)
+        starts = np.searchsorted(by_image, image_ids, side="left")
+        ends = np.searchsorted(by_image, image_ids, side="right")
+        if np.any(ends == starts):
+            missing = image_ids[ends == starts][:3].tolist()
+            raise UserError(f"embedded images without captions, e.g. image_id {missing}")
+        offsets = np.append(starts, len(by_image)).astype(np.int64)
+        return cls(image_ids=image_ids, offsets=offsets, caption_ids=caption_ids[order])
+
+    def rows(self, image_ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.image_ids, image_ids)
+
+
+def expand(pairs: pa.Table, captions: CaptionIndex) -> pa.Table:
+    """The Cartesian product of the two images' captions for every image pair, fully vectorised."""
+    ids_1 = pairs.column("image_id_1").to_numpy()
+    ids_2 = pairs.column("image_id_2").to_numpy()
+    rows_1, rows_2 = captions.rows(ids_1), captions.rows(ids_2)
+    start_1, count_1 = captions.offsets[rows_1], np.diff(captions.offsets)[rows_1]
+    start_2, count_2 = captions.offsets[rows_2], np.diff(captions.offsets)[rows_2]
+    sizes = count_1 * count_2
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    local = np.arange(owner.size, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    caption_1 = captions.caption_ids[start_1[owner] + local // count_2[owner]]
+    caption_2 = captions.caption_ids[start_2[owner] + local % count_2[owner]]
+    return pa.table(
+        {
+            "pair_id": pa.array(pair_ids(caption_1, caption_2), pa.int64()),
+            "caption_id_1": pa.array(caption_1, pa.int64()),
+            "caption_id_2": pa.array(caption_2, pa.int64()),
+            "image_id_1": pa.array(ids_1[owner], pa.int64()),
+            "image_id_2": pa.array(ids_2[owner], pa.int64()),
+            "image_cosine": pa.array(pairs.column("cosine").to_numpy()[owner], pa.float32()),
+        },
+        schema=CANDIDATES_SCHEMA,
+    )
+
+
+def candidate_shard_bounds(pairs: pa.Table, captions: CaptionIndex, per_shard: int) -> tuple[np.ndarray, int]:
+    """Image-pair row bounds of candidate shards of about `per_shard` caption pairs each, cut at image-pair
+    boundaries; and the total number of caption pairs."""
+    per_pair = (
+        np.diff(captions.offsets)[captions.rows(pairs.column("image_id_1").to_numpy())]
+        * np.diff(captions.offsets)[captions.rows(pairs.column("image_id_2").to_numpy())]
+    )
+    cumulative = np.cumsum(per_pair)
+    total = int(cumulative[-1]) if len(cumulative) else 0
+    bounds = np.searchsorted(cumulative, np.arange(0, total, per_shard), "right")
+    bounds = np.unique(np.concatenate([[0], bounds[1:], [pairs.num_rows]])).astype(np.int64)
+    return bounds, total
