@@ -24,8 +24,8 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from pipeline.device import resolve_device
 from pipeline.manifest import EmbedConfig
-from stages.embed.images import image_batches
 from stages.embed.encoder import ImageList, load_clip, write_embedding_shards
+from stages.embed.images import image_batches
 
 
 def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:

@@ -7,9 +7,12 @@ import pytest
 import torch
 
 from pipeline.errors import UserError
+from pipeline.executor import staging_folder
 from pipeline.manifest import load_manifest
 from pipeline.records import read_record
+from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import list_shards, read_shards
+from stages.embed import encoder
 from stages.embed import stage as embed
 from tests.conftest import write_manifest
 
@@ -30,15 +33,18 @@ def _manifest(tmp_path: Path, dataset: tuple[Path, Path], **embed_config):
 def test_embed_writes_unit_vectors_for_every_image(tmp_path: Path, dataset):
     manifest = _manifest(tmp_path, dataset)
     record = embed.run(manifest)
-    table = read_shards(manifest.work_dir / "embed")
+    table = read_shards(manifest.work_dir / "embed" / EMBEDDINGS)
     assert record["counts"]["images_embedded"] == table.num_rows == 240
-    assert len(list_shards(manifest.work_dir / "embed")) == 3
+    assert len(list_shards(manifest.work_dir / "embed" / EMBEDDINGS)) == 3
     assert table.schema.field("embedding").type.list_size == 64
     vectors = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
     assert table.column("image_id").to_pylist() == sorted(table.column("image_id").to_pylist())
     assert read_record(manifest.work_dir / "embed")["params"]["model"] == "csts-tiny-clip"
-    assert (manifest.work_dir / "embed" / "captions.parquet").is_file()
+    assert read_shards(manifest.work_dir / "embed" / CAPTIONS).num_rows == 1200
+    assert set(record["files"]) == {f"{EMBEDDINGS}/part-0000{i}.parquet" for i in range(3)} | {
+        f"{CAPTIONS}/part-00000.parquet"
+    }
 
 
 def test_workers_and_batch_size_do_not_change_embeddings(tmp_path: Path, dataset):
@@ -46,8 +52,8 @@ def test_workers_and_batch_size_do_not_change_embeddings(tmp_path: Path, dataset
     second = _manifest(tmp_path / "b", dataset, num_workers=2, batch_size=64)
     embed.run(first)
     embed.run(second)
-    a = read_shards(first.work_dir / "embed").column("embedding").to_pylist()
-    b = read_shards(second.work_dir / "embed").column("embedding").to_pylist()
+    a = read_shards(first.work_dir / "embed" / EMBEDDINGS).column("embedding").to_pylist()
+    b = read_shards(second.work_dir / "embed" / EMBEDDINGS).column("embedding").to_pylist()
     np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
 
 
@@ -66,44 +72,48 @@ def test_corrupt_images_are_skipped_and_listed(tmp_path: Path, dataset):
 def test_rerun_with_same_inputs_is_a_noop_and_force_recomputes(tmp_path: Path, dataset):
     manifest = _manifest(tmp_path, dataset)
     embed.run(manifest)
-    stamps = {p: p.stat().st_mtime_ns for p in list_shards(manifest.work_dir / "embed")}
+    stamps = {p: p.stat().st_mtime_ns for p in list_shards(manifest.work_dir / "embed" / EMBEDDINGS)}
     assert embed.run(manifest)["status"] == "up-to-date"
-    assert {p: p.stat().st_mtime_ns for p in list_shards(manifest.work_dir / "embed")} == stamps
+    assert {p: p.stat().st_mtime_ns for p in list_shards(manifest.work_dir / "embed" / EMBEDDINGS)} == stamps
     record = embed.run(manifest, force=True)
     assert record["status"] == "done" and record["resumed"] is False
 
 
 def test_a_crashed_run_resumes_from_its_finished_shards(tmp_path: Path, dataset, monkeypatch):
     manifest = _manifest(tmp_path, dataset)  # 3 shards of 100 images; batches of 16 straddle the boundaries
-    real = embed.embed_batches
+    real = encoder.embed_batches
     requested: list[int] = []
 
     def crash_inside_second_shard(encoder, paths, *args, **kwargs):
         requested.append(len(paths))
         yielded = 0
         for batch in real(encoder, paths, *args, **kwargs):
-            if yielded > 100:  # the batch that finished shard 0 has been consumed
+            if yielded > 200:  # shard 1 is complete, so shard 0's write has been reported
                 raise KeyboardInterrupt("simulated crash")
             yielded += len(batch[0]) + len(batch[2])
             yield batch
 
-    monkeypatch.setattr(embed, "embed_batches", crash_inside_second_shard)
+    monkeypatch.setattr(encoder, "embed_batches", crash_inside_second_shard)
     with pytest.raises(KeyboardInterrupt):
         embed.run(manifest)
-    folder = manifest.work_dir / "embed"
-    assert [p.name for p in list_shards(folder)] == ["part-00000.parquet"]
-    assert read_record(folder) is None and not list(folder.glob("*.tmp"))
+    assert not (manifest.work_dir / "embed").exists()  # nothing committed yet
+    staging = staging_folder(embed.EmbedStage(manifest))
+    folder = staging / EMBEDDINGS
+    assert [p.name for p in list_shards(folder)] == ["part-00000.parquet", "part-00001.parquet"]
+    assert not list(staging.rglob(".*.tmp"))
     first_stamp = (folder / "part-00000.parquet").stat().st_mtime_ns
 
     requested.clear()
     monkeypatch.setattr(
-        embed, "embed_batches", lambda e, paths, *a, **k: (requested.append(len(paths)), real(e, paths, *a, **k))[1]
+        encoder, "embed_batches", lambda e, paths, *a, **k: (requested.append(len(paths)), real(e, paths, *a, **k))[1]
     )
     record = embed.run(manifest)
-    assert record["resumed"] is True
-    assert requested == [140]  # one loader over the two unfinished shards only
+    # shard 0 was reported done; shard 1 too unless its write was still in flight at the crash
+    assert record["resumed"] is True and record["units_reused"] in (1, 2)
+    assert requested == [240 - 100 * record["units_reused"]]  # one loader over the unfinished shards only
+    folder = manifest.work_dir / "embed" / EMBEDDINGS
     assert (folder / "part-00000.parquet").stat().st_mtime_ns == first_stamp
-    assert record["counts"]["images_embedded"] == 240
+    assert record["counts"]["images_embedded"] == 240 and not staging.exists()
     resumed = read_shards(folder)
     assert resumed.column("image_id").to_pylist() == sorted(resumed.column("image_id").to_pylist())
 
@@ -111,30 +121,30 @@ def test_a_crashed_run_resumes_from_its_finished_shards(tmp_path: Path, dataset,
 def test_a_failed_background_write_stops_the_run(tmp_path: Path, dataset, monkeypatch):
     """A shard write that fails in the writer thread is raised in the stage, not lost; finished shards stay."""
     manifest = _manifest(tmp_path, dataset)
-    real = embed.write_table
+    real = encoder.write_table
 
     def disk_full_on_second_shard(table, path):
         if path.name == "part-00001.parquet":
             raise OSError(28, "No space left on device")
         real(table, path)
 
-    monkeypatch.setattr(embed, "write_table", disk_full_on_second_shard)
+    monkeypatch.setattr(encoder, "write_table", disk_full_on_second_shard)
     with pytest.raises(OSError, match="No space left"):
         embed.run(manifest)
-    folder = manifest.work_dir / "embed"
-    assert [p.name for p in list_shards(folder)] == ["part-00000.parquet"]
-    assert read_record(folder) is None
+    staging = staging_folder(embed.EmbedStage(manifest))
+    assert [p.name for p in list_shards(staging / EMBEDDINGS)] == ["part-00000.parquet"]
+    assert not (manifest.work_dir / "embed").exists()
 
 
 def test_shards_match_a_single_in_memory_pass(tmp_path: Path, dataset):
     """Cutting one loader's batches into shards loses, duplicates and reorders nothing."""
     manifest = _manifest(tmp_path, dataset, batch_size=16, images_per_shard=37)
     embed.run(manifest)
-    table = read_shards(manifest.work_dir / "embed")
-    assert len(list_shards(manifest.work_dir / "embed")) == 7
-    encoder = embed.load_clip(manifest.embed, torch.device("cpu"))
+    table = read_shards(manifest.work_dir / "embed" / EMBEDDINGS)
+    assert len(list_shards(manifest.work_dir / "embed" / EMBEDDINGS)) == 7
+    clip = encoder.load_clip(manifest.embed, torch.device("cpu"))
     paths = sorted(dataset[1].glob("*.jpg"))
-    vectors = [v for _, v, _ in embed.embed_batches(encoder, paths, torch.device("cpu"), 240, 0)]
+    vectors = [v for _, v, _ in encoder.embed_batches(clip, paths, torch.device("cpu"), 240, 0)]
     names = table.column("file_name").to_pylist()
     assert names == [p.name for p in paths]
     np.testing.assert_allclose(
@@ -148,7 +158,7 @@ def test_changed_parameters_start_afresh(tmp_path: Path, dataset):
     changed = _manifest(tmp_path, dataset, images_per_shard=120)
     record = embed.run(changed)
     assert record["status"] == "done"
-    assert len(list_shards(changed.work_dir / "embed")) == 2
+    assert len(list_shards(changed.work_dir / "embed" / EMBEDDINGS)) == 2
     assert json.loads((changed.work_dir / "embed" / "_stage.json").read_text())["params"]["images_per_shard"] == 120
 
 

@@ -6,8 +6,8 @@ import torch
 from PIL import Image
 
 from pipeline.manifest import EmbedConfig
-from stages.embed.images import DevicePreprocess, choose_decode, image_batches
 from stages.embed.encoder import load_clip
+from stages.embed.images import DevicePreprocess, choose_decode, image_batches
 from tests.conftest import TINY_CLIP
 
 

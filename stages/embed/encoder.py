@@ -153,6 +153,10 @@ def write_embedding_shards(
         for indices, vectors, failed in batches:
             _buffer_batch(images, positions, buffers, indices, vectors, failed)
             consumed += len(indices) + len(failed)
+            if in_flight is not None and in_flight[2].done():  # report a finished shard at once
+                in_flight[2].result()
+                yield in_flight[0], in_flight[1]
+                in_flight = None
             while next_to_write < len(shards) and shard_ends[next_to_write] <= consumed:
                 shard = shards[next_to_write]
                 if device.type == "cuda":

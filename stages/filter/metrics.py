@@ -173,5 +173,3 @@ def pair_metrics_backend(
     if getattr(device, "type", str(device)) == "cuda":
         return TorchPairMetrics(features, embeddings, device)
     return NumbaPairMetrics(features, embeddings)
-
-

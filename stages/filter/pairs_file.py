@@ -13,8 +13,8 @@ from pipeline.errors import UserError
 from pipeline.manifest import Manifest
 from pipeline.shards import read_table, write_atomic, write_table
 from stages.filter.criteria import CRITERIA, Criteria, score_pairs
-from stages.filter.metrics import TextFeatures, pair_metrics_backend
 from stages.filter.funnel import Funnel
+from stages.filter.metrics import TextFeatures, pair_metrics_backend
 from stages.filter.scoring import metric_columns, sentence_embeddings, unique_texts
 
 
