@@ -7,8 +7,11 @@ import pytest
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
 from pipeline.records import StageRun
-from pipeline.shards import list_shards, read_shards, read_table, write_table
+from pipeline.schemas import CAPTIONS, EMBEDDINGS
+from pipeline.shards import list_shards, read_shards, write_table
 from stages.embed.encoder import embeddings_table
+from stages.mine import knn
+from stages.mine import pairs as mine_pairs
 from stages.mine import stage as mine
 from tests.conftest import write_manifest
 
@@ -21,7 +24,7 @@ def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 @pytest.mark.parametrize("backend", ["faiss", "torch"])
 def test_neighbours_equal_brute_force_top_k(backend: str):
     vectors = _unit(np.random.default_rng(0), 500, 32)
-    neighbours, scores = mine.exact_knn(vectors, k=10, query_batch=128, backend=backend)
+    neighbours, scores = knn.exact_knn(vectors, k=10, query_batch=128, backend=backend)
     sims = vectors @ vectors.T
     np.fill_diagonal(sims, -np.inf)
     expected = np.argsort(-sims, axis=1, kind="stable")[:, :10]
@@ -34,22 +37,22 @@ def test_neighbours_equal_brute_force_top_k(backend: str):
 def test_self_match_is_removed_by_index_even_among_duplicate_vectors(backend: str):
     vectors = _unit(np.random.default_rng(1), 20, 8)
     vectors[5] = vectors[6] = vectors[7]  # three identical rows: self may not come first
-    neighbours, _ = mine.exact_knn(vectors, k=5, backend=backend)
+    neighbours, _ = knn.exact_knn(vectors, k=5, backend=backend)
     assert not np.any(neighbours == np.arange(20)[:, None])
     assert set(neighbours[5, :2]) == {6, 7} and set(neighbours[7, :2]) == {5, 6}
 
 
 def test_k_must_be_below_the_number_of_images():
     with pytest.raises(UserError, match="needs more than 10 embedded images"):
-        mine.exact_knn(_unit(np.random.default_rng(0), 10, 4), k=10)
+        knn.exact_knn(_unit(np.random.default_rng(0), 10, 4), k=10)
 
 
 def test_unordered_pairs_keep_each_symmetric_pair_once_with_its_best_rank():
     vectors = _unit(np.random.default_rng(2), 60, 16)
     image_ids = np.arange(100, 160, dtype=np.int64)
-    neighbours, scores = mine.exact_knn(vectors, k=6)
-    ordered = mine.image_pairs(image_ids, neighbours, scores, "ordered")
-    unordered = mine.image_pairs(image_ids, neighbours, scores, "unordered")
+    neighbours, scores = knn.exact_knn(vectors, k=6)
+    ordered = mine_pairs.image_pairs(image_ids, neighbours, scores, "ordered")
+    unordered = mine_pairs.image_pairs(image_ids, neighbours, scores, "unordered")
     assert ordered.num_rows == 60 * 6
     directed = set(zip(ordered.column("image_id_1").to_pylist(), ordered.column("image_id_2").to_pylist()))
     expected = {(min(a, b), max(a, b)) for a, b in directed}
@@ -67,7 +70,7 @@ def test_expansion_is_the_cartesian_product_of_captions():
     # images 1..4 with 1, 2, 3 and 5 captions
     caption_image_ids = np.array([1, 2, 2, 3, 3, 3, 4, 4, 4, 4, 4])
     caption_ids = np.arange(500, 511)
-    index = mine.CaptionIndex.build(np.array([4, 3, 2, 1]), caption_ids, caption_image_ids)
+    index = mine_pairs.CaptionIndex.build(np.array([4, 3, 2, 1]), caption_ids, caption_image_ids)
     pairs = pa.table(
         {
             "image_id_1": [1, 2, 3],
@@ -76,7 +79,7 @@ def test_expansion_is_the_cartesian_product_of_captions():
             "cosine": pa.array([0.9, 0.8, 0.7], pa.float32()),
         }
     )
-    candidates = mine.expand(pairs, index)
+    candidates = mine_pairs.expand(pairs, index)
     assert candidates.num_rows == 1 * 5 + 2 * 3 + 3 * 5
     rows = candidates.to_pylist()
     owner = dict(zip(caption_ids.tolist(), caption_image_ids.tolist()))
@@ -100,7 +103,7 @@ def _fake_embed_stage(work_dir: Path, n_images: int = 40, captions_per_image: in
     folder = work_dir / "embed"
     write_table(
         embeddings_table(image_ids, [f"{i}.jpg" for i in image_ids], _unit(rng, n_images, 16)),
-        folder / "part-00000.parquet",
+        folder / EMBEDDINGS / "part-00000.parquet",
     )
     caption_image_ids = np.repeat(image_ids, captions_per_image)
     write_table(
@@ -111,7 +114,7 @@ def _fake_embed_stage(work_dir: Path, n_images: int = 40, captions_per_image: in
                 "caption": [f"caption {i}" for i in range(len(caption_image_ids))],
             }
         ),
-        folder / "captions.parquet",
+        folder / CAPTIONS / "part-00000.parquet",
     )
     StageRun("embed", folder, {"fake": True}, {}).finish({"images_embedded": n_images})
 
@@ -133,7 +136,7 @@ def test_mine_stage_counts_are_exact(tmp_path: Path):
     assert len(list_shards(folder / "candidates")) == record["counts"]["candidate_shards"] > 1
     assert np.all(candidates.column("image_id_1").to_numpy() != candidates.column("image_id_2").to_numpy())
     assert len(set(candidates.column("pair_id").to_pylist())) == candidates.num_rows
-    assert read_table(folder / "captions.parquet").num_rows == 200
+    assert read_shards(folder / CAPTIONS).num_rows == 200
 
 
 def test_mine_rerun_is_a_noop_and_changed_k_recomputes(tmp_path: Path):
