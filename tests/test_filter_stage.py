@@ -20,10 +20,14 @@ from typer.testing import CliRunner
 import stages.filter.stage as stage
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
+from pipeline.executor import plan_fingerprint, staging_folder
 from pipeline.manifest import load_manifest
-from pipeline.records import STARTED, StageRun, read_record, write_json
+from pipeline.records import StageRun, describe_files, read_record, write_json
+from pipeline.schemas import CAPTIONS, KEPT_SCHEMA, REJECTED_SCHEMA
 from pipeline.shards import shard_name, write_table
+from stages.filter import scoring
 from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics
+from stages.filter.pairs_file import score_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -90,10 +94,10 @@ def template(tmp_path_factory) -> Path:
     mine_dir = manifest.work_dir / "mine"
     write_table(
         pa.table({"caption_id": caption_ids, "image_id": owners, "caption": pa.array(texts)}),
-        mine_dir / "captions.parquet",
+        mine_dir / CAPTIONS / shard_name(0),
     )
     sentences = list(dict.fromkeys(texts))
-    embeddings, _ = stage.sentence_embeddings(
+    embeddings, _ = scoring.sentence_embeddings(
         manifest.filter, sentences, torch.device("cpu"), manifest.work_dir / stage.EMBEDDING_CACHE
     )
     by_text = {text: row for row, text in enumerate(sentences)}
@@ -136,6 +140,12 @@ def manifest_for(work: Path, **filter_overrides):
     return load_manifest(write_manifest(work.parent, **filter_overrides))
 
 
+def reseal(folder: Path) -> None:
+    """Let a record list the files of an output edited by hand, as if its stage had written them."""
+    record = read_record(folder)
+    write_json(folder / "_stage.json", record | {"files": describe_files(folder)})
+
+
 def no_encoder(*args, **kwargs):
     raise AssertionError("the text encoder must not be loaded here")
 
@@ -147,8 +157,8 @@ def read_folder(folder: Path) -> pa.Table:
 # --- outputs --------------------------------------------------------------------------------------------------------
 
 
-def test_stage_writes_kept_and_rejected_pairs_that_follow_the_criteria(work, capsys, monkeypatch):
-    monkeypatch.setattr(stage, "load_text_encoder", no_encoder)  # the cache holds every caption's embedding
+def test_stage_writes_kept_and_rejected_pairs_that_follow_the_criteria(work, monkeypatch):
+    monkeypatch.setattr(scoring, "load_text_encoder", no_encoder)  # the cache holds every caption's embedding
     manifest = manifest_for(work, keep_rejected=True)
     record = stage.run(manifest)
     out = work / "filter"
@@ -157,8 +167,8 @@ def test_stage_writes_kept_and_rejected_pairs_that_follow_the_criteria(work, cap
         p.name for p in sorted((work / "mine" / "candidates").glob("*.parquet"))
     ]
     kept, rejected = read_folder(out / "kept"), read_folder(out / "rejected")
-    assert kept.schema.remove_metadata() == stage.KEPT_SCHEMA
-    assert rejected.schema.remove_metadata() == stage.REJECTED_SCHEMA
+    assert kept.schema.remove_metadata() == KEPT_SCHEMA
+    assert rejected.schema.remove_metadata() == REJECTED_SCHEMA
     assert kept.num_rows > 0 and rejected.num_rows > 0
     assert kept.num_rows + rejected.num_rows == candidates.num_rows
     assert sorted(kept["pair_id"].to_pylist() + rejected["pair_id"].to_pylist()) == sorted(
@@ -200,12 +210,12 @@ def test_stage_writes_kept_and_rejected_pairs_that_follow_the_criteria(work, cap
         assert sum(histograms[name]["after"]) == kept.num_rows
     assert sum(histograms["simcse_cosine"]["before"]) == funnel["cosine_evaluated"]
     assert (out / "histograms.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    printed = capsys.readouterr().out
+    printed = stage.funnel_table(manifest, record)
     assert "filter funnel" in printed and "simcse_cosine >= 0.4" in printed and "--full-report" in printed
 
 
 def test_full_report_computes_the_cosine_for_every_candidate(work, monkeypatch):
-    monkeypatch.setattr(stage, "load_text_encoder", no_encoder)
+    monkeypatch.setattr(scoring, "load_text_encoder", no_encoder)
     funnel = stage.run(manifest_for(work, full_report=True))["funnel"]
     cosine = funnel["criteria"]["simcse_cosine"]
     assert funnel["cosine_evaluated"] == funnel["candidates"]
@@ -217,37 +227,56 @@ def test_full_report_computes_the_cosine_for_every_candidate(work, monkeypatch):
 # --- resume, no-op, reruns with other thresholds --------------------------------------------------------------------
 
 
-def test_rerun_is_a_no_op_and_prints_the_funnel_again(work, capsys):
+def test_rerun_is_a_no_op_and_the_cli_prints_the_funnel_again(work):
     manifest = manifest_for(work)
     first = stage.run(manifest)
     mtimes = {p: p.stat().st_mtime_ns for p in (work / "filter").rglob("*") if p.is_file()}
-    capsys.readouterr()
     assert stage.run(manifest) == {"status": "up-to-date", "folder": str(work / "filter")}
     assert {p: p.stat().st_mtime_ns for p in (work / "filter").rglob("*") if p.is_file()} == mtimes
-    assert f"filter funnel: {first['funnel']['candidates']:,} candidate pairs" in capsys.readouterr().out
+    result = CliRunner().invoke(app, ["filter", "--manifest", str(write_manifest(work.parent))])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("up to date") == 1
+    assert f"filter funnel: {first['funnel']['candidates']:,} candidate pairs" in result.output
 
 
-def test_resume_after_a_crash_redoes_only_the_missing_shards(work):
+def test_resume_after_a_crash_redoes_only_the_unfinished_shards(work, monkeypatch):
     manifest = manifest_for(work)
-    first = stage.run(manifest)
-    kept_dir = work / "filter" / "kept"
-    untouched = kept_dir / shard_name(0)
-    before = untouched.stat().st_mtime_ns
-    # what a crash while writing shard 1 leaves: the started marker, a temporary file, no record
-    (work / "filter" / "_stage.json").unlink()
-    (kept_dir / shard_name(1)).rename(kept_dir / (shard_name(1) + ".tmp"))
-    write_json(work / "filter" / STARTED, {"fingerprint": first["fingerprint"]})
+    real = stage.FilterStage.process
+    calls: list[str] = []
+
+    def crash_on_second_shard(self, unit, staging):
+        calls.append(unit.key)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated crash")
+        return real(self, unit, staging)
+
+    monkeypatch.setattr(stage.FilterStage, "process", crash_on_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        stage.run(manifest)
+    assert not (work / "filter").exists()  # nothing committed
+    staging = staging_folder(stage.FilterStage(manifest))
+    assert [p.name for p in (staging / "kept").glob("*.parquet")] == [shard_name(0)]
+    before = (staging / "kept" / shard_name(0)).stat().st_mtime_ns
+
+    calls.clear()
+    monkeypatch.setattr(stage.FilterStage, "process", lambda self, u, s: (calls.append(u.key), real(self, u, s))[1])
     second = stage.run(manifest)
-    assert second["resumed"] and second["shards_reused"] == first["counts"]["shards"] - 1
-    assert untouched.stat().st_mtime_ns == before
-    assert not list(kept_dir.glob("*.tmp"))
-    assert second["funnel"] == first["funnel"]
-    assert second["fingerprint"] == first["fingerprint"]
+    assert second["resumed"] and second["units_reused"] == 1 and shard_name(0) not in " ".join(calls)
+    assert (work / "filter" / "kept" / shard_name(0)).stat().st_mtime_ns == before
+    assert not staging.exists() and not list((work / "filter").rglob(".*"))
+    clean = stage.run(manifest, force=True)
+    assert second["funnel"] == clean["funnel"] and second["fingerprint"] == clean["fingerprint"]
+
+
+def test_a_missing_upstream_shard_is_refused_with_one_line(work):
+    (work / "mine" / "candidates" / shard_name(1)).unlink()
+    with pytest.raises(UserError, match=r"part-00001.parquet: missing.*rerun `csts-pipeline mine`"):
+        stage.run(manifest_for(work))
 
 
 def test_other_thresholds_rerun_without_encoding_again(work, monkeypatch):
     first = stage.run(manifest_for(work))
-    monkeypatch.setattr(stage, "load_text_encoder", no_encoder)
+    monkeypatch.setattr(scoring, "load_text_encoder", no_encoder)
     second = stage.run(manifest_for(work, max_iou=0.3))
     assert second["fingerprint"] != first["fingerprint"]
     assert second["text_encoder"]["encoded"] is False
@@ -257,7 +286,7 @@ def test_other_thresholds_rerun_without_encoding_again(work, monkeypatch):
 
 def test_a_criterion_switched_off_in_the_manifest_loads_no_encoder(work, monkeypatch):
     shutil.rmtree(work / stage.EMBEDDING_CACHE)
-    monkeypatch.setattr(stage, "load_text_encoder", no_encoder)
+    monkeypatch.setattr(scoring, "load_text_encoder", no_encoder)
     record = stage.run(manifest_for(work, min_cosine=None))
     kept = read_folder(work / "filter" / "kept")
     assert kept["simcse_cosine"].null_count == kept.num_rows > 0
@@ -267,11 +296,19 @@ def test_a_criterion_switched_off_in_the_manifest_loads_no_encoder(work, monkeyp
 
 def test_manifest_overrides_reach_the_criteria_and_the_fingerprint(work):
     path = write_manifest(work.parent)
-    base = stage.plan(load_manifest(path))
-    override = stage.plan(load_manifest(path, {"filter.max_iou": 0.5, "filter.min_length": 40}))
+
+    def fingerprint_of(manifest):
+        filter_stage = stage.FilterStage(manifest)
+        plan = filter_stage.plan()
+        return plan, plan_fingerprint(filter_stage, plan)
+
+    base, base_fingerprint = fingerprint_of(load_manifest(path))
+    override, override_fingerprint = fingerprint_of(
+        load_manifest(path, {"filter.max_iou": 0.5, "filter.min_length": 40})
+    )
     assert override.params["max_iou"] == 0.5 and override.params["min_length"] == 40
-    assert override.fingerprint != base.fingerprint
-    assert stage.plan(load_manifest(path, {"filter.pairs_per_chunk": 7})).fingerprint == base.fingerprint
+    assert override_fingerprint != base_fingerprint
+    assert fingerprint_of(load_manifest(path, {"filter.pairs_per_chunk": 7}))[1] == base_fingerprint
     with pytest.raises(UserError, match="max_iou"):
         load_manifest(path, {"filter.max_iou": 1.5})
     with pytest.raises(UserError, match="min_cosine"):
@@ -282,7 +319,7 @@ def test_manifest_overrides_reach_the_criteria_and_the_fingerprint(work):
 
 
 def test_cli_overrides_thresholds_and_switches_criteria_off(work, monkeypatch):
-    monkeypatch.setattr(stage, "load_text_encoder", no_encoder)
+    monkeypatch.setattr(scoring, "load_text_encoder", no_encoder)
     manifest = write_manifest(work.parent)
     args = ["filter", "--manifest", str(manifest), "--max-iou", "0.3", "--min-cosine", "none", "--min-length", "40"]
     result = CliRunner().invoke(app, args)
@@ -349,7 +386,7 @@ def test_pairs_mode_scores_any_sentence_pairs(work, stsb_csv, suffix):
 
 
 def test_pairs_mode_with_the_cosine_off_loads_no_encoder(work, stsb_csv, monkeypatch):
-    monkeypatch.setattr(stage, "load_text_encoder", no_encoder)
+    monkeypatch.setattr(scoring, "load_text_encoder", no_encoder)
     out = work.parent / "scored.parquet"
     args = ["--manifest", str(write_manifest(work.parent)), "--pairs", str(stsb_csv), "--out", str(out)]
     result = CliRunner().invoke(app, ["filter", *args, "--min-cosine", "none", "--min-length", "none"])
@@ -362,17 +399,17 @@ def test_pairs_mode_with_the_cosine_off_loads_no_encoder(work, stsb_csv, monkeyp
 def test_pairs_mode_bad_files(work, tmp_path):
     manifest = load_manifest(write_manifest(work.parent))
     with pytest.raises(UserError, match="pairs file not found"):
-        stage.score_file(manifest, tmp_path / "missing.csv", tmp_path / "out.parquet")
+        score_file(manifest, tmp_path / "missing.csv", tmp_path / "out.parquet")
     wrong = tmp_path / "wrong.csv"
     wrong.write_text("text_a,text_b\nA dog.,A cat.\n")
     with pytest.raises(UserError, match=r"missing column\(s\) sentence1, sentence2"):
-        stage.score_file(manifest, wrong, tmp_path / "out.parquet")
+        score_file(manifest, wrong, tmp_path / "out.parquet")
     with pytest.raises(UserError, match=r"give a \.csv or \.parquet"):
-        stage.score_file(manifest, wrong, tmp_path / "out.txt")
+        score_file(manifest, wrong, tmp_path / "out.txt")
     nulls = tmp_path / "nulls.parquet"
     pq.write_table(pa.table({"sentence1": ["A dog.", None], "sentence2": ["A cat.", "A cow."]}), nulls)
     with pytest.raises(UserError, match="1 row"):
-        stage.score_file(manifest, nulls, tmp_path / "out.parquet")
+        score_file(manifest, nulls, tmp_path / "out.parquet")
 
 
 # --- bad input ------------------------------------------------------------------------------------------------------
@@ -399,6 +436,7 @@ def test_mine_output_older_than_embed_is_refused(work):
 def test_empty_candidate_shards_give_empty_kept_shards(work):
     empty = np.array([], np.int64)
     write_candidates(work / "mine" / "candidates" / shard_name(99), empty, empty, empty, empty, empty)
+    reseal(work / "mine")
     record = stage.run(manifest_for(work, keep_rejected=True))
     assert pq.read_table(work / "filter" / "kept" / shard_name(99)).num_rows == 0
     assert pq.read_table(work / "filter" / "rejected" / shard_name(99)).num_rows == 0
@@ -407,6 +445,7 @@ def test_empty_candidate_shards_give_empty_kept_shards(work):
 
 def test_no_candidate_shards_is_an_error(work):
     shutil.rmtree(work / "mine" / "candidates")
+    reseal(work / "mine")
     with pytest.raises(UserError, match="no candidate shards"):
         stage.run(manifest_for(work))
 
@@ -416,13 +455,15 @@ def test_unknown_caption_ids_and_broken_shards_are_errors(work):
     shard = work / "mine" / "candidates" / shard_name(0)
     ids = np.array([1], np.int64)
     write_candidates(shard, ids, ids, ids, ids, np.array([0.5]))
+    reseal(work / "mine")
     with pytest.raises(UserError, match="caption_id 1 is not in"):
         stage.run(manifest)
     pq.write_table(pa.table({"pair_id": ids}), shard)
-    with pytest.raises(UserError, match="not a mine candidates shard"):
+    reseal(work / "mine")
+    with pytest.raises(UserError, match=r"missing column\(s\) caption_id_1"):
         stage.run(manifest)
-    shard.write_bytes(b"not parquet at all")
-    with pytest.raises(UserError, match="not a readable Parquet file"):
+    shard.write_bytes(b"not parquet at all")  # a damaged file: its size no longer matches the record
+    with pytest.raises(UserError, match="the mine output is incomplete"):
         stage.run(manifest)
 
 
