@@ -22,9 +22,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
+from pipeline.manifest import train_config
 from pipeline.packaged_models import resolve_model_path
 from stages.train import evaluate as evaluate_stage
 from stages.train import train as train_stage
+from stages.train.checkpoint import load_checkpoint
 from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
 from stages.train.models import ModelSpec, load_model
 from stages.train.sample import sample_rows, write_sample_parquet, write_sample_splits
@@ -81,22 +83,13 @@ def _csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _options(tiny_bert: Path, files: dict[str, Path], out: Path, **overrides) -> train_stage.TrainOptions:
-    values = {
-        "train": files["train"],
-        "validation": files["validation"],
-        "test": files["test"],
-        "out": out,
-        "model": str(tiny_bert),
-        "learning_rate": 3e-3,
-        "batch_size": 8,
-        "epochs": 3,
-        "warmup_ratio": 0.0,
-        "weight_decay": 0.0,
-        "device": "cpu",
-        **overrides,
-    }
-    return train_stage.TrainOptions(**values)
+def _options(
+    tiny_bert: Path, files: dict[str, Path], out: Path, preset: str | None = None, **overrides
+) -> train_stage.TrainOptions:
+    hyper = {"model": str(tiny_bert), "learning_rate": 3e-3, "batch_size": 8, "epochs": 3, "warmup_ratio": 0.0}
+    config = train_config(preset, {**hyper, "weight_decay": 0.0, **overrides})
+    paths = {"train": files["train"], "validation": files["validation"], "test": files["test"]}
+    return train_stage.TrainOptions(**paths, out=out, config=config, device="cpu")
 
 
 # --- readers -------------------------------------------------------------------------------------------------
@@ -355,7 +348,7 @@ def test_training_lowers_the_loss_and_scores_every_split(
     saved = json.loads((out / "best" / "csts_model.json").read_text())
     assert (saved["encoding"], saved["objective"]) == (encoding, objective)
     assert json.loads((out / "train_record.json").read_text())["fingerprint"] == record["fingerprint"]
-    assert not list(out.rglob("*.tmp")) and not (out / "checkpoint.pt").exists()
+    assert not list(out.rglob("*.tmp")) and not (out / train_stage.CHECKPOINT).exists()
 
     # The best/ folder reloads as the same model: evaluate reproduces the recorded test metrics.
     reloaded = evaluate_stage.run(
@@ -389,7 +382,7 @@ def test_interrupted_training_resumes_after_the_last_epoch(
     monkeypatch.setattr(train_stage, "_save_checkpoint", crash_after_first_epoch)
     with pytest.raises(KeyboardInterrupt):
         train_stage.run(options)
-    interrupted = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["state"]
+    interrupted = load_checkpoint(tmp_path / "run" / train_stage.CHECKPOINT)["state"]
     monkeypatch.setattr(train_stage, "_save_checkpoint", save)
 
     record = train_stage.run(options)
@@ -400,9 +393,8 @@ def test_interrupted_training_resumes_after_the_last_epoch(
 
 def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path, tmp_path: Path) -> None:
     path = write_sample_parquet(tmp_path / "all.parquet", {"train": 12, "validation": 4, "test": 4})
-    options = train_stage.TrainOptions(
-        train=path, out=tmp_path / "run", model=str(tiny_bert), device="cpu", max_steps=2, batch_size=8
-    )
+    config = train_config(None, {"model": str(tiny_bert), "max_steps": 2, "batch_size": 8})
+    options = train_stage.TrainOptions(train=path, out=tmp_path / "run", config=config, device="cpu")
     record = train_stage.run(options)
     assert record["counts"]["train_rows"] == 24 and record["counts"]["validation_rows"] == 8
     assert set(record["metrics"]) == {"validation", "test"}
@@ -410,8 +402,8 @@ def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path,
 
 
 def test_paper_preset_values_and_overrides(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
-    options = train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, preset="paper", model=str(tiny_bert))
-    hyper = train_stage.resolve(options)
+    config = train_config("paper", {"model": str(tiny_bert)})
+    hyper = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, config=config))
     assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 4, 8)
     assert (hyper.epochs, hyper.warmup_ratio, hyper.max_length, hyper.pooler) == (3, 0.1, 512, "cls")
     assert hyper.model == str(tiny_bert)  # an explicit option beats the preset
