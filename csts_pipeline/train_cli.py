@@ -15,7 +15,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from csts_pipeline.options import ForceOpt, PrecisionOpt, user_errors
-from pipeline.manifest import TrainConfig, train_config
+from pipeline.manifest import TrainConfig, load_manifest, manifest_path, train_config
 from pipeline.records import read_record
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
@@ -66,6 +66,13 @@ def with_config_options(after: str) -> Callable[[Callable[..., None]], Callable[
     return decorate
 
 
+def _manifest_train_section(dataset: str | None, manifest: Path | None) -> dict[str, Any] | None:
+    """The keys a manifest's `train:` section sets (they beat --preset; options beat them), or None."""
+    if dataset is None and manifest is None:
+        return None
+    return load_manifest(manifest_path(dataset, manifest)).train.model_dump(exclude_unset=True)
+
+
 @with_config_options(after="preset")
 @user_errors
 def train(
@@ -82,6 +89,12 @@ def train(
     preset: Annotated[
         str | None, typer.Option(help="paper: the C-STS authors' released hyperparameters (docs/train.md).")
     ] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
+    ] = None,
+    manifest: Annotated[
+        Path | None, typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train:.")
+    ] = None,
     device: ModelDeviceOpt = "auto",
     metrics_out: MetricsOutOpt = None,
     force: ForceOpt = False,
@@ -95,7 +108,7 @@ def train(
         out=out,
         validation=validation,
         test=test,
-        config=train_config(preset, hyperparameters),
+        config=train_config(preset, hyperparameters, _manifest_train_section(dataset, manifest)),
         device=device,
         metrics_out=metrics_out,
     )

@@ -164,11 +164,11 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
 def train_config(
     preset: str | None = None, overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None
 ) -> TrainConfig:
-    """TrainConfig defaults <- `base` (a manifest's `train:` section) <- the preset <- `overrides` (None: not given).
-    A bad value is a UserError naming the command-line option."""
+    """TrainConfig defaults <- the preset <- `base` (the keys a manifest's `train:` section sets) <- `overrides`
+    (command-line options; None: not given). A bad value is a UserError naming the command-line option."""
     if preset is not None and preset not in TRAIN_PRESETS:
         raise UserError(f"--preset {preset!r}: known presets: {', '.join(TRAIN_PRESETS)}")
-    values = {**(base or {}), **TRAIN_PRESETS.get(preset or "", {})}
+    values = {**TRAIN_PRESETS.get(preset or "", {}), **(base or {})}
     values.update({key: value for key, value in (overrides or {}).items() if value is not None})
     try:
         return TrainConfig.model_validate(values)
