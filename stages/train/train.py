@@ -4,8 +4,9 @@ Reader: stages.train.data (C-STS CSV or Parquet shards, one source per split or 
 stages.train.models. Loop: AdamW (no decay on biases and norms), linear schedule with warmup, gradient
 accumulation, autocast on CUDA, evaluation on the validation split after each epoch, the best epoch kept in
 `<out>/best/`. Writer: `best/`, `metrics.json`, `predictions_<split>.parquet`, `train_record.json` (docs/schemas.md).
-A checkpoint after each epoch makes an interrupted run resume where it stopped; a rerun with the same data and
-parameters is a no-op.
+A checkpoint after each epoch (stages.train.checkpoint: safetensors + JSON, no pickle) makes an interrupted run
+resume where it stopped; a rerun with the same data and parameters is a no-op. The hyperparameters, their defaults,
+bounds and presets: pipeline.manifest.TrainConfig and TRAIN_PRESETS.
 """
 
 from __future__ import annotations
@@ -299,6 +300,7 @@ def _restore_rng(states: dict) -> None:
 
 
 def _save_checkpoint(path: Path, content: dict) -> None:
+    """The one place the loop writes its checkpoint (tests interrupt a run here)."""
     save_checkpoint(path, content)
 
 
@@ -318,7 +320,7 @@ def start_or_resume(job: TrainJob, checkpoint: Path, resumed: bool) -> dict:
     """The run's progress: restored from the checkpoint of an interrupted run, else fresh (with the probe loss of
     the untrained model)."""
     if resumed and checkpoint.is_file():
-        saved = load_checkpoint(checkpoint, job.device)
+        saved = load_checkpoint(checkpoint)  # on the CPU; load_state_dict moves weights and moments to the model
         job.model.load_state_dict(saved["model"])
         job.optimizer.load_state_dict(saved["optimizer"])
         job.scheduler.load_state_dict(saved["scheduler"])
