@@ -24,6 +24,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.device import resolve_device
+from pipeline.manifest import train_config
 from pipeline.packaged_models import resolve_model_path
 from stages.train import train
 from stages.train.data import read_csts
@@ -79,20 +80,25 @@ def main() -> None:
         baseline, scoring_rate = zero_shot(args.validation, device, args.precision, 256)
         print(line("zero-shot (baseline)", baseline, f"scoring {scoring_rate:,.0f} rows/s"))
 
+        config = train_config(
+            overrides={
+                "model": MODEL,
+                "encoding": "bi",
+                "objective": args.objective,
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "learning_rate": args.lr,
+                "max_steps": args.max_steps,
+                "precision": args.precision,
+                "eval_batch_size": 256,
+            }
+        )
         options = train.TrainOptions(
             train=args.train,
             validation=args.validation,
             out=args.out or Path(scratch) / "run",
-            model=MODEL,
-            encoding="bi",
-            objective=args.objective,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.lr,
-            max_steps=args.max_steps,
+            config=config,
             device=args.device,
-            precision=args.precision,
-            eval_batch_size=256,
         )
         record = train.run(options, force=True)
         tuned = record["split_metrics"]["validation"]

@@ -3,14 +3,14 @@ one stage's `run`; user mistakes become a one-line error and exit status 2."""
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, user_errors
+from csts_pipeline.train_cli import register as register_train_commands
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest, load_manifest, manifest_path
 from pipeline.records import read_record
@@ -23,14 +23,7 @@ app = typer.Typer(
 )
 log = logging.getLogger("csts-pipeline")
 
-DatasetOpt = Annotated[
-    str | None,
-    typer.Option("--dataset", "-d", help="Manifest name: manifests/NAME.yaml (coco, flickr30k, sample)."),
-]
-ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
-DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Work folder for all stage outputs (overrides work_dir).")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Recompute even when the stage's output is up to date.")]
 BatchOpt = Annotated[int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")]
 KOpt = Annotated[int | None, typer.Option("--k", help="Neighbours per image (overrides mine.k).")]
 DecodeOpt = Annotated[
@@ -39,23 +32,6 @@ DecodeOpt = Annotated[
 ]
 WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (overrides embed.num_workers).")]
 KnnOpt = Annotated[str | None, typer.Option(help="Exact search backend: faiss or torch (overrides mine.knn).")]
-
-
-def _user_errors(command: Callable[..., None]) -> Callable[..., None]:
-    """Print a user mistake as one line and exit 2, instead of a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        logging.basicConfig(level=logging.WARNING, format="%(message)s")
-        for ours in ("pipeline", "stages"):
-            logging.getLogger(ours).setLevel(logging.INFO)
-        try:
-            command(*args, **kwargs)
-        except UserError as exc:
-            typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
@@ -96,7 +72,7 @@ def _report(record: dict, manifest: Manifest | None = None) -> None:
 
 
 @app.command()
-@_user_errors
+@user_errors
 def embed(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
@@ -122,7 +98,7 @@ def embed(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def mine(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
@@ -140,7 +116,7 @@ def mine(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def run(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
@@ -158,7 +134,7 @@ def run(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
     """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
     from pipeline.executor import state
@@ -239,7 +215,7 @@ def _threshold_overrides(**given: str | None) -> tuple[dict[str, float | int], l
 
 
 @app.command("filter")
-@_user_errors
+@user_errors
 def filter_command(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
@@ -287,152 +263,8 @@ def filter_command(
     typer.echo(f"scored {result['pairs']} pairs in {result['seconds']:.1f}s: {result['kept']} kept -> {result['out']}")
 
 
-# --- train / evaluate (C-STS models) -----------------------------------------------------------------------
-ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-PrecisionOpt = Annotated[
-    str | None, typer.Option(help="auto (bf16/fp16 autocast on CUDA, fp32 on CPU), fp32, fp16 or bf16.")
-]
-MetricsOutOpt = Annotated[
-    Path | None, typer.Option("--metrics-out", help="Write the metrics JSON (spearman, pearson, n) here too.")
-]
-
-
-def _print_metrics(metrics: dict[str, dict]) -> None:
-    from stages.train.scoring import format_table
-
-    typer.echo(format_table(metrics))
-
-
-@app.command()
-@_user_errors
-def train(
-    train_data: Annotated[
-        Path, typer.Option("--train", help="C-STS training data: CSV, Parquet file or folder of Parquet shards.")
-    ],
-    out: Annotated[Path, typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record.")],
-    validation: Annotated[
-        Path | None, typer.Option(help="Validation data (default: the --train source's split == validation rows).")
-    ] = None,
-    test: Annotated[
-        Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")
-    ] = None,
-    preset: Annotated[
-        str | None, typer.Option(help="paper: the C-STS authors' released hyperparameters (docs/train.md).")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="HF model name or folder; packaged:all-MiniLM-L6-v2 (the default) ships.")
-    ] = None,
-    encoding: Annotated[str | None, typer.Option(help="cross, bi (default) or tri.")] = None,
-    objective: Annotated[str | None, typer.Option(help="mse (default), quad or quad+mse (bi and tri only).")] = None,
-    pooler: Annotated[
-        str | None, typer.Option(help="cls-mlp, cls or mean (default: the model's own pooling, else cls).")
-    ] = None,
-    transform: Annotated[
-        bool | None, typer.Option("--transform/--no-transform", help="Linear layer + activation after pooling.")
-    ] = None,
-    tri_head: Annotated[str | None, typer.Option(help="Tri-encoder h(c, s): hadamard (default) or concat.")] = None,
-    margin: Annotated[float | None, typer.Option(help="Quad loss margin (default 1.0).")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate (AdamW).")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Rows per batch (Quad: even, whole pairs).")] = None,
-    grad_accum: Annotated[int | None, typer.Option(help="Batches per optimizer step.")] = None,
-    epochs: Annotated[int | None, typer.Option(help="Training epochs.")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps.")] = None,
-    weight_decay: Annotated[float | None, typer.Option(help="AdamW weight decay (not on biases and norms).")] = None,
-    warmup_ratio: Annotated[float | None, typer.Option(help="Linear warmup over this share of the steps.")] = None,
-    max_grad_norm: Annotated[float | None, typer.Option(help="Gradient clipping norm; 0 turns clipping off.")] = None,
-    max_length: Annotated[int | None, typer.Option(help="Tokens per encoded sequence.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed (initialisation and batch order).")] = None,
-    precision: PrecisionOpt = None,
-    min_label: Annotated[float | None, typer.Option(help="Label scaled to 0 (default: the observed minimum).")] = None,
-    max_label: Annotated[float | None, typer.Option(help="Label scaled to 1 (default: the observed maximum).")] = None,
-    condition_only: Annotated[bool, typer.Option(help="Ablation: the cross-encoder sees only the condition.")] = False,
-    sentences_only: Annotated[bool, typer.Option(help="Ablation: the cross-encoder sees only the sentences.")] = False,
-    eval_batch_size: Annotated[int, typer.Option(help="Rows per batch when scoring.")] = 64,
-    device: ModelDeviceOpt = "auto",
-    metrics_out: MetricsOutOpt = None,
-    force: ForceOpt = False,
-) -> None:
-    """Fine-tune a C-STS cross/bi/tri-encoder; keep the best epoch by validation Spearman (<out>/best/)."""
-    from stages.train import train as stage
-
-    options = stage.TrainOptions(
-        train=train_data,
-        out=out,
-        validation=validation,
-        test=test,
-        preset=preset,
-        model=model,
-        encoding=encoding,
-        objective=objective,
-        pooler=pooler,
-        transform=transform,
-        tri_head=tri_head,
-        margin=margin,
-        learning_rate=lr,
-        batch_size=batch_size,
-        grad_accum=grad_accum,
-        epochs=epochs,
-        max_steps=max_steps,
-        weight_decay=weight_decay,
-        warmup_ratio=warmup_ratio,
-        max_grad_norm=max_grad_norm,
-        max_length=max_length,
-        seed=seed,
-        precision=precision,
-        min_label=min_label,
-        max_label=max_label,
-        condition_only=condition_only,
-        sentences_only=sentences_only,
-        device=device,
-        eval_batch_size=eval_batch_size,
-        metrics_out=metrics_out,
-    )
-    record = stage.run(options, force=force)
-    if record.get("status") == "up-to-date":
-        typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
-        record = read_record(out)
-    else:
-        typer.echo(f"train: done in {record['timings']['seconds']:.1f}s, best epoch {record['best_epoch']}")
-    _print_metrics(record["split_metrics"])
-
-
-@app.command()
-@_user_errors
-def evaluate(
-    model: Annotated[str, typer.Option(help="A train output's best/ folder, or any HF model (zero-shot bi-encoder).")],
-    data: Annotated[Path, typer.Option(help="C-STS CSV/Parquet (file or shard folder), or an STS Benchmark file.")],
-    task: Annotated[str, typer.Option(help="csts (C-STS columns) or stsb (STS Benchmark tab-separated).")] = "csts",
-    split: Annotated[str | None, typer.Option(help="Rows of this split only (sources with a split column).")] = None,
-    encoding: Annotated[str | None, typer.Option(help="Base models: bi (zero-shot); trained models: as saved.")] = None,
-    pooler: Annotated[
-        str | None, typer.Option(help="Base models: cls-mlp, cls or mean (default: the model's own, else cls).")
-    ] = None,
-    max_length: Annotated[int, typer.Option(help="Base models: tokens per encoded sequence.")] = 128,
-    batch_size: Annotated[int, typer.Option(help="Rows per batch.")] = 64,
-    precision: PrecisionOpt = None,
-    device: ModelDeviceOpt = "auto",
-    metrics_out: Annotated[
-        Path, typer.Option("--metrics-out", help="Metrics JSON path; predictions_<split>.parquet go next to it.")
-    ] = Path("runs/evaluate/metrics.json"),
-) -> None:
-    """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
-    from stages.train import evaluate as stage
-
-    options = stage.EvaluateOptions(
-        model=model,
-        data=data,
-        task=task,
-        split=split,
-        encoding=encoding,
-        pooler=pooler,
-        max_length=max_length,
-        batch_size=batch_size,
-        device=device,
-        precision=precision or "auto",
-        metrics_out=metrics_out,
-    )
-    _print_metrics(stage.run(options))
-    typer.echo(f"metrics: {metrics_out}")
+# train / evaluate (C-STS models): csts_pipeline/train_cli.py
+register_train_commands(app)
 
 
 # annotate: the human round trip around condition writing and rating (stages/annotate.py, docs/annotate.md).
@@ -467,7 +299,7 @@ def _only_for(stage: str, wanted: str, **given: Any) -> None:
 
 
 @annotate_app.command("export")
-@_user_errors
+@user_errors
 def annotate_export(
     stage: AnnotateStageOpt,
     dataset: DatasetOpt = None,
@@ -504,7 +336,7 @@ def annotate_export(
 
 
 @annotate_app.command("import")
-@_user_errors
+@user_errors
 def annotate_import(
     stage: AnnotateStageOpt,
     results: Annotated[
@@ -548,7 +380,7 @@ def annotate_import(
 
 
 @annotate_app.command("split")
-@_user_errors
+@user_errors
 def annotate_split(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,

@@ -88,6 +88,103 @@ class RunConfig(_Section):
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
 
 
+PRECISION_HELP = "auto (bf16/fp16 autocast on CUDA, fp32 on CPU), fp32, fp16 or bf16."
+
+
+class TrainConfig(_Section):
+    """The `train` hyperparameters: one field each, with its default, bounds and description. The `train` command's
+    options are made from these fields (option `--<name>`, or `cli_flag`; help: the description)."""
+
+    model: str = Field(
+        "packaged:all-MiniLM-L6-v2",
+        description="HF model name or folder; packaged:all-MiniLM-L6-v2 (the default) ships.",
+    )
+    encoding: str = Field("bi", description="cross, bi (default) or tri.")
+    objective: str = Field("mse", description="mse (default), quad or quad+mse (bi and tri only).")
+    pooler: str = Field("auto", description="cls-mlp, cls or mean (default: the model's own pooling, else cls).")
+    transform: bool = Field(False, description="Linear layer + activation after pooling.")
+    tri_head: str = Field("hadamard", description="Tri-encoder h(c, s): hadamard (default) or concat.")
+    margin: float = Field(1.0, ge=0, description="Quad loss margin (default 1.0).")
+    learning_rate: float = Field(
+        2e-5, gt=0, description="Peak learning rate (AdamW).", json_schema_extra={"cli_flag": "lr"}
+    )
+    batch_size: int = Field(16, ge=1, description="Rows per batch (Quad: even, whole pairs).")
+    grad_accum: int = Field(1, ge=1, description="Batches per optimizer step.")
+    epochs: int = Field(3, ge=1, description="Training epochs.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and norms).")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="Linear warmup over this share of the steps.")
+    max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm; 0 turns clipping off.")
+    max_length: int = Field(128, ge=1, description="Tokens per encoded sequence.")
+    seed: int = Field(42, description="Random seed (initialisation and batch order).")
+    precision: str = Field("auto", description=PRECISION_HELP)
+    min_label: float | None = Field(None, description="Label scaled to 0 (default: the observed minimum).")
+    max_label: float | None = Field(None, description="Label scaled to 1 (default: the observed maximum).")
+    condition_only: bool = Field(False, description="Ablation: the cross-encoder sees only the condition.")
+    sentences_only: bool = Field(False, description="Ablation: the cross-encoder sees only the sentences.")
+    eval_batch_size: int = Field(64, ge=1, description="Rows per batch when scoring.")
+
+    @model_validator(mode="after")
+    def _quad_batches_are_even(self) -> TrainConfig:
+        if self.objective != "mse" and self.batch_size % 2:
+            raise ValueError(f"--batch-size {self.batch_size}: the Quad objective needs an even batch (pairs of rows)")
+        return self
+
+    @staticmethod
+    def cli_flag(name: str) -> str:
+        """The command-line option of a field: `--lr` for learning_rate, else `--<name with dashes>`."""
+        extra = TrainConfig.model_fields[name].json_schema_extra
+        flag = extra.get("cli_flag") if isinstance(extra, dict) else None
+        return f"--{flag or name.replace('_', '-')}"
+
+
+# `--preset paper`: the hyperparameters of the authors' released script (princeton-nlp/c-sts, run_sts.sh and
+# run_sts.py defaults), the same for all three encodings there. Partial: other fields keep TrainConfig's defaults.
+# Sources per value in docs/train.md.
+TRAIN_PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {
+        "model": "princeton-nlp/sup-simcse-roberta-large",
+        "pooler": "cls",  # their `cls` reads the [CLS] hidden state (the model is loaded without its pooler)
+        "transform": False,
+        "tri_head": "hadamard",
+        "margin": 1.0,
+        "learning_rate": 1e-5,
+        "batch_size": 4,
+        "grad_accum": 8,
+        "epochs": 3,
+        "weight_decay": 0.1,
+        "warmup_ratio": 0.1,
+        "max_grad_norm": 0.0,  # no clipping
+        "max_length": 512,
+        "seed": 42,
+    },
+}
+
+
+def train_config(
+    preset: str | None = None, overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None
+) -> TrainConfig:
+    """TrainConfig defaults <- the preset <- `base` (the keys a manifest's `train:` section sets) <- `overrides`
+    (command-line options; None: not given). A bad value is a UserError naming the command-line option."""
+    if preset is not None and preset not in TRAIN_PRESETS:
+        raise UserError(f"--preset {preset!r}: known presets: {', '.join(TRAIN_PRESETS)}")
+    values = {**TRAIN_PRESETS.get(preset or "", {}), **(base or {})}
+    values.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as exc:
+        raise UserError("; ".join(_describe_option(error) for error in exc.errors())) from None
+
+
+def _describe_option(error: dict[str, Any]) -> str:
+    if not error["loc"]:  # a model validator's message, already in terms of options
+        return error["msg"].removeprefix("Value error, ")
+    name = str(error["loc"][0])
+    if name not in TrainConfig.model_fields:
+        return f"unknown train option {name!r}"
+    return f"{TrainConfig.cli_flag(name)} {error.get('input')!r}: {error['msg'].lower()}"
+
+
 class Manifest(_Section):
     name: str
     description: str = ""
@@ -98,6 +195,7 @@ class Manifest(_Section):
     embed: EmbedConfig = EmbedConfig()
     mine: MineConfig = MineConfig()
     filter: FilterConfig = FilterConfig()
+    train: TrainConfig = TrainConfig()
 
     @model_validator(mode="after")
     def _cosine_bounds(self) -> Manifest:

@@ -22,9 +22,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
+from pipeline.manifest import TrainConfig, load_manifest, train_config
 from pipeline.packaged_models import resolve_model_path
 from stages.train import evaluate as evaluate_stage
 from stages.train import train as train_stage
+from stages.train.checkpoint import load_checkpoint, save_checkpoint
 from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
 from stages.train.models import ModelSpec, load_model
 from stages.train.sample import sample_rows, write_sample_parquet, write_sample_splits
@@ -81,22 +83,13 @@ def _csv(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _options(tiny_bert: Path, files: dict[str, Path], out: Path, **overrides) -> train_stage.TrainOptions:
-    values = {
-        "train": files["train"],
-        "validation": files["validation"],
-        "test": files["test"],
-        "out": out,
-        "model": str(tiny_bert),
-        "learning_rate": 3e-3,
-        "batch_size": 8,
-        "epochs": 3,
-        "warmup_ratio": 0.0,
-        "weight_decay": 0.0,
-        "device": "cpu",
-        **overrides,
-    }
-    return train_stage.TrainOptions(**values)
+def _options(
+    tiny_bert: Path, files: dict[str, Path], out: Path, preset: str | None = None, **overrides
+) -> train_stage.TrainOptions:
+    hyper = {"model": str(tiny_bert), "learning_rate": 3e-3, "batch_size": 8, "epochs": 3, "warmup_ratio": 0.0}
+    config = train_config(preset, {**hyper, "weight_decay": 0.0, **overrides})
+    paths = {"train": files["train"], "validation": files["validation"], "test": files["test"]}
+    return train_stage.TrainOptions(**paths, out=out, config=config, device="cpu")
 
 
 # --- readers -------------------------------------------------------------------------------------------------
@@ -355,7 +348,7 @@ def test_training_lowers_the_loss_and_scores_every_split(
     saved = json.loads((out / "best" / "csts_model.json").read_text())
     assert (saved["encoding"], saved["objective"]) == (encoding, objective)
     assert json.loads((out / "train_record.json").read_text())["fingerprint"] == record["fingerprint"]
-    assert not list(out.rglob("*.tmp")) and not (out / "checkpoint.pt").exists()
+    assert not list(out.rglob("*.tmp")) and not (out / train_stage.CHECKPOINT).exists()
 
     # The best/ folder reloads as the same model: evaluate reproduces the recorded test metrics.
     reloaded = evaluate_stage.run(
@@ -389,20 +382,70 @@ def test_interrupted_training_resumes_after_the_last_epoch(
     monkeypatch.setattr(train_stage, "_save_checkpoint", crash_after_first_epoch)
     with pytest.raises(KeyboardInterrupt):
         train_stage.run(options)
-    interrupted = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["state"]
+    interrupted = load_checkpoint(tmp_path / "run" / train_stage.CHECKPOINT)["state"]
     monkeypatch.setattr(train_stage, "_save_checkpoint", save)
+    legacy = tmp_path / "run" / train_stage.LEGACY_CHECKPOINT  # an old pickle checkpoint is never loaded
+    legacy.write_bytes(b"not a pickle")
 
     record = train_stage.run(options)
+    assert not legacy.exists()
     assert record["resumed"] and [e["epoch"] for e in record["history"]] == [1, 2]
     assert record["history"][0] == interrupted["history"][0]
     assert record["counts"]["optimizer_steps"] == 2 * 6
 
 
+def test_checkpoint_round_trip_without_pickle(tmp_path: Path) -> None:
+    shared = torch.arange(6.0)
+    content = {
+        "model": {"a.weight": shared, "b.weight": shared, "scalar": torch.tensor(3.0)},
+        "optimizer": {"state": {0: {"step": torch.tensor(2.0)}}, "param_groups": [{"betas": (0.9, 0.999), "x": None}]},
+        "state": {"history": [{"loss": 0.5}], "best": None},
+    }
+    path = tmp_path / "checkpoint.safetensors"
+    save_checkpoint(path, content)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    loaded = load_checkpoint(path)
+    assert torch.equal(loaded["model"]["b.weight"], shared) and float(loaded["model"]["scalar"]) == 3.0
+    assert list(loaded["optimizer"]["state"]) == [0] and loaded["optimizer"]["param_groups"][0]["betas"] == [0.9, 0.999]
+    assert loaded["state"] == content["state"]
+    path.write_bytes(b"\x80\x04junk")  # e.g. a pickle: refused, never unpickled
+    with pytest.raises(UserError, match="not a readable train checkpoint"):
+        load_checkpoint(path)
+
+
+def test_train_config_precedence_and_bounds() -> None:
+    config = train_config("paper", {"seed": 1, "epochs": None}, {"batch_size": 6, "seed": 7})
+    assert (config.batch_size, config.seed, config.learning_rate, config.epochs) == (6, 1, 1e-5, 3)
+    assert train_config().model_dump() == TrainConfig().model_dump()
+    with pytest.raises(UserError, match=r"--lr 0\.0: input should be greater than 0"):
+        train_config(overrides={"learning_rate": 0.0})
+    with pytest.raises(UserError, match=r"--warmup-ratio 1\.0: input should be less than 1"):
+        train_config(overrides={"warmup_ratio": 1.0})
+
+
+def test_every_train_config_field_is_a_train_option() -> None:
+    import typer.main
+
+    options = {opt for param in typer.main.get_command(app).commands["train"].params for opt in param.opts}
+    assert {TrainConfig.cli_flag(name) for name in TrainConfig.model_fields} <= options
+    assert {"--lr", "--transform", "--preset", "--train", "--out", "--device", "--force"} <= options
+
+
+def test_manifest_train_section_sets_hyperparameters(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    lines = ["name: m", "work_dir: w", "data: {format: sample, captions: c.json, images: i}", "train: {epochs: 5}"]
+    path.write_text("\n".join(lines) + "\n")
+    section = load_manifest(path).train
+    assert section.epochs == 5 and section.model_dump(exclude_unset=True) == {"epochs": 5}
+    path.write_text("\n".join([*lines[:3], "train: {batch_size: 0}"]) + "\n")
+    with pytest.raises(UserError, match=r"train\.batch_size"):
+        load_manifest(path)
+
+
 def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path, tmp_path: Path) -> None:
     path = write_sample_parquet(tmp_path / "all.parquet", {"train": 12, "validation": 4, "test": 4})
-    options = train_stage.TrainOptions(
-        train=path, out=tmp_path / "run", model=str(tiny_bert), device="cpu", max_steps=2, batch_size=8
-    )
+    config = train_config(None, {"model": str(tiny_bert), "max_steps": 2, "batch_size": 8})
+    options = train_stage.TrainOptions(train=path, out=tmp_path / "run", config=config, device="cpu")
     record = train_stage.run(options)
     assert record["counts"]["train_rows"] == 24 and record["counts"]["validation_rows"] == 8
     assert set(record["metrics"]) == {"validation", "test"}
@@ -410,8 +453,8 @@ def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path,
 
 
 def test_paper_preset_values_and_overrides(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
-    options = train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, preset="paper", model=str(tiny_bert))
-    hyper = train_stage.resolve(options)
+    config = train_config("paper", {"model": str(tiny_bert)})
+    hyper = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, config=config))
     assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 4, 8)
     assert (hyper.epochs, hyper.warmup_ratio, hyper.max_length, hyper.pooler) == (3, 0.1, 512, "cls")
     assert hyper.model == str(tiny_bert)  # an explicit option beats the preset
@@ -452,6 +495,8 @@ def test_cli_errors_are_one_line(tiny_bert: Path, csts_files: dict[str, Path], t
         ([*base, "--encoding", "cross", "--objective", "quad"], "needs --encoding bi or tri"),
         (["train", "--train", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o")], "not found"),
         ([*base, "--precision", "fp16", "--device", "cpu"], "needs a CUDA device"),
+        ([*base, "--batch-size", "0"], "--batch-size 0: input should be greater than or equal to 1"),
+        ([*base, "--preset", "nope"], "known presets: paper"),
         (["evaluate", "--model", str(tiny_bert), "--data", str(csts_files["test"]), "--encoding", "tri"], "zero-shot"),
     ]:
         result = runner.invoke(app, args)

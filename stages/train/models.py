@@ -223,11 +223,11 @@ class CstsModel(nn.Module):
         return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("backbone.")}
 
     def save(self, folder: Path) -> None:
-        """Atomically: written as `folder.partial`, then swapped in, so a crash never leaves half a model."""
+        """Atomically: written as `.folder.partial`, then swapped in, so a crash never leaves half a model."""
         import transformers
         from safetensors.torch import save_file
 
-        tmp = folder.with_name(folder.name + ".partial")
+        tmp = folder.with_name(f".{folder.name}.partial")
         shutil.rmtree(tmp, ignore_errors=True)
         transformers.logging.disable_progress_bar()
         try:
@@ -237,7 +237,7 @@ class CstsModel(nn.Module):
             transformers.logging.enable_progress_bar()
         save_file(self.head_state(), str(tmp / HEADS_FILE))
         (tmp / SPEC_FILE).write_text(json.dumps(asdict(self.spec), indent=2) + "\n")
-        old = folder.with_name(folder.name + ".old")
+        old = folder.with_name(f".{folder.name}.old")
         if folder.exists():
             os.replace(folder, old)
         os.replace(tmp, folder)

@@ -4,18 +4,18 @@ Reader: stages.train.data (C-STS CSV or Parquet shards, one source per split or 
 stages.train.models. Loop: AdamW (no decay on biases and norms), linear schedule with warmup, gradient
 accumulation, autocast on CUDA, evaluation on the validation split after each epoch, the best epoch kept in
 `<out>/best/`. Writer: `best/`, `metrics.json`, `predictions_<split>.parquet`, `train_record.json` (docs/schemas.md).
-A checkpoint after each epoch makes an interrupted run resume where it stopped; a rerun with the same data and
-parameters is a no-op.
+A checkpoint after each epoch (stages.train.checkpoint: safetensors + JSON, no pickle) makes an interrupted run
+resume where it stopped; a rerun with the same data and parameters is a no-op. The hyperparameters, their defaults,
+bounds and presets: pipeline.manifest.TrainConfig and TRAIN_PRESETS.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +24,12 @@ from tqdm import tqdm
 
 from pipeline.device import resolve_device
 from pipeline.errors import UserError
+from pipeline.manifest import TrainConfig
 from pipeline.packaged_models import resolve_model_path
 from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, read_record, write_json
 from pipeline.shards import SHARD_GLOB
-from stages.train.data import PairData, label_scale, quad_pairs, read_csts
+from stages.train.checkpoint import load_checkpoint, save_checkpoint
+from stages.train.data import LabelScale, PairData, label_scale, quad_pairs, read_csts
 from stages.train.models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling
 from stages.train.scoring import (
     correlations,
@@ -41,154 +43,45 @@ from stages.train.scoring import (
 
 log = logging.getLogger(__name__)
 STAGE = "train"
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = "checkpoint.safetensors"
+LEGACY_CHECKPOINT = "checkpoint.pt"  # the pickle of earlier versions: never loaded, removed when a run begins
 PROBE_ROWS = 256  # training rows whose loss is measured before training and after each epoch
-
-# Hyperparameters when neither --preset nor an option says otherwise.
-DEFAULTS: dict[str, object] = {
-    "model": "packaged:all-MiniLM-L6-v2",
-    "encoding": "bi",
-    "objective": "mse",
-    "pooler": "auto",
-    "transform": False,
-    "tri_head": "hadamard",
-    "margin": 1.0,
-    "learning_rate": 2e-5,
-    "batch_size": 16,
-    "grad_accum": 1,
-    "epochs": 3,
-    "weight_decay": 0.01,
-    "warmup_ratio": 0.1,
-    "max_grad_norm": 1.0,
-    "max_length": 128,
-    "seed": 42,
-    "precision": "auto",
-}
-
-# `--preset paper`: the hyperparameters of the authors' released script (princeton-nlp/c-sts, run_sts.sh and
-# run_sts.py defaults), the same for all three encodings there. Sources per value in docs/train.md.
-PRESETS: dict[str, dict[str, object]] = {
-    "paper": {
-        "model": "princeton-nlp/sup-simcse-roberta-large",
-        "pooler": "cls",  # their `cls` reads the [CLS] hidden state (the model is loaded without its pooler)
-        "transform": False,
-        "tri_head": "hadamard",
-        "margin": 1.0,
-        "learning_rate": 1e-5,
-        "batch_size": 4,
-        "grad_accum": 8,
-        "epochs": 3,
-        "weight_decay": 0.1,
-        "warmup_ratio": 0.1,
-        "max_grad_norm": 0.0,  # no clipping
-        "max_length": 512,
-        "seed": 42,
-    },
-}
+NOT_FINGERPRINTED = {"eval_batch_size"}  # scoring batch size: no effect on the trained model
 
 
 @dataclass
 class TrainOptions:
-    """Every `train` option; `None` means the preset's (or the default) value."""
+    """Where `train` reads and writes and on what it runs; the hyperparameters are `config` (defaults, bounds and
+    descriptions in pipeline.manifest.TrainConfig; `train_config(preset, overrides)` builds one)."""
 
     train: Path
     out: Path
     validation: Path | None = None
     test: Path | None = None
-    preset: str | None = None
-    model: str | None = None
-    encoding: str | None = None
-    objective: str | None = None
-    pooler: str | None = None
-    transform: bool | None = None
-    tri_head: str | None = None
-    margin: float | None = None
-    learning_rate: float | None = None
-    batch_size: int | None = None
-    grad_accum: int | None = None
-    epochs: int | None = None
-    max_steps: int | None = None
-    weight_decay: float | None = None
-    warmup_ratio: float | None = None
-    max_grad_norm: float | None = None
-    max_length: int | None = None
-    seed: int | None = None
-    precision: str | None = None
-    min_label: float | None = None
-    max_label: float | None = None
-    condition_only: bool = False
-    sentences_only: bool = False
+    config: TrainConfig = field(default_factory=TrainConfig)
     device: str = "auto"
-    eval_batch_size: int = 64
     metrics_out: Path | None = None
 
 
-@dataclass
-class Hyper:
-    """The resolved hyperparameters (defaults <- preset <- options)."""
-
-    model: str
-    encoding: str
-    objective: str
-    pooler: str
-    transform: bool
-    tri_head: str
-    margin: float
-    learning_rate: float
-    batch_size: int
-    grad_accum: int
-    epochs: int
-    weight_decay: float
-    warmup_ratio: float
-    max_grad_norm: float
-    max_length: int
-    seed: int
-    precision: str
-    max_steps: int | None = None
-    condition_only: bool = False
-    sentences_only: bool = False
+def resolve(options: TrainOptions) -> TrainConfig:
+    """The hyperparameters to train with: `pooler: auto` becomes the model's own pooling (else cls)."""
+    config = options.config
+    if config.pooler == "auto":
+        config = config.model_copy(update={"pooler": model_pooling(resolve_model_path(config.model)) or "cls"})
+    return config
 
 
-def resolve(options: TrainOptions) -> Hyper:
-    if options.preset is not None and options.preset not in PRESETS:
-        raise UserError(f"--preset {options.preset!r}: known presets: {', '.join(PRESETS)}")
-    values = {**DEFAULTS, **PRESETS.get(options.preset or "", {})}
-    values.update({k: v for k, v in asdict(options).items() if k in values and v is not None})
-    hyper = Hyper(
-        **values,
-        max_steps=options.max_steps,
-        condition_only=options.condition_only,
-        sentences_only=options.sentences_only,
-    )
-    if hyper.pooler == "auto":
-        hyper.pooler = model_pooling(resolve_model_path(hyper.model)) or "cls"
-    for name in ("batch_size", "grad_accum", "epochs", "max_length"):
-        if getattr(hyper, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
-    if hyper.max_steps is not None and hyper.max_steps < 1:
-        raise UserError("--max-steps must be at least 1")
-    if hyper.learning_rate <= 0 or hyper.weight_decay < 0 or hyper.max_grad_norm < 0 or hyper.margin < 0:
-        raise UserError("--lr must be positive; --weight-decay, --max-grad-norm and --margin not negative")
-    if not 0 <= hyper.warmup_ratio < 1:
-        raise UserError(f"--warmup-ratio {hyper.warmup_ratio}: must be in [0, 1)")
-    if hyper.objective != "mse" and hyper.batch_size % 2:
-        raise UserError(f"--batch-size {hyper.batch_size}: the Quad objective needs an even batch (pairs of rows)")
-    if options.eval_batch_size < 1:
-        raise UserError("--eval-batch-size must be at least 1")
-    return hyper
-
-
-def model_spec(hyper: Hyper) -> ModelSpec:
+def model_spec(config: TrainConfig) -> ModelSpec:
     spec = ModelSpec(
-        encoding=hyper.encoding,
-        pooler=hyper.pooler,
-        transform=hyper.transform,
-        tri_head=hyper.tri_head,
-        condition_only=hyper.condition_only,
-        sentences_only=hyper.sentences_only,
-        max_length=hyper.max_length,
-        base_model=hyper.model,
-        objective=hyper.objective,
+        encoding=config.encoding,
+        pooler=config.pooler,
+        transform=config.transform,
+        tri_head=config.tri_head,
+        condition_only=config.condition_only,
+        sentences_only=config.sentences_only,
+        max_length=config.max_length,
+        base_model=config.model,
+        objective=config.objective,
     )
     spec.check()
     return spec
@@ -235,15 +128,13 @@ def _model_fingerprint(name: str) -> str:
     return fingerprint(listing)
 
 
-def plan(options: TrainOptions, hyper: Hyper, splits: Splits) -> StageRun:
+def plan(options: TrainOptions, config: TrainConfig, splits: Splits) -> StageRun:
     params = {
-        **asdict(hyper),
-        "min_label": options.min_label,
-        "max_label": options.max_label,
+        **config.model_dump(exclude=NOT_FINGERPRINTED),
         "splits": {name: str(path) for name, path in splits.sources.items()},
     }
     inputs = {name: _source_fingerprint(path) for name, path in splits.sources.items()}
-    inputs["model"] = _model_fingerprint(hyper.model)
+    inputs["model"] = _model_fingerprint(config.model)
     return StageRun(STAGE, options.out, params, inputs)
 
 
@@ -299,34 +190,49 @@ def probe_batches(n_rows: int, pairs: np.ndarray | None, batch_size: int, seed: 
     return _batches(chosen, pairs, batch_size)
 
 
-def probe_loss(
-    model: CstsModel,
-    tokenized: Tokenized,
-    batches: list[np.ndarray],
-    targets: torch.Tensor,
-    hyper: Hyper,
-    device: torch.device,
-    dtype: torch.dtype | None,
-) -> float:
-    """The training objective over `batches` in eval mode (no dropout), weighted by batch size."""
+@dataclass
+class TrainJob:
+    """What the training loop works on: the model, its tokenized data and its optimizer, schedule and scaler."""
+
+    config: TrainConfig
+    model: CstsModel
+    device: torch.device
+    dtype: torch.dtype | None
+    n_rows: int
+    pairs: np.ndarray | None
+    tokenized: Tokenized
+    targets: torch.Tensor
+    validation: PairData | None
+    validation_tokens: Tokenized | None
+    label_range: tuple[float, float]
+    probe: list[np.ndarray]
+    total_steps: int
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+
+
+def probe_loss(job: TrainJob) -> float:
+    """The training objective over the probe batches in eval mode (no dropout), weighted by batch size."""
+    model, config = job.model, job.config
     model.eval()
     total, weight = 0.0, 0
-    with torch.inference_mode(), precision_context(device, dtype):
-        for rows in batches:
-            batch = {k: v.to(device) for k, v in model.collate(tokenized, rows).items()}
-            loss = batch_loss(model(**batch), targets[rows].to(device), hyper.objective, hyper.margin)
+    with torch.inference_mode(), precision_context(job.device, job.dtype):
+        for rows in job.probe:
+            batch = {k: v.to(job.device) for k, v in model.collate(job.tokenized, rows).items()}
+            loss = batch_loss(model(**batch), job.targets[rows].to(job.device), config.objective, config.margin)
             total += float(loss) * len(rows)
             weight += len(rows)
     model.train()
     return total / max(weight, 1)
 
 
-def _optimizer(model: CstsModel, hyper: Hyper) -> torch.optim.Optimizer:
+def _optimizer(model: CstsModel, config: TrainConfig) -> torch.optim.Optimizer:
     """AdamW; biases and normalisation weights (1-d parameters) get no weight decay, as in HF Trainer."""
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
-    groups = [{"params": decay, "weight_decay": hyper.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=hyper.learning_rate)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.learning_rate)
 
 
 def _set_seed(seed: int) -> None:
@@ -335,10 +241,162 @@ def _set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _save_checkpoint(path: Path, state: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+def total_steps(config: TrainConfig, n_rows: int, pairs: np.ndarray | None) -> int:
+    """Optimizer steps of the whole run: epochs x ceil(batches / accumulation), capped by --max-steps."""
+    batches_per_epoch = len(epoch_batches(n_rows, pairs, config.batch_size, 0))
+    steps = math.ceil(batches_per_epoch / config.grad_accum) * config.epochs
+    return steps if config.max_steps is None else min(steps, config.max_steps)
+
+
+def build_job(
+    config: TrainConfig,
+    model: CstsModel,
+    splits: Splits,
+    scale: LabelScale,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> TrainJob:
+    """Tokenize the data once and set up AdamW, the linear warmup schedule and the (fp16) gradient scaler."""
+    from transformers import get_linear_schedule_with_warmup
+
+    model.train()
+    pairs = quad_pairs(splits.train) if config.objective != "mse" else None
+    steps = total_steps(config, len(splits.train), pairs)
+    optimizer = _optimizer(model, config)
+    return TrainJob(
+        config=config,
+        model=model,
+        device=device,
+        dtype=dtype,
+        n_rows=len(splits.train),
+        pairs=pairs,
+        tokenized=model.tokenize(splits.train),
+        targets=torch.tensor(scale(splits.train.labels()), dtype=torch.float32),
+        validation=splits.validation,
+        validation_tokens=model.tokenize(splits.validation) if splits.validation is not None else None,
+        label_range=(scale.low, scale.high),
+        probe=probe_batches(len(splits.train), pairs, config.batch_size, config.seed),
+        total_steps=steps,
+        optimizer=optimizer,
+        scheduler=get_linear_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * steps), steps),
+        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+    )
+
+
+# --- checkpoint / resume ------------------------------------------------------------------------------------------
+
+
+def _rng_states() -> dict[str, object]:
+    states: dict[str, object] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _restore_rng(states: dict) -> None:
+    torch.set_rng_state(states["cpu"].cpu())
+    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
+
+
+def _save_checkpoint(path: Path, content: dict) -> None:
+    """The one place the loop writes its checkpoint (tests interrupt a run here)."""
+    save_checkpoint(path, content)
+
+
+def checkpoint_content(job: TrainJob, progress: dict) -> dict:
+    """What a resume needs: weights, optimizer, schedule, scaler, RNG states and the run's progress so far."""
+    return {
+        "model": job.model.state_dict(),
+        "optimizer": job.optimizer.state_dict(),
+        "scheduler": job.scheduler.state_dict(),
+        "scaler": job.scaler.state_dict(),
+        "rng": _rng_states(),
+        "state": progress,
+    }
+
+
+def start_or_resume(job: TrainJob, checkpoint: Path, resumed: bool) -> dict:
+    """The run's progress: restored from the checkpoint of an interrupted run, else fresh (with the probe loss of
+    the untrained model)."""
+    if resumed and checkpoint.is_file():
+        saved = load_checkpoint(checkpoint)  # on the CPU; load_state_dict moves weights and moments to the model
+        job.model.load_state_dict(saved["model"])
+        job.optimizer.load_state_dict(saved["optimizer"])
+        job.scheduler.load_state_dict(saved["scheduler"])
+        job.scaler.load_state_dict(saved["scaler"])
+        _restore_rng(saved["rng"])
+        progress = saved["state"]
+        log.info("train: resuming after epoch %d (step %d)", progress["epoch"], progress["step"])
+        return progress
+    progress = {"epoch": 0, "step": 0, "history": [], "best": None, "best_epoch": None, "seconds": 0.0, "rows": 0}
+    progress["initial_probe_loss"] = probe_loss(job)
+    return progress
+
+
+# --- the loop -----------------------------------------------------------------------------------------------------
+
+
+def _optimizer_step(job: TrainJob) -> None:
+    """Clip (unless --max-grad-norm 0), step the optimizer through the scaler, advance the schedule."""
+    if job.config.max_grad_norm > 0:
+        job.scaler.unscale_(job.optimizer)
+        torch.nn.utils.clip_grad_norm_(job.model.parameters(), job.config.max_grad_norm)
+    job.scaler.step(job.optimizer)
+    job.scaler.update()
+    job.scheduler.step()
+    job.optimizer.zero_grad(set_to_none=True)
+
+
+def train_epoch(job: TrainJob, epoch: int, progress: dict) -> tuple[list[float], int]:
+    """One pass over the training rows (stopping at the last step); returns the batch losses and rows seen."""
+    config, model, device = job.config, job.model, job.device
+    batches = epoch_batches(job.n_rows, job.pairs, config.batch_size, config.seed + epoch)
+    losses, rows_seen = [], 0
+    job.optimizer.zero_grad(set_to_none=True)
+    bar = tqdm(batches, desc=f"train epoch {epoch + 1}/{config.epochs}", unit="batch", dynamic_ncols=True)
+    for index, rows in enumerate(bar):
+        batch = {k: v.to(device, non_blocking=True) for k, v in model.collate(job.tokenized, rows).items()}
+        with precision_context(device, job.dtype):
+            scores = model(**batch)
+        loss = batch_loss(scores, job.targets[rows].to(device), config.objective, config.margin)
+        job.scaler.scale(loss / config.grad_accum).backward()
+        losses.append(loss.detach().item())
+        rows_seen += len(rows)
+        if (index + 1) % config.grad_accum == 0 or index + 1 == len(batches):
+            _optimizer_step(job)
+            progress["step"] += 1
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            if progress["step"] >= job.total_steps:
+                break
+    bar.close()
+    return losses, rows_seen
+
+
+def epoch_entry(job: TrainJob, epoch: int, losses: list[float], rows_seen: int, seconds: float, step: int) -> dict:
+    """The history entry of a finished epoch: losses, speed and, with a validation split, its correlations."""
+    entry = {
+        "epoch": epoch,
+        "steps": step,
+        "train_loss": float(np.mean(losses)),
+        "probe_loss": probe_loss(job),
+        "seconds": round(seconds, 3),
+        "examples_per_second": round(rows_seen / max(seconds, 1e-9), 2),
+    }
+    if job.validation_tokens is not None:
+        scores = predict(job.model, job.validation_tokens, job.device, job.config.eval_batch_size, job.dtype)
+        labels = job.validation.labels() if job.validation.labelled else None
+        entry["validation"] = correlations(scores, labels)
+    selected = entry.get("validation", {}).get("spearman")
+    log.info(
+        "train: epoch %d loss %.4f probe %.4f validation spearman %s (%.1f ex/s)",
+        epoch,
+        entry["train_loss"],
+        entry["probe_loss"],
+        "-" if selected is None else f"{selected:.2f}",
+        entry["examples_per_second"],
+    )
+    return entry
 
 
 def _better(score: float | None, best: float | None) -> bool:
@@ -347,159 +405,109 @@ def _better(score: float | None, best: float | None) -> bool:
     return score is not None and score > best
 
 
-def run(options: TrainOptions, force: bool = False) -> dict:
-    """Train into `options.out`; returns the stage record (or an up-to-date marker)."""
-    hyper = resolve(options)
-    spec = model_spec(hyper)
-    splits = read_splits(options)
-    pairs = quad_pairs(splits.train) if hyper.objective != "mse" else None
-    if not splits.train.labelled:
-        raise UserError(f"{splits.train.source}: the training split has no labels")
-    labelled = [d for d in (splits.train, splits.validation) if d is not None]
-    scale = label_scale(labelled, options.min_label, options.max_label)
-    spec.label_low, spec.label_high = scale.low, scale.high
-    stage = plan(options, hyper, splits)
-    if stage.is_done() and not force:
-        if options.metrics_out is not None:
-            write_metrics(options.metrics_out, read_record(stage.folder)["metrics"])
-        return {"status": "up-to-date", "folder": str(stage.folder)}
-    _check_out_folder(options.out)
-    device = resolve_device(options.device)
-    dtype = half_precision(device, hyper.precision)
-    _set_seed(hyper.seed)
-    model = load_model(hyper.model, spec).to(device)
-    model.train()
-    resumed = stage.begin(force=force)
-
-    tokenized = model.tokenize(splits.train)
-    targets = torch.tensor(scale(splits.train.labels()), dtype=torch.float32)
-    validation_tokens = model.tokenize(splits.validation) if splits.validation is not None else None
-    probe = probe_batches(len(splits.train), pairs, hyper.batch_size, hyper.seed)
-
-    batches_per_epoch = len(epoch_batches(len(splits.train), pairs, hyper.batch_size, 0))
-    steps_per_epoch = math.ceil(batches_per_epoch / hyper.grad_accum)
-    total_steps = steps_per_epoch * hyper.epochs
-    if hyper.max_steps is not None:
-        total_steps = min(total_steps, hyper.max_steps)
-    from transformers import get_linear_schedule_with_warmup
-
-    optimizer = _optimizer(model, hyper)
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(hyper.warmup_ratio * total_steps), total_steps)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-
-    checkpoint = stage.folder / CHECKPOINT
-    state = {"epoch": 0, "step": 0, "history": [], "best": None, "best_epoch": None, "seconds": 0.0, "rows": 0}
-    if resumed and checkpoint.is_file():
-        saved = torch.load(checkpoint, map_location=device, weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        scaler.load_state_dict(saved["scaler"])
-        state = saved["state"]
-        log.info("train: resuming after epoch %d (step %d)", state["epoch"], state["step"])
-    else:
-        state["initial_probe_loss"] = probe_loss(model, tokenized, probe, targets, hyper, device, dtype)
-
-    epoch = state["epoch"]
-    while epoch < hyper.epochs and state["step"] < total_steps:
-        started, losses, rows_seen = time.perf_counter(), [], 0
-        batches = epoch_batches(len(splits.train), pairs, hyper.batch_size, hyper.seed + epoch)
-        optimizer.zero_grad(set_to_none=True)
-        progress = tqdm(batches, desc=f"train epoch {epoch + 1}/{hyper.epochs}", unit="batch", dynamic_ncols=True)
-        for index, rows in enumerate(progress):
-            batch = {k: v.to(device, non_blocking=True) for k, v in model.collate(tokenized, rows).items()}
-            with precision_context(device, dtype):
-                scores = model(**batch)
-            loss = batch_loss(scores, targets[rows].to(device), hyper.objective, hyper.margin)
-            scaler.scale(loss / hyper.grad_accum).backward()
-            losses.append(loss.detach().item())
-            rows_seen += len(rows)
-            if (index + 1) % hyper.grad_accum == 0 or index + 1 == len(batches):
-                if hyper.max_grad_norm > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                state["step"] += 1
-                progress.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-                if state["step"] >= total_steps:
-                    break
-        progress.close()
+def train_epochs(job: TrainJob, progress: dict, folder: Path) -> None:
+    """Train the remaining epochs; after each, keep the model in `best/` when it is the best so far and write
+    the checkpoint a resume starts from."""
+    epoch = progress["epoch"]
+    while epoch < job.config.epochs and progress["step"] < job.total_steps:
+        started = time.perf_counter()
+        losses, rows_seen = train_epoch(job, epoch, progress)
         seconds = time.perf_counter() - started
-        state["seconds"] += seconds
-        state["rows"] += rows_seen
+        progress["seconds"] += seconds
+        progress["rows"] += rows_seen
         epoch += 1
-        entry = {
-            "epoch": epoch,
-            "steps": state["step"],
-            "train_loss": float(np.mean(losses)),
-            "probe_loss": probe_loss(model, tokenized, probe, targets, hyper, device, dtype),
-            "seconds": round(seconds, 3),
-            "examples_per_second": round(rows_seen / max(seconds, 1e-9), 2),
-        }
-        if validation_tokens is not None:
-            scores = predict(model, validation_tokens, device, options.eval_batch_size, dtype)
-            labels = splits.validation.labels() if splits.validation.labelled else None
-            entry["validation"] = correlations(scores, labels)
-        state["history"].append(entry)
+        entry = epoch_entry(job, epoch, losses, rows_seen, seconds, progress["step"])
+        progress["history"].append(entry)
         selected = entry.get("validation", {}).get("spearman")
-        log.info(
-            "train: epoch %d loss %.4f probe %.4f validation spearman %s (%.1f ex/s)",
-            epoch,
-            entry["train_loss"],
-            entry["probe_loss"],
-            "-" if selected is None else f"{selected:.2f}",
-            entry["examples_per_second"],
-        )
-        if validation_tokens is None or _better(selected, state["best"]):
-            state["best"], state["best_epoch"] = selected, epoch
-            model.save(stage.folder / "best")
-        state["epoch"] = epoch
-        _save_checkpoint(
-            checkpoint,
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "scaler": scaler.state_dict(),
-                "state": state,
-            },
-        )
+        if job.validation_tokens is None or _better(selected, progress["best"]):
+            progress["best"], progress["best_epoch"] = selected, epoch
+            job.model.save(folder / "best")
+        progress["epoch"] = epoch
+        _save_checkpoint(folder / CHECKPOINT, checkpoint_content(job, progress))
 
-    del model, optimizer
-    best = load_model(str(stage.folder / "best")).to(device)
+
+# --- outputs ------------------------------------------------------------------------------------------------------
+
+
+def score_best(folder: Path, splits: Splits, device: torch.device, config: TrainConfig, dtype) -> dict:
+    """Reload `best/` and score validation and test (or, with neither, the training rows).
+    Returns {split: (data, scores, metrics)}."""
+    best = load_model(str(folder / "best")).to(device)
     evaluated = {"validation": splits.validation, "test": splits.test}
     evaluated = {name: data for name, data in evaluated.items() if data is not None} or {"train": splits.train}
     results = {}
     for name, data in evaluated.items():
-        scores, metrics = score_split(best, data, device, options.eval_batch_size, dtype)
+        scores, metrics = score_split(best, data, device, config.eval_batch_size, dtype)
         results[name] = (data, scores, metrics)
+    return results
+
+
+def finish(
+    stage: StageRun, options: TrainOptions, splits: Splits, job: TrainJob, progress: dict, resumed: bool
+) -> dict:
+    """Score the best epoch; write metrics.json, the predictions and the stage record; drop the checkpoint."""
+    device, dtype = job.device, job.dtype
+    del job.model, job.optimizer, job.scheduler  # free the training copy before loading best/
+    results = score_best(stage.folder, splits, device, job.config, dtype)
     document = write_outputs(results, stage.folder / "metrics.json")
     if options.metrics_out is not None:
         write_metrics(options.metrics_out, document)
-    checkpoint.unlink(missing_ok=True)
+    (stage.folder / CHECKPOINT).unlink(missing_ok=True)
     counts = {
         "train_rows": len(splits.train),
-        "train_pairs": None if pairs is None else len(pairs),
-        **{f"{name}_rows": len(data) for name, data in evaluated.items() if name != "train"},
-        "epochs": state["epoch"],
-        "optimizer_steps": state["step"],
+        "train_pairs": None if job.pairs is None else len(job.pairs),
+        **{f"{name}_rows": len(data) for name, (data, _, _) in results.items() if name != "train"},
+        "epochs": progress["epoch"],
+        "optimizer_steps": progress["step"],
     }
     record = stage.finish(
         counts,
         metrics=document,
         split_metrics={name: metrics for name, (_, _, metrics) in results.items()},
-        history=state["history"],
-        initial_probe_loss=state.get("initial_probe_loss"),
-        best_epoch=state["best_epoch"],
-        label_range=[scale.low, scale.high],
+        history=progress["history"],
+        initial_probe_loss=progress.get("initial_probe_loss"),
+        best_epoch=progress["best_epoch"],
+        label_range=list(job.label_range),
         device=str(device),
         precision=str(dtype).removeprefix("torch.") if dtype is not None else "fp32",
         resumed=resumed,
-        train_seconds=round(state["seconds"], 3),
-        examples_per_second=round(state["rows"] / max(state["seconds"], 1e-9), 2),
+        train_seconds=round(progress["seconds"], 3),
+        examples_per_second=round(progress["rows"] / max(progress["seconds"], 1e-9), 2),
     )
     write_json(stage.folder / "train_record.json", record)
     return record
+
+
+def _label_scale(splits: Splits, config: TrainConfig) -> LabelScale:
+    if not splits.train.labelled:
+        raise UserError(f"{splits.train.source}: the training split has no labels")
+    labelled = [d for d in (splits.train, splits.validation) if d is not None]
+    return label_scale(labelled, config.min_label, config.max_label)
+
+
+def _up_to_date(stage: StageRun, options: TrainOptions) -> dict:
+    if options.metrics_out is not None:
+        write_metrics(options.metrics_out, read_record(stage.folder)["metrics"])
+    return {"status": "up-to-date", "folder": str(stage.folder)}
+
+
+def run(options: TrainOptions, force: bool = False) -> dict:
+    """Train into `options.out`; returns the stage record (or an up-to-date marker)."""
+    config = resolve(options)
+    spec = model_spec(config)
+    splits = read_splits(options)
+    scale = _label_scale(splits, config)
+    spec.label_low, spec.label_high = scale.low, scale.high
+    stage = plan(options, config, splits)
+    if stage.is_done() and not force:
+        return _up_to_date(stage, options)
+    _check_out_folder(options.out)
+    device = resolve_device(options.device)
+    dtype = half_precision(device, config.precision)
+    _set_seed(config.seed)
+    job = build_job(config, load_model(config.model, spec).to(device), splits, scale, device, dtype)
+    resumed = stage.begin(force=force)
+    (stage.folder / LEGACY_CHECKPOINT).unlink(missing_ok=True)
+    progress = start_or_resume(job, stage.folder / CHECKPOINT, resumed)
+    train_epochs(job, progress, stage.folder)
+    return finish(stage, options, splits, job, progress, resumed)

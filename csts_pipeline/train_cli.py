@@ -1,0 +1,165 @@
+"""The `train` and `evaluate` commands (C-STS models), registered onto the main app by `register(app)`.
+
+`train`'s hyperparameter options are made from pipeline.manifest.TrainConfig, one per field (its flag, type and
+description), so a hyperparameter is written once: a new field is a new option."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import typer
+from pydantic.fields import FieldInfo
+
+from csts_pipeline.options import ForceOpt, PrecisionOpt, user_errors
+from pipeline.manifest import TrainConfig, load_manifest, manifest_path, train_config
+from pipeline.records import read_record
+
+ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+MetricsOutOpt = Annotated[
+    Path | None, typer.Option("--metrics-out", help="Write the metrics JSON (spearman, pearson, n) here too.")
+]
+
+
+def _print_metrics(metrics: dict[str, dict]) -> None:
+    from stages.train.scoring import format_table
+
+    typer.echo(format_table(metrics))
+
+
+def _scalar_type(annotation: Any) -> type:
+    """int for `int | None`, and so on."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        (annotation,) = [arg for arg in get_args(annotation) if arg is not type(None)]
+    return annotation
+
+
+def _config_option(name: str, field: FieldInfo) -> inspect.Parameter:
+    """A TrainConfig field as a command-line option; None (not given) leaves the preset's or default value."""
+    kind = _scalar_type(field.annotation)
+    flag = TrainConfig.cli_flag(name)
+    declaration = f"{flag}/--no-{flag.removeprefix('--')}" if kind is bool else flag
+    option = typer.Option(declaration, help=field.description)
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[kind | None, option]
+    )
+
+
+def with_config_options(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command taking `**hyperparameters` one option per TrainConfig field, placed after option `after`."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command, eval_str=True)
+        params = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in signature.parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        at = [p.name for p in params].index(after) + 1
+        params[at:at] = [_config_option(name, field) for name, field in TrainConfig.model_fields.items()]
+        command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+def _manifest_train_section(dataset: str | None, manifest: Path | None) -> dict[str, Any] | None:
+    """The keys a manifest's `train:` section sets (they beat --preset; options beat them), or None."""
+    if dataset is None and manifest is None:
+        return None
+    return load_manifest(manifest_path(dataset, manifest)).train.model_dump(exclude_unset=True)
+
+
+@with_config_options(after="preset")
+@user_errors
+def train(
+    train_data: Annotated[
+        Path, typer.Option("--train", help="C-STS training data: CSV, Parquet file or folder of Parquet shards.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record.")],
+    validation: Annotated[
+        Path | None, typer.Option(help="Validation data (default: the --train source's split == validation rows).")
+    ] = None,
+    test: Annotated[
+        Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="paper: the C-STS authors' released hyperparameters (docs/train.md).")
+    ] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
+    ] = None,
+    manifest: Annotated[
+        Path | None, typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train:.")
+    ] = None,
+    device: ModelDeviceOpt = "auto",
+    metrics_out: MetricsOutOpt = None,
+    force: ForceOpt = False,
+    **hyperparameters: Any,
+) -> None:
+    """Fine-tune a C-STS cross/bi/tri-encoder; keep the best epoch by validation Spearman (<out>/best/)."""
+    from stages.train import train as stage
+
+    options = stage.TrainOptions(
+        train=train_data,
+        out=out,
+        validation=validation,
+        test=test,
+        config=train_config(preset, hyperparameters, _manifest_train_section(dataset, manifest)),
+        device=device,
+        metrics_out=metrics_out,
+    )
+    record = stage.run(options, force=force)
+    if record.get("status") == "up-to-date":
+        typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
+        record = read_record(out)
+    else:
+        typer.echo(f"train: done in {record['timings']['seconds']:.1f}s, best epoch {record['best_epoch']}")
+    _print_metrics(record["split_metrics"])
+
+
+@user_errors
+def evaluate(
+    model: Annotated[str, typer.Option(help="A train output's best/ folder, or any HF model (zero-shot bi-encoder).")],
+    data: Annotated[Path, typer.Option(help="C-STS CSV/Parquet (file or shard folder), or an STS Benchmark file.")],
+    task: Annotated[str, typer.Option(help="csts (C-STS columns) or stsb (STS Benchmark tab-separated).")] = "csts",
+    split: Annotated[str | None, typer.Option(help="Rows of this split only (sources with a split column).")] = None,
+    encoding: Annotated[str | None, typer.Option(help="Base models: bi (zero-shot); trained models: as saved.")] = None,
+    pooler: Annotated[
+        str | None, typer.Option(help="Base models: cls-mlp, cls or mean (default: the model's own, else cls).")
+    ] = None,
+    max_length: Annotated[int, typer.Option(help="Base models: tokens per encoded sequence.")] = 128,
+    batch_size: Annotated[int, typer.Option(help="Rows per batch.")] = 64,
+    precision: PrecisionOpt = None,
+    device: ModelDeviceOpt = "auto",
+    metrics_out: Annotated[
+        Path, typer.Option("--metrics-out", help="Metrics JSON path; predictions_<split>.parquet go next to it.")
+    ] = Path("runs/evaluate/metrics.json"),
+) -> None:
+    """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
+    from stages.train import evaluate as stage
+
+    options = stage.EvaluateOptions(
+        model=model,
+        data=data,
+        task=task,
+        split=split,
+        encoding=encoding,
+        pooler=pooler,
+        max_length=max_length,
+        batch_size=batch_size,
+        device=device,
+        precision=precision or "auto",
+        metrics_out=metrics_out,
+    )
+    _print_metrics(stage.run(options))
+    typer.echo(f"metrics: {metrics_out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `train` and `evaluate` to `app`."""
+    app.command("train")(train)
+    app.command("evaluate")(evaluate)
