@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import UserError
 
@@ -85,7 +86,14 @@ class FilterConfig(_Section):
 
 
 class RunConfig(_Section):
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N (checked before any work)")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+            raise ValueError("use auto, cpu, cuda or cuda:N")
+        return value
 
 
 PRECISION_HELP = "auto (bf16/fp16 autocast on CUDA, fp32 on CPU), fp32, fp16 or bf16."

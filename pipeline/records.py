@@ -104,7 +104,7 @@ def describe_files(folder: Path) -> dict[str, dict[str, int]]:
 
 def output_problems(folder: Path, record: dict[str, Any]) -> list[str]:
     """What differs between the files a record lists and the folder: missing, truncated or extra shards."""
-    listed = record.get("files")
+    listed = record.get("output_files")
     if listed is None:
         return [f"{folder / RECORD}: lists no output files (written by an older version); rerun with --force"]
     problems = []
@@ -185,7 +185,7 @@ class StageRun:
             },
             **extra,
         }
-        record["files"] = describe_files(self.folder)
+        record["output_files"] = describe_files(self.folder)
         write_json(self.folder / RECORD, record)
         (self.folder / STARTED).unlink(missing_ok=True)
         return record

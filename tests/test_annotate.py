@@ -22,6 +22,7 @@ from pipeline.errors import UserError
 from pipeline.records import write_json
 from pipeline.shards import shard_name, write_table
 from stages.annotate import steps as annotate
+from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -518,6 +519,7 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
         copies.append(dict(copy, sentence2=item["sentence1"], item_id=item["item_id"] + "-copy"))
     table = pa.concat_tables([items, pa.Table.from_pylist(copies, schema=items.schema)])
     write_table(table, items_path)
+    reseal(rated / "ratings")
     record = annotate.split(rated, 3, (0.6, 0.15, 0.25), True)
 
     parts = {name: pq.read_table(rated / "csts" / f"{name}.parquet") for name in annotate.SPLITS}
@@ -592,6 +594,7 @@ def test_cli_round_trip_through_a_manifest(tmp_path: Path, kept: pa.Table):
     assert "--dataset/--manifest" in cli_error("annotate", "export", "--stage", "conditions")
     assert "no finished filter output" in cli_error("annotate", "export", "--stage", "conditions", "-m", manifest)
     write_json(work / "filter" / "_stage.json", {"stage": "filter", "status": "done", "fingerprint": "f1"})
+    reseal(work / "filter")
 
     output = cli("annotate", "export", "--stage", "conditions", "-m", manifest, "--n", 60)
     assert output.startswith("60 condition-writing tasks sampled from")

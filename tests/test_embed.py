@@ -42,7 +42,7 @@ def test_embed_writes_unit_vectors_for_every_image(tmp_path: Path, dataset):
     assert table.column("image_id").to_pylist() == sorted(table.column("image_id").to_pylist())
     assert read_record(manifest.work_dir / "embed")["params"]["model"] == "csts-tiny-clip"
     assert read_shards(manifest.work_dir / "embed" / CAPTIONS).num_rows == 1200
-    assert set(record["files"]) == {f"{EMBEDDINGS}/part-0000{i}.parquet" for i in range(3)} | {
+    assert set(record["output_files"]) == {f"{EMBEDDINGS}/part-0000{i}.parquet" for i in range(3)} | {
         f"{CAPTIONS}/part-00000.parquet"
     }
 

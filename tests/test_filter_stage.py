@@ -22,12 +22,13 @@ from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.executor import plan_fingerprint, staging_folder
 from pipeline.manifest import load_manifest
-from pipeline.records import StageRun, describe_files, read_record, write_json
+from pipeline.records import StageRun, read_record
 from pipeline.schemas import CAPTIONS, KEPT_SCHEMA, REJECTED_SCHEMA
 from pipeline.shards import shard_name, write_table
 from stages.filter import scoring
 from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics
 from stages.filter.pairs_file import score_file
+from tests.conftest import reseal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -138,12 +139,6 @@ def work(template, tmp_path) -> Path:
 
 def manifest_for(work: Path, **filter_overrides):
     return load_manifest(write_manifest(work.parent, **filter_overrides))
-
-
-def reseal(folder: Path) -> None:
-    """Let a record list the files of an output edited by hand, as if its stage had written them."""
-    record = read_record(folder)
-    write_json(folder / "_stage.json", record | {"files": describe_files(folder)})
 
 
 def no_encoder(*args, **kwargs):
@@ -302,7 +297,7 @@ def test_manifest_overrides_reach_the_criteria_and_the_fingerprint(work):
         plan = filter_stage.plan()
         return plan, plan_fingerprint(filter_stage, plan)
 
-    base, base_fingerprint = fingerprint_of(load_manifest(path))
+    _, base_fingerprint = fingerprint_of(load_manifest(path))
     override, override_fingerprint = fingerprint_of(
         load_manifest(path, {"filter.max_iou": 0.5, "filter.min_length": 40})
     )

@@ -101,11 +101,11 @@ class FilterStage(Stage):
             "keep_rejected": config.keep_rejected,
             "full_report": config.full_report,
         }
-        shards = sorted(name for name in upstream["files"] if name.startswith(f"{CANDIDATES}/"))
+        shards = sorted(name for name in upstream["output_files"] if name.startswith(f"{CANDIDATES}/"))
         if not shards:
             raise UserError(f"{self.work_dir / UPSTREAM / CANDIDATES}: no candidate shards; rerun `csts-pipeline mine`")
         units = [
-            Unit(f"{KEPT}/{Path(name).name}", {"candidates": name}, size=upstream["files"][name]["rows"])
+            Unit(f"{KEPT}/{Path(name).name}", {"candidates": name}, size=upstream["output_files"][name]["rows"])
             for name in shards
         ]
         return StagePlan(params, {UPSTREAM: upstream["fingerprint"]}, units)

@@ -1,0 +1,166 @@
+"""Nothing is lost: failed reruns leave the committed output alone, damaged outputs are noticed on read, runs
+killed at any moment resume to the content of a clean run, and two runs on one folder do not corrupt it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from typer.testing import CliRunner
+
+from csts_pipeline.cli import app
+from pipeline.executor import FAILPOINT
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("embed", "mine", "filter")
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "csts_pipeline", *args]
+    return subprocess.run(command, cwd=REPO, env=env or ENV, capture_output=True, text=True, check=False)
+
+
+def contents(work: Path) -> dict[str, object]:
+    """Every table's rows (sorted, hashed) and every record's counts: what two equal runs share."""
+    found: dict[str, object] = {}
+    for stage in STAGES:
+        folder = work / stage
+        for table in sorted(p for p in folder.iterdir() if p.is_dir()):
+            rows = sorted(map(repr, ds.dataset(table, format="parquet").to_table().to_pylist()))
+            found[f"{stage}/{table.name}"] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+        found[f"{stage}/counts"] = json.loads((folder / "_stage.json").read_text())["counts"]
+    return found
+
+
+def leftovers(work: Path) -> list[Path]:
+    """Staging folders, swapped-out folders and temporary files: none may outlive a finished run."""
+    hidden = [p for p in work.glob(".*") if p.is_dir()]
+    return hidden + [p for p in work.rglob(".*.tmp")]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    """The sample run once, start to finish."""
+    work = tmp_path_factory.mktemp("clean") / "work"
+    result = cli("run", "--dataset", "sample", "--out", str(work))
+    assert result.returncode == 0, result.stderr
+    return work
+
+
+@pytest.fixture
+def done(clean: Path, tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    shutil.copytree(clean, work)
+    return work
+
+
+def seeded(clean: Path, tmp_path: Path) -> Path:
+    """An empty work folder holding only the clean run's sentence-embedding cache, so reruns skip encoding."""
+    work = tmp_path / "work"
+    work.mkdir(parents=True)
+    shutil.copytree(clean / "text_embeddings", work / "text_embeddings")
+    return work
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["mine", "--k", "500"],
+        ["filter", "--text-encoder", "/nonexistent/model"],
+        ["filter", "--device", "cdua"],
+        ["embed", "--device", "cuda:7"],
+    ],
+)
+def test_a_failed_rerun_leaves_every_stage_unchanged(done: Path, args: list[str]):
+    before = {p: p.read_bytes() for p in done.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    result = CliRunner().invoke(app, [*args, "--dataset", "sample", "--out", str(done), "--force"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output
+    after = {p: p.read_bytes() for p in done.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
+    assert after.keys() - before.keys() <= {p for p in after if ".next" in str(p)}
+    assert all(after[p] == content for p, content in before.items())
+
+
+@pytest.mark.parametrize(("stage", "shard"), [("embed", "embeddings"), ("mine", "candidates"), ("filter", "kept")])
+def test_a_missing_shard_makes_the_stage_incomplete_and_the_next_refuse(done: Path, stage: str, shard: str):
+    victim = sorted((done / stage / shard).glob("part-*.parquet"))[-1]
+    victim.unlink()
+    status = CliRunner().invoke(app, ["status", "--dataset", "sample", "--out", str(done)])
+    line = next(line for line in status.output.splitlines() if line.startswith(stage))
+    assert "incomplete" in line and str(victim) in status.output
+    following = STAGES[STAGES.index(stage) + 1] if stage != "filter" else None
+    if following is not None:
+        result = CliRunner().invoke(app, [following, "--dataset", "sample", "--out", str(done)])
+        assert result.exit_code == 2
+        assert f"{victim}: missing" in result.output and f"rerun `csts-pipeline {stage}`" in result.output
+
+
+def test_a_corrupt_record_is_named_not_taken_for_missing(done: Path):
+    record = done / "mine" / "_stage.json"
+    record.write_text('{"stage": "mine", "counts": ')
+    status = CliRunner().invoke(app, ["status", "--dataset", "sample", "--out", str(done)])
+    assert f"{record}: corrupt" in status.output
+    result = CliRunner().invoke(app, ["filter", "--dataset", "sample", "--out", str(done)])
+    assert result.exit_code == 2 and f"{record}: corrupt" in result.output
+
+
+def test_standard_readers_read_every_table_even_beside_a_crashed_write(done: Path):
+    for stage in STAGES:
+        for table in (p for p in (done / stage).iterdir() if p.is_dir()):
+            (table / ".part-00009.parquet.123.tmp").write_bytes(b"half a shard")
+            assert ds.dataset(table, format="parquet").to_table().num_rows > 0
+
+
+@pytest.mark.slow
+def test_runs_killed_at_random_moments_resume_to_the_clean_content(clean: Path, tmp_path: Path):
+    expected = contents(clean)
+    rng = random.Random(7)
+    for attempt in range(3):
+        work = seeded(clean, tmp_path / str(attempt))
+        command = [sys.executable, "-m", "csts_pipeline", "run", "--dataset", "sample", "--out", str(work)]
+        process = subprocess.Popen(command, cwd=REPO, env=ENV, start_new_session=True, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(2.0, 12.0))
+        os.killpg(process.pid, signal.SIGKILL)  # the run and its loader workers, as kill -9 would
+        process.wait()
+        result = cli("run", "--dataset", "sample", "--out", str(work))
+        assert result.returncode == 0, result.stderr
+        assert contents(work) == expected
+        assert leftovers(work) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["embed:before-swap", "mine:between-renames", "filter:before-record"])
+def test_a_run_killed_inside_a_commit_recovers(clean: Path, done: Path, point: str):
+    stage = point.split(":")[0]
+    killed = cli("run", "--dataset", "sample", "--out", str(done), "--force", env={**ENV, FAILPOINT: point})
+    assert killed.returncode == -signal.SIGKILL
+    status = CliRunner().invoke(app, ["status", "--dataset", "sample", "--out", str(done)])
+    assert status.exit_code == 0 and "Traceback" not in status.output
+    result = cli("run", "--dataset", "sample", "--out", str(done))
+    assert result.returncode == 0, result.stderr
+    assert contents(done) == contents(clean)
+    assert leftovers(done) == [], stage
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_on_one_folder(clean: Path, tmp_path: Path):
+    work = seeded(clean, tmp_path)
+    command = [sys.executable, "-m", "csts_pipeline", "run", "--dataset", "sample", "--out", str(work)]
+    runs = [subprocess.Popen(command, cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [run.communicate()[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errors
+    assert not any("Traceback" in error for error in errors)
+    assert contents(work) == contents(clean)
+    assert leftovers(work) == []
