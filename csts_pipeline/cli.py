@@ -83,6 +83,10 @@ def _report(record: dict) -> None:
         return
     counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
     typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts})")
+    if "reader_skip_counts" in record:
+        from pipeline.datasets import describe_skips
+
+        typer.echo(f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}")
 
 
 @app.command()
