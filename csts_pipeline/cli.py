@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from pipeline.errors import UserError
-from pipeline.manifest import Manifest, load_manifest, manifest_path
+from pipeline.manifest import Manifest, open_manifest
 from pipeline.records import read_record
 
 app = typer.Typer(
@@ -59,7 +59,7 @@ def _user_errors(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
-    loaded = load_manifest(manifest_path(dataset, manifest), overrides)
+    loaded = open_manifest(dataset, manifest, overrides)
     if loaded.demo_encoders:
         typer.secho(
             f"note: {loaded.name} uses demo encoders (random-init CLIP, all-MiniLM-L6-v2): it shows the "
@@ -152,7 +152,7 @@ def run(
 @_user_errors
 def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
     """Each stage's state (done / stale / missing), counts and time, from its stage record."""
-    loaded = load_manifest(manifest_path(dataset, manifest), {"work_dir": out})
+    loaded = open_manifest(dataset, manifest, {"work_dir": out})
     for name, module in _stage_modules().items():
         record = read_record(loaded.work_dir / name)
         if record is None:
@@ -442,7 +442,7 @@ def _annotate_dir(dataset: str | None, manifest: Path | None, out: Path | None) 
         if out is None:
             raise UserError("give --dataset/--manifest (files under <work_dir>/annotate/) or --out DIR")
         return out, None
-    work_dir = load_manifest(manifest_path(dataset, manifest)).work_dir
+    work_dir = open_manifest(dataset, manifest).work_dir
     return (out if out is not None else work_dir / "annotate"), work_dir
 
 
