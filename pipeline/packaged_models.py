@@ -33,5 +33,5 @@ def load_failure(what: str, name: str, exc: BaseException, local_option: str) ->
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
     return UserError(
         f"cannot load {what} {name!r} ({reason}); without network access download it first "
-        f"(e.g. `huggingface-cli download NAME`) or {local_option}"
+        f"(e.g. `hf download NAME`) or {local_option}"
     )
