@@ -25,7 +25,9 @@ log = logging.getLogger("csts-pipeline")
 
 DatasetOpt = Annotated[
     str | None,
-    typer.Option("--dataset", "-d", help="Manifest name: manifests/NAME.yaml (coco, flickr30k, sample)."),
+    typer.Option(
+        "--dataset", "-d", help="Manifest name: ./manifests/NAME.yaml, else the bundled NAME (coco, flickr30k, sample)."
+    ),
 ]
 ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
 DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]

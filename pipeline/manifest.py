@@ -41,7 +41,9 @@ class EmbedConfig(_Section):
     model: str = Field("ViT-B-32", description="open_clip model name")
     pretrained: str | None = Field("openai", description="open_clip pretrained tag or local checkpoint path")
     model_config_path: Path | None = Field(
-        None, description="model config JSON (open_clip layout); registered and built with random weights"
+        None,
+        description="model config JSON (open_clip layout; package:PKG/PATH for a file inside an installed package); "
+        "registered and built with random weights",
     )
     batch_size: int = Field(256, gt=0)
     num_workers: int = Field(8, ge=0)

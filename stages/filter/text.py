@@ -77,7 +77,7 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
     """A SentenceTransformer on `device` (fp16 on CUDA). `pooling` 'model' keeps the model's own pooling;
     'cls' or 'mean' put that pooling over the raw transformer; 'cls_pooler' passes the CLS state through the
     checkpoint's pooler layer (dense + tanh), which is how SimCSE's own tool embeds sentences (`pooler_output`)."""
-    source = hub_source(name, "text encoder", "set filter.text_encoder / --text-encoder to that folder")
+    source = hub_source(name, "text encoder", "set filter.text_encoder / --text-encoder to that local folder")
     from sentence_transformers import SentenceTransformer  # after: offline, fail before a slow import
 
     try:

@@ -272,7 +272,7 @@ def load_model(name: str, spec: ModelSpec | None = None) -> CstsModel:
 
 
 def _load_encoder(name: str, path: str):
-    source = hub_source(path, "model", "give that folder as the model") if path == name else path
+    source = hub_source(path, "model", "give that local folder as the model") if path == name else path
     import transformers
     from transformers import AutoModel, AutoTokenizer
 
