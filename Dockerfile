@@ -16,7 +16,8 @@ RUN apt-get update \
     && python3 -m venv /opt/venv
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
+COPY csts_pipeline ./csts_pipeline
 COPY pipeline ./pipeline
 COPY stages ./stages
 COPY manifests ./manifests

@@ -12,7 +12,7 @@ import typer
 from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, user_errors
 from csts_pipeline.train_cli import register as register_train_commands
 from pipeline.errors import UserError
-from pipeline.manifest import Manifest, load_manifest, manifest_path
+from pipeline.manifest import Manifest, open_manifest
 from pipeline.records import read_record
 
 app = typer.Typer(
@@ -35,7 +35,7 @@ KnnOpt = Annotated[str | None, typer.Option(help="Exact search backend: faiss or
 
 
 def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
-    loaded = load_manifest(manifest_path(dataset, manifest), overrides)
+    loaded = open_manifest(dataset, manifest, overrides)
     if loaded.demo_encoders:
         typer.secho(
             f"note: {loaded.name} uses demo encoders (random-init CLIP, all-MiniLM-L6-v2): it shows the "
@@ -62,9 +62,10 @@ def _report(record: dict, manifest: Manifest | None = None) -> None:
         counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
         reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
         typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts}{reused})")
-    skips = record.get("reader_skip_counts") or {}
-    if skips and record.get("status") == "done":
-        typer.echo("  skipped: " + ", ".join(f"{reason}: {count}" for reason, count in sorted(skips.items())))
+    if "reader_skip_counts" in record and record.get("status") == "done":
+        from pipeline.datasets import describe_skips
+
+        typer.echo(f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}")
     if "funnel" in record and manifest is not None:
         from stages.filter.stage import funnel_table
 
@@ -139,7 +140,7 @@ def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt
     """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
     from pipeline.executor import state
 
-    loaded = load_manifest(manifest_path(dataset, manifest), {"work_dir": out})
+    loaded = open_manifest(dataset, manifest, {"work_dir": out})
     for name, stage in _data_stages().items():
         try:
             found, record, detail = state(stage(loaded))
@@ -288,7 +289,7 @@ def _annotate_dir(dataset: str | None, manifest: Path | None, out: Path | None) 
         if out is None:
             raise UserError("give --dataset/--manifest (files under <work_dir>/annotate/) or --out DIR")
         return out, None
-    work_dir = load_manifest(manifest_path(dataset, manifest)).work_dir
+    work_dir = open_manifest(dataset, manifest).work_dir
     return (out if out is not None else work_dir / "annotate"), work_dir
 
 

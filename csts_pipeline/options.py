@@ -16,7 +16,9 @@ from pipeline.manifest import PRECISION_HELP
 
 DatasetOpt = Annotated[
     str | None,
-    typer.Option("--dataset", "-d", help="Manifest name: manifests/NAME.yaml (coco, flickr30k, sample)."),
+    typer.Option(
+        "--dataset", "-d", help="Manifest name: ./manifests/NAME.yaml, else the bundled NAME (coco, flickr30k, sample)."
+    ),
 ]
 ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
 DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]

@@ -15,7 +15,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from csts_pipeline.options import ForceOpt, PrecisionOpt, user_errors
-from pipeline.manifest import TrainConfig, load_manifest, manifest_path, train_config
+from pipeline.manifest import TrainConfig, open_manifest, train_config
 from pipeline.records import read_record
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
@@ -70,7 +70,7 @@ def _manifest_train_section(dataset: str | None, manifest: Path | None) -> dict[
     """The keys a manifest's `train:` section sets (they beat --preset; options beat them), or None."""
     if dataset is None and manifest is None:
         return None
-    return load_manifest(manifest_path(dataset, manifest)).train.model_dump(exclude_unset=True)
+    return open_manifest(dataset, manifest).train.model_dump(exclude_unset=True)
 
 
 @with_config_options(after="preset")

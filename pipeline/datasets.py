@@ -14,7 +14,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pyarrow as pa
 
@@ -29,6 +29,7 @@ class Skip:
     kind: str  # "image", "caption" or "line"
     ref: str  # what was skipped: an id, a file name or "file:line"
     reason: str
+    count: int = 1  # how many rows this one entry stands for ("N captions": their image was skipped)
 
 
 @dataclass
@@ -59,7 +60,10 @@ class Corpus:
         )
 
     def skip_counts(self) -> dict[str, int]:
-        return dict(Counter(f"{s.kind}: {s.reason}" for s in self.skips))
+        counts: Counter[str] = Counter()
+        for skip in self.skips:
+            counts[f"{skip.kind}: {skip.reason}"] += skip.count
+        return dict(counts)
 
 
 def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
@@ -81,6 +85,7 @@ def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
     }
     corpus = readers[config.format](config.captions)
     corpus.image_root = config.images
+    _drop_escaping_files(corpus)
     if check_files:
         _drop_missing_files(corpus)
     _drop_images_without_captions(corpus)
@@ -97,8 +102,11 @@ def read_coco(path: Path) -> Corpus:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not {"images", "annotations"} <= data.keys():
         raise UserError(f"{path}: not a COCO captions file (needs 'images' and 'annotations' lists)")
-    for key in ("images", "annotations"):
-        ids = Counter(entry.get("id") for entry in data[key])
+    for key, required in (("images", ("id", "file_name")), ("annotations", ("id", "image_id", "caption"))):
+        if not isinstance(data[key], list):
+            raise UserError(f"{path}: '{key}' must be a list")
+        _check_entries(path, key, data[key], required)
+        ids = Counter(entry["id"] for entry in data[key])
         dupes = [i for i, n in ids.items() if n > 1]
         if dupes:
             raise UserError(f"{path}: duplicate {key} ids, e.g. {dupes[:3]}")
@@ -109,23 +117,49 @@ def read_coco(path: Path) -> Corpus:
 
     corpus = Corpus()
     for image_id in sorted(coco.imgs):
-        corpus.image_ids.append(int(image_id))
-        corpus.file_names.append(str(coco.imgs[image_id]["file_name"]))
+        corpus.image_ids.append(image_id)
+        corpus.file_names.append(coco.imgs[image_id]["file_name"])
     known = set(corpus.image_ids)
     for ann_id in sorted(coco.anns):
         ann = coco.anns[ann_id]
-        text = str(ann.get("caption", "")).strip()
-        if ann.get("image_id") not in known:
+        text, problem = _caption_text(ann["caption"])
+        if ann["image_id"] not in known:
             corpus.skips.append(Skip("caption", str(ann_id), "unknown image_id"))
-        elif not text:
-            corpus.skips.append(Skip("caption", str(ann_id), "empty caption"))
-        elif not 0 <= int(ann_id) <= MAX_CAPTION_ID:
+        elif problem:
+            corpus.skips.append(Skip("caption", str(ann_id), problem))
+        elif not 0 <= ann_id <= MAX_CAPTION_ID:
             raise UserError(f"{path}: caption id {ann_id} is outside 0..{MAX_CAPTION_ID}")
         else:
-            corpus.caption_ids.append(int(ann_id))
-            corpus.caption_image_ids.append(int(ann["image_id"]))
+            corpus.caption_ids.append(ann_id)
+            corpus.caption_image_ids.append(ann["image_id"])
             corpus.captions.append(text)
     return corpus
+
+
+def _check_entries(path: Path, key: str, entries: list, required: tuple[str, ...]) -> None:
+    """Every entry is an object with the required keys, and its ids are integers: else a one-line UserError
+    naming the entry's position, the key and the file."""
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: {key}[{index}] is not an object")
+        for name in required:
+            if name not in entry:
+                raise UserError(f"{path}: {key}[{index}] has no '{name}' key")
+        for name in ("id", "image_id"):
+            if name in required and (not isinstance(entry[name], int) or isinstance(entry[name], bool)):
+                raise UserError(f"{path}: {key}[{index}].{name} is {entry[name]!r}, not an integer")
+        if "file_name" in required and not isinstance(entry["file_name"], str):
+            raise UserError(f"{path}: {key}[{index}].file_name is {entry['file_name']!r}, not a string")
+
+
+def _caption_text(value: object) -> tuple[str, str | None]:
+    """The stripped caption, or the reason it is skipped: null, not a string, or empty."""
+    if value is None:
+        return "", "caption is null"
+    if not isinstance(value, str):
+        return "", "caption is not a string"
+    text = value.strip()
+    return text, None if text else "empty caption"
 
 
 _TOKEN_LINE = re.compile(r"^(?P<name>[^#\t]+)#(?P<n>\d+)\t(?P<text>.*)$")
@@ -174,17 +208,23 @@ def read_flickr_karpathy(path: Path, split: str | None = None) -> Corpus:
         raise UserError(f"{path}: not a Karpathy split file (needs an 'images' list)")
     rows, skips = [], []
     for index, image in enumerate(data["images"]):
-        if "filename" not in image or not isinstance(image.get("sentences"), list):
-            skips.append(Skip("image", f"{path.name}:images[{index}]", "entry without filename or sentences"))
-            continue
+        if not isinstance(image, dict):
+            raise UserError(f"{path}: images[{index}] is not an object")
+        for key in ("filename", "sentences"):
+            if key not in image:
+                raise UserError(f"{path}: images[{index}] has no '{key}' key")
+        if not isinstance(image["filename"], str) or not isinstance(image["sentences"], list):
+            raise UserError(f"{path}: images[{index}] needs a string 'filename' and a list of 'sentences'")
         if split is not None and image.get("split") != split:
             continue
         for n, sentence in enumerate(image["sentences"]):
-            rows.append((image["filename"], n, str(sentence.get("raw", "")), f"{image['filename']}#{n}"))
+            if not isinstance(sentence, dict) or "raw" not in sentence:
+                raise UserError(f"{path}: images[{index}].sentences[{n}] has no 'raw' key")
+            rows.append((image["filename"], n, sentence["raw"], f"{image['filename']}#{n}"))
     return _flickr_corpus(path, rows, skips)
 
 
-def _flickr_corpus(path: Path, rows: list[tuple[str, int, str, str]], skips: list[Skip]) -> Corpus:
+def _flickr_corpus(path: Path, rows: list[tuple[str, int, object, str]], skips: list[Skip]) -> Corpus:
     """Shared by the three Flickr formats, so one image gets the same ids from any of them: image_id is the
     numeric file stem (Flickr photo id) and caption_id the rank of (image_id, caption number)."""
     if not rows:
@@ -202,20 +242,47 @@ def _flickr_corpus(path: Path, rows: list[tuple[str, int, str, str]], skips: lis
         image_id = int(stem)
         if stems.setdefault(image_id, name) != name:
             raise UserError(f"{path}: file names {stems[image_id]!r} and {name!r} share the id {image_id}")
-        entries.append((image_id, n, text.strip(), ref))
-    entries.sort()
+        entries.append((image_id, n, text, ref))
+    entries.sort(key=lambda entry: entry[:2])
     corpus = Corpus(skips=skips)
     for image_id in sorted(stems):
         corpus.image_ids.append(image_id)
         corpus.file_names.append(stems[image_id])
-    for caption_id, (image_id, _, text, ref) in enumerate(entries):
-        if not text:
-            corpus.skips.append(Skip("caption", ref, "empty caption"))
+    for caption_id, (image_id, _, raw, ref) in enumerate(entries):
+        text, problem = _caption_text(raw)
+        if problem:
+            corpus.skips.append(Skip("caption", ref, problem))
             continue
         corpus.caption_ids.append(caption_id)
         corpus.caption_image_ids.append(image_id)
         corpus.captions.append(text)
     return corpus
+
+
+def escapes_folder(name: str) -> bool:
+    """A file name that would leave the image folder: absolute (or drive-anchored), or with a `..` part."""
+    pure = PurePosixPath(name.replace("\\", "/"))
+    return pure.is_absolute() or PureWindowsPath(name).anchor != "" or ".." in pure.parts
+
+
+def _drop_escaping_files(corpus: Corpus) -> None:
+    keep = [not escapes_folder(name) for name in corpus.file_names]
+    for ok, image_id, name in zip(keep, corpus.image_ids, corpus.file_names):
+        if not ok:
+            corpus.skips.append(Skip("image", f"{image_id} ({name})", "file name outside the image folder"))
+    _keep_images(corpus, keep)
+
+
+def describe_skips(counts: dict[str, int]) -> str:
+    """One line for a command summary: `skipped: 2 captions (caption is null), 1 image (image file not found)`;
+    `counts` as `Corpus.skip_counts()` gives them ("kind: reason" -> n)."""
+    if not counts:
+        return "skipped: nothing"
+    parts = []
+    for key, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        kind, _, reason = key.partition(": ")
+        parts.append(f"{n} {kind}{'' if n == 1 else 's'} ({reason})" if reason else f"{n} {kind}")
+    return "skipped: " + ", ".join(parts)
 
 
 def _drop_missing_files(corpus: Corpus) -> None:
@@ -242,7 +309,7 @@ def _keep_images(corpus: Corpus, keep: list[bool]) -> None:
     rows = [(c, i, t) for c, i, t in zip(corpus.caption_ids, corpus.caption_image_ids, corpus.captions) if i in kept]
     dropped = len(corpus.caption_ids) - len(rows)
     if dropped:
-        corpus.skips.append(Skip("caption", f"{dropped} captions", "their image was skipped"))
+        corpus.skips.append(Skip("caption", f"{dropped} captions", "their image was skipped", dropped))
     corpus.caption_ids = [r[0] for r in rows]
     corpus.caption_image_ids = [r[1] for r in rows]
     corpus.captions = [r[2] for r in rows]

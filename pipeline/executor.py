@@ -124,7 +124,7 @@ class LocalExecutor:
         key = plan_fingerprint(stage, plan)
         recover(stage)
         if not force and self._up_to_date(stage, key):
-            shutil.rmtree(staging_folder(stage), ignore_errors=True)  # an unfinished run of no further use
+            self._drop_staging_of(stage, key)
             return {"status": "up-to-date", "folder": str(stage.folder)}
         clock = time.perf_counter()
         stage.setup()
@@ -164,6 +164,17 @@ class LocalExecutor:
         if problems:
             log.warning("%s: %s; recomputing", stage.name, problems[0])
         return not problems
+
+    @staticmethod
+    def _drop_staging_of(stage: Stage, key: str) -> None:
+        """An unfinished run of what is already committed is of no further use; one of other parameters stays."""
+        started = staging_folder(stage) / STARTED
+        try:
+            same = not started.is_file() or read_json(started).get("fingerprint") == key
+        except Exception:
+            same = True
+        if same:
+            shutil.rmtree(staging_folder(stage), ignore_errors=True)
 
     @staticmethod
     def _open_staging(staging: Path, key: str, plan: StagePlan, force: bool) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -11,11 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline.errors import UserError
 
+# The manifests users see and edit live in the repository's top-level manifests/; setup.py copies them into the
+# wheel as pipeline/manifests/, so an installed copy finds them too (docs/manifests.md).
+_PACKAGE_MANIFESTS = Path(__file__).resolve().parent / "manifests"
+_SOURCE_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+PACKAGE_PREFIX = "package:"  # `package:stages.embed/resources/x.json`: a file shipped inside an installed package
 
-def _manifest_dir() -> Path:
-    """./manifests when it exists (an installed copy run from a project folder), else the repository's."""
-    local = Path.cwd() / "manifests"
-    return local if local.is_dir() else Path(__file__).resolve().parent.parent / "manifests"
+
+def bundled_manifest_dir() -> Path:
+    """The manifests that come with the code: the installed package's copy, else the source checkout's."""
+    return _PACKAGE_MANIFESTS if _PACKAGE_MANIFESTS.is_dir() else _SOURCE_MANIFESTS
 
 
 DatasetFormat = Literal["coco", "flickr30k-token", "flickr30k-csv", "flickr30k-karpathy", "sample"]
@@ -36,7 +42,9 @@ class EmbedConfig(_Section):
     model: str = Field("ViT-B-32", description="open_clip model name")
     pretrained: str | None = Field("openai", description="open_clip pretrained tag or local checkpoint path")
     model_config_path: Path | None = Field(
-        None, description="model config JSON (open_clip layout); registered and built with random weights"
+        None,
+        description="model config JSON (open_clip layout; package:PKG/PATH for a file inside an installed package); "
+        "registered and built with random weights",
     )
     batch_size: int = Field(256, gt=0)
     num_workers: int = Field(8, ge=0)
@@ -213,18 +221,34 @@ class Manifest(_Section):
         return self
 
 
-def manifest_path(dataset: str | None, path: Path | None) -> Path:
-    """`--dataset coco` means manifests/coco.yaml; `--manifest PATH` takes any file."""
+def find_manifest(dataset: str | None, path: Path | None) -> tuple[Path, bool]:
+    """The manifest file, and whether it is a bundled one. `--manifest PATH` takes any file; `--dataset NAME`
+    means ./manifests/NAME.yaml when the current folder has it, else the bundled NAME.yaml."""
     if path is not None:
-        return path
+        return path, False
     if dataset is None:
         raise UserError("give --dataset NAME or --manifest PATH")
-    folder = _manifest_dir()
-    candidate = folder / f"{dataset}.yaml"
-    if not candidate.is_file():
-        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-        raise UserError(f"unknown dataset {dataset!r}: no {candidate}; known datasets: {known}")
-    return candidate
+    local = Path.cwd() / "manifests" / f"{dataset}.yaml"
+    if local.is_file():
+        return local, False
+    bundled = bundled_manifest_dir() / f"{dataset}.yaml"
+    if bundled.is_file():
+        return bundled, True
+    folders = (Path.cwd() / "manifests", bundled_manifest_dir())
+    known = ", ".join(sorted({p.stem for folder in folders for p in folder.glob("*.yaml")}))
+    raise UserError(f"unknown dataset {dataset!r}: no manifests/{dataset}.yaml, here or bundled; known: {known}")
+
+
+def manifest_path(dataset: str | None, path: Path | None) -> Path:
+    """`--dataset coco` means manifests/coco.yaml (here, else bundled); `--manifest PATH` takes any file."""
+    return find_manifest(dataset, path)[0]
+
+
+def open_manifest(dataset: str | None, path: Path | None, overrides: dict[str, Any] | None = None) -> Manifest:
+    """What the CLI loads: a bundled manifest's relative paths (work_dir, data) resolve against the current
+    folder, never into the installed package; any other manifest's against its own folder (see load_manifest)."""
+    found, bundled = find_manifest(dataset, path)
+    return load_manifest(found, overrides, base=Path.cwd() if bundled else None)
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -238,9 +262,11 @@ def _describe(error: dict[str, Any]) -> str:
     return f"bad value for {key!r} ({error.get('input')!r}): {detail}"
 
 
-def load_manifest(path: Path, overrides: dict[str, Any] | None = None) -> Manifest:
-    """Read, validate and apply dotted-key overrides such as {"mine.k": 64}. Relative paths resolve against
-    the manifest's folder, or against its parent when that folder is called `manifests`."""
+def load_manifest(path: Path, overrides: dict[str, Any] | None = None, base: Path | None = None) -> Manifest:
+    """Read, validate and apply dotted-key overrides such as {"mine.k": 64}. Relative paths written in the
+    manifest resolve against `base`, by default the manifest's folder, or its parent when that folder is called
+    `manifests`. Override values that are `Path`s come from the command line and, as in every CLI, resolve
+    against the current folder. `package:PKG/REL` names a file shipped inside an installed package."""
     if not path.is_file():
         raise UserError(f"{path}: manifest not found")
     try:
@@ -256,14 +282,15 @@ def load_manifest(path: Path, overrides: dict[str, Any] | None = None) -> Manife
         *parents, leaf = dotted.split(".")
         for part in parents:
             section = section.setdefault(part, {})
-        section[leaf] = value
+        section[leaf] = str(_resolve(Path.cwd(), value)) if isinstance(value, Path) else value
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(_describe(e) for e in exc.errors())
         raise UserError(f"{path}: {problems}") from None
-    folder = path.resolve().parent
-    base = folder.parent if folder.name == "manifests" else folder
+    if base is None:
+        folder = path.resolve().parent
+        base = folder.parent if folder.name == "manifests" else folder
     manifest.work_dir = _resolve(base, manifest.work_dir)
     manifest.data.captions = _resolve(base, manifest.data.captions)
     manifest.data.images = _resolve(base, manifest.data.images)
@@ -273,5 +300,20 @@ def load_manifest(path: Path, overrides: dict[str, Any] | None = None) -> Manife
 
 
 def _resolve(base: Path, value: Path) -> Path:
+    if str(value).startswith(PACKAGE_PREFIX):
+        return package_file(str(value))
     value = value.expanduser()
     return value if value.is_absolute() else (base / value)
+
+
+def package_file(spec: str) -> Path:
+    """`package:stages.embed/resources/open_clip/x.json` -> that file inside the installed package (a regular
+    folder, not a zip: the package is installed as files)."""
+    package, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
+    if not package or not relative:
+        raise UserError(f"{spec!r}: expected {PACKAGE_PREFIX}PACKAGE/PATH, e.g. {PACKAGE_PREFIX}stages.embed/x.json")
+    try:
+        root = importlib.resources.files(package)
+    except ModuleNotFoundError:
+        raise UserError(f"{spec!r}: no Python package {package!r}") from None
+    return Path(str(root.joinpath(*relative.split("/"))))

@@ -85,3 +85,39 @@ def test_every_command_documents_every_option():
         assert command.help, name
         for param in command.params:
             assert getattr(param, "help", None), f"{name} --{param.name} has no help text"
+
+
+def test_embed_summary_prints_the_reader_skips_in_one_line(tmp_path: Path, sample_dataset: tuple[Path, Path]):
+    import json
+
+    captions, images = sample_dataset
+    data = json.loads(captions.read_text())
+    data["images"] = [*data["images"][:6], {"id": 10**6, "file_name": "../escape.jpg"}]
+    kept = {image["id"] for image in data["images"]}
+    data["annotations"] = [a for a in data["annotations"] if a["image_id"] in kept]
+    data["annotations"][0]["caption"] = None
+    data["annotations"][1]["caption"] = 7
+    data["annotations"].append({"id": 10**6, "image_id": 10**6, "caption": "Escaping."})
+    path = tmp_path / "captions.json"
+    path.write_text(json.dumps(data))
+    manifest = write_manifest(tmp_path, path, images)
+    result = runner.invoke(app, ["embed", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("embed: skipped:"))
+    assert "1 caption (caption is null)" in line and "1 caption (caption is not a string)" in line
+    assert "1 image (file name outside the image folder)" in line
+
+
+def test_relative_out_lands_under_the_current_folder(
+    tmp_path: Path, sample_dataset: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+):
+    manifest = write_manifest(tmp_path / "project", *sample_dataset)
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    result = runner.invoke(app, ["embed", "--manifest", "../project/manifest.yaml", "--out", "rel"])
+    assert result.exit_code == 0, result.output
+    assert (here / "rel" / "embed" / "_stage.json").is_file()
+    assert not (REPO / "rel").exists() and not (tmp_path / "project" / "rel").exists()
+    status = runner.invoke(app, ["status", "--manifest", str(manifest), "--out", "rel"])
+    assert status.exit_code == 0 and status.output.startswith("embed    done"), status.output

@@ -175,3 +175,153 @@ def test_missing_inputs_are_user_errors(tmp_path: Path):
     files = _flickr_files(tmp_path)
     with pytest.raises(UserError, match="image folder not found"):
         read_dataset(DataConfig(format="flickr30k-csv", captions=files["csv"], images=tmp_path / "nope"))
+
+
+# --- input edge cases (issue 18) ------------------------------------------------------------------------------------
+
+
+def test_coco_null_non_string_and_blank_captions_are_counted_skips_by_reason(tmp_path: Path):
+    path = _coco(
+        tmp_path,
+        [{"id": 1, "file_name": "a.jpg"}],
+        [
+            {"id": 10, "image_id": 1, "caption": "A cat on a mat."},
+            {"id": 11, "image_id": 1, "caption": None},
+            {"id": 12, "image_id": 1, "caption": 42},
+            {"id": 13, "image_id": 1, "caption": ["a", "list"]},
+            {"id": 14, "image_id": 1, "caption": " \t\n"},
+        ],
+    )
+    corpus = read_coco(path)
+    assert corpus.captions == ["A cat on a mat."]
+    assert "None" not in corpus.captions and "42" not in corpus.captions
+    assert {(s.ref, s.reason) for s in corpus.skips} == {
+        ("11", "caption is null"),
+        ("12", "caption is not a string"),
+        ("13", "caption is not a string"),
+        ("14", "empty caption"),
+    }
+    assert corpus.skip_counts() == {
+        "caption: caption is null": 1,
+        "caption: caption is not a string": 2,
+        "caption: empty caption": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "index", "missing"),
+    [("images", 1, "file_name"), ("images", 0, "id"), ("annotations", 1, "image_id"), ("annotations", 0, "caption")],
+)
+def test_coco_entry_without_a_required_key_is_a_one_line_error(tmp_path: Path, key: str, index: int, missing: str):
+    data = {
+        "images": [{"id": 1, "file_name": "a.jpg"}, {"id": 2, "file_name": "b.jpg"}],
+        "annotations": [{"id": 10, "image_id": 1, "caption": "x"}, {"id": 11, "image_id": 2, "caption": "y"}],
+    }
+    del data[key][index][missing]
+    path = _coco(tmp_path, data["images"], data["annotations"])
+    with pytest.raises(UserError) as info:
+        read_coco(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(path) in message and f"{key}[{index}]" in message and f"'{missing}'" in message
+
+
+def test_coco_annotation_id_missing_and_non_integer_ids_are_errors(tmp_path: Path):
+    path = _coco(tmp_path, [{"id": 1, "file_name": "a.jpg"}], [{"image_id": 1, "caption": "x"}])
+    with pytest.raises(UserError, match=r"annotations\[0\] has no 'id' key"):
+        read_coco(path)
+    path = _coco(tmp_path, [{"id": "1", "file_name": "a.jpg"}], [{"id": 1, "image_id": 1, "caption": "x"}])
+    with pytest.raises(UserError, match=r"images\[0\]\.id is '1', not an integer"):
+        read_coco(path)
+    path = _coco(tmp_path, ["a.jpg"], [])
+    with pytest.raises(UserError, match=r"images\[0\] is not an object"):
+        read_coco(path)
+
+
+def _images(tmp_path: Path, *names: str) -> Path:
+    folder = tmp_path / "images"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def test_coco_file_names_escaping_the_image_folder_are_counted_skips(tmp_path: Path):
+    images = _images(tmp_path, "a.jpg")
+    (tmp_path / "outside.jpg").write_bytes(b"")  # exists, but must not be read through `..`
+    path = _coco(
+        tmp_path,
+        [
+            {"id": 1, "file_name": "a.jpg"},
+            {"id": 2, "file_name": "../outside.jpg"},
+            {"id": 3, "file_name": str(tmp_path / "outside.jpg")},
+            {"id": 4, "file_name": "sub/../../outside.jpg"},
+        ],
+        [{"id": 10 + i, "image_id": i, "caption": f"Caption {i}."} for i in range(1, 5)],
+    )
+    for check_files in (True, False):
+        corpus = read_dataset(DataConfig(format="coco", captions=path, images=images), check_files=check_files)
+        assert corpus.image_ids == [1] and corpus.captions == ["Caption 1."]
+        counts = corpus.skip_counts()
+        assert counts["image: file name outside the image folder"] == 3
+        assert counts["caption: their image was skipped"] == 3
+
+
+def test_flickr_blank_captions_and_escaping_names_are_counted_skips(tmp_path: Path):
+    images = _images(tmp_path, "1.jpg", "2.jpg")
+    token = tmp_path / "r.token"
+    token.write_text("1.jpg#0\tA dog runs.\n1.jpg#1\t   \n../2.jpg#0\tOutside.\n/abs/3.jpg#0\tAbsolute.\n")
+    corpus = read_dataset(DataConfig(format="flickr30k-token", captions=token, images=images))
+    assert corpus.image_ids == [1] and corpus.captions == ["A dog runs."]
+    counts = corpus.skip_counts()
+    assert counts["caption: empty caption"] == 1
+    assert counts["image: file name outside the image folder"] == 2
+
+    results = tmp_path / "results.csv"
+    results.write_text("image_name| comment_number| comment\n1.jpg| 0| A dog.\n1.jpg| 1|  \n../2.jpg| 0| Out.\n")
+    corpus = read_dataset(DataConfig(format="flickr30k-csv", captions=results, images=images))
+    assert corpus.captions == ["A dog."]
+    assert corpus.skip_counts()["caption: empty caption"] == 1
+    assert corpus.skip_counts()["image: file name outside the image folder"] == 1
+
+
+def test_karpathy_null_non_string_and_blank_captions_are_counted_skips(tmp_path: Path):
+    path = tmp_path / "dataset_flickr30k.json"
+    sentences = [{"raw": "A dog."}, {"raw": None}, {"raw": 7}, {"raw": "  "}]
+    path.write_text(json.dumps({"images": [{"filename": "1.jpg", "split": "train", "sentences": sentences}]}))
+    corpus = read_flickr_karpathy(path)
+    assert corpus.captions == ["A dog."]
+    assert corpus.skip_counts() == {
+        "caption: caption is null": 1,
+        "caption: caption is not a string": 1,
+        "caption: empty caption": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ({"split": "train", "sentences": []}, r"images\[0\] has no 'filename' key"),
+        ({"filename": "1.jpg", "split": "train"}, r"images\[0\] has no 'sentences' key"),
+        ({"filename": "1.jpg", "sentences": [{"text": "x"}]}, r"images\[0\]\.sentences\[0\] has no 'raw' key"),
+    ],
+)
+def test_karpathy_entry_without_a_required_key_is_a_one_line_error(tmp_path: Path, image: dict, expected: str):
+    path = tmp_path / "dataset_flickr30k.json"
+    path.write_text(json.dumps({"images": [image]}))
+    with pytest.raises(UserError, match=expected) as info:
+        read_flickr_karpathy(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_describe_skips_is_one_line_with_every_class():
+    from pipeline.datasets import describe_skips
+
+    line = describe_skips(
+        {"caption: caption is null": 2, "image: file name outside the image folder": 1, "line: malformed line": 3}
+    )
+    assert "\n" not in line
+    assert line == (
+        "skipped: 3 lines (malformed line), 2 captions (caption is null), 1 image (file name outside the image folder)"
+    )
+    assert describe_skips({}) == "skipped: nothing"

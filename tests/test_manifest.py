@@ -80,3 +80,62 @@ def test_missing_key_and_bad_yaml(tmp_path: Path):
 def test_unknown_dataset_lists_the_known_ones():
     with pytest.raises(UserError, match=r"unknown dataset 'cocoa'.*coco, flickr30k, sample"):
         manifest_path("cocoa", None)
+
+
+# --- where paths resolve (issue 18) -------------------------------------------------------------------------------
+
+
+def test_cli_path_overrides_resolve_against_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    project = tmp_path / "project"
+    project.mkdir()
+    path = project / "m.yaml"
+    path.write_text(BASE)
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    manifest = load_manifest(path, {"work_dir": Path("rel")})
+    assert manifest.work_dir == here / "rel"
+    assert manifest.data.images == project / "imgs"  # written in the manifest: against the manifest
+    assert load_manifest(path, {"work_dir": "rel"}).work_dir == project / "rel"  # a plain string is manifest text
+
+
+def test_the_bundled_manifests_resolve_against_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from pipeline.manifest import bundled_manifest_dir, find_manifest, open_manifest
+
+    monkeypatch.chdir(tmp_path)
+    found, bundled = find_manifest("sample", None)
+    assert bundled and found.parent == bundled_manifest_dir()
+    manifest = open_manifest("sample", None, {"work_dir": None})
+    assert manifest.work_dir == tmp_path / "runs" / "sample"
+    assert manifest.data.captions == tmp_path / "data" / "sample" / "captions.json"
+    assert manifest.embed.model_config_path is not None and manifest.embed.model_config_path.is_file()
+    assert manifest.embed.model_config_path.name == "csts-tiny-clip.json"
+    assert open_manifest("sample", None, {"work_dir": Path("x")}).work_dir == tmp_path / "x"
+
+
+def test_a_manifest_in_the_current_folder_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from pipeline.manifest import find_manifest, open_manifest
+
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "sample.yaml").write_text(BASE.replace("name: x", "name: mine"))
+    monkeypatch.chdir(tmp_path)
+    assert find_manifest("sample", None) == (tmp_path / "manifests" / "sample.yaml", False)
+    assert open_manifest("sample", None).name == "mine"
+    assert open_manifest("sample", None).work_dir == tmp_path / "out"
+    found, bundled = find_manifest("coco", None)  # not here: the bundled one
+    assert bundled and found.name == "coco.yaml"
+    with pytest.raises(UserError, match=r"unknown dataset 'cocoa'.*coco, flickr30k, sample"):
+        find_manifest("cocoa", None)
+
+
+def test_package_prefix_names_a_file_inside_an_installed_package(tmp_path: Path):
+    from pipeline.manifest import package_file
+
+    tiny = package_file("package:stages.embed/resources/open_clip/csts-tiny-clip.json")
+    assert tiny.is_file()
+    path = _write(tmp_path, BASE + "embed: {model_config_path: 'package:stages.embed/resources/open_clip/x.json'}\n")
+    assert load_manifest(path).embed.model_config_path == tiny.parent / "x.json"
+    with pytest.raises(UserError, match="no Python package 'nope'"):
+        package_file("package:nope/x.json")
+    with pytest.raises(UserError, match="expected package:PACKAGE/PATH"):
+        package_file("package:stages.embed")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.errors import UserError
-from pipeline.packaged_models import load_failure, resolve_model_path
+from pipeline.packaged_models import hub_source, load_failure
 
 if TYPE_CHECKING:  # torch loads only with a model, so planning and `status` stay fast
     import torch
@@ -82,14 +82,14 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
     """A SentenceTransformer on `device` (fp16 on CUDA). `pooling` 'model' keeps the model's own pooling;
     'cls' or 'mean' put that pooling over the raw transformer; 'cls_pooler' passes the CLS state through the
     checkpoint's pooler layer (dense + tanh), which is how SimCSE's own tool embeds sentences (`pooler_output`)."""
-    from sentence_transformers import SentenceTransformer
+    source = hub_source(name, "text encoder", "set filter.text_encoder / --text-encoder to that local folder")
+    from sentence_transformers import SentenceTransformer  # after: offline, fail before a slow import
 
     try:
         from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Pooling, Transformer
 
-    source = resolve_model_path(name)
     try:
         if pooling == "model":
             model = SentenceTransformer(source, device=str(device))

@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.functional import cosine_similarity
 
 from pipeline.errors import UserError
-from pipeline.packaged_models import load_failure, resolve_model_path
+from pipeline.packaged_models import hub_source, load_failure, resolve_model_path
 from stages.train.data import PairData
 
 ENCODINGS = ("cross", "bi", "tri")
@@ -272,6 +272,7 @@ def load_model(name: str, spec: ModelSpec | None = None) -> CstsModel:
 
 
 def _load_encoder(name: str, path: str):
+    source = hub_source(path, "model", "give that local folder as the model") if path == name else path
     import transformers
     from transformers import AutoModel, AutoTokenizer
 
@@ -279,8 +280,8 @@ def _load_encoder(name: str, path: str):
     transformers.logging.set_verbosity_error()  # "pooler weights newly initialised" is expected, not news
     transformers.logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        backbone = AutoModel.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        backbone = AutoModel.from_pretrained(source)
     except (OSError, ValueError) as exc:
         raise load_failure("model", name, exc, "give a local folder") from None
     finally:

@@ -1,0 +1,22 @@
+"""Everything about the build is in pyproject.toml, except one step: the manifests users see and edit live in the
+top-level manifests/ folder, and the wheel carries a copy of them as pipeline/manifests/ so that an installed
+csts-pipeline finds `--dataset NAME` from any folder (docs/manifests.md)."""
+
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+MANIFESTS = Path(__file__).resolve().parent / "manifests"
+
+
+class BuildPyWithManifests(build_py):
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "pipeline" / "manifests"
+        self.mkpath(str(target))
+        for manifest in sorted(MANIFESTS.glob("*.yaml")):
+            self.copy_file(str(manifest), str(target / manifest.name))
+
+
+setup(cmdclass={"build_py": BuildPyWithManifests})
