@@ -90,7 +90,7 @@ def test_the_checker_catches_unknown_commands_and_options():
     assert _problem("csts-pipeline embedd --dataset sample") == "no command 'csts-pipeline embedd'"
     assert _problem("csts-pipeline annotate merge") == "no command 'csts-pipeline annotate merge'"
     assert _problem("csts-pipeline status --force") == "csts-pipeline status has no option --force"
-    assert _problem("csts-pipeline train --dataset coco") == "csts-pipeline train has no option --dataset"
+    assert _problem("csts-pipeline train --k 5") == "csts-pipeline train has no option --k"
 
 
 @pytest.mark.parametrize(("doc", "line", "command"), COMMANDS)
