@@ -190,11 +190,16 @@ FilterOutOpt = Annotated[
     typer.Option("--out", help="Work folder (overrides work_dir); with --pairs, the scored file (.csv or .parquet)."),
 ]
 KeepRejectedOpt = Annotated[
-    bool, typer.Option("--keep-rejected", help="Also write the rejected pairs with the first criterion they failed.")
+    bool,
+    typer.Option(
+        "--keep-rejected", metavar="", help="Also write the rejected pairs with the first criterion they failed."
+    ),
 ]
 FullReportOpt = Annotated[
     bool,
-    typer.Option("--full-report", help="Compute the cosine for every candidate (exact funnel), not only survivors."),
+    typer.Option(
+        "--full-report", metavar="", help="Compute the cosine for every candidate (exact funnel), not only survivors."
+    ),
 ]
 
 

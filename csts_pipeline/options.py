@@ -22,7 +22,10 @@ DatasetOpt = Annotated[
 ]
 ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
 DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Recompute even when the stage's output is up to date.")]
+# metavar="": a flag takes no value, so its help shows none (typer would print `<bool>`)
+ForceOpt = Annotated[
+    bool, typer.Option("--force", metavar="", help="Recompute even when the stage's output is up to date.")
+]
 PrecisionOpt = Annotated[str | None, typer.Option(help=PRECISION_HELP)]
 
 

@@ -42,7 +42,7 @@ def _config_option(name: str, field: FieldInfo) -> inspect.Parameter:
     kind = _scalar_type(field.annotation)
     flag = TrainConfig.cli_flag(name)
     declaration = f"{flag}/--no-{flag.removeprefix('--')}" if kind is bool else flag
-    option = typer.Option(declaration, help=field.description)
+    option = typer.Option(declaration, help=field.description, metavar="" if kind is bool else None)
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[kind | None, option]
     )

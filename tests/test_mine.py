@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +152,12 @@ def test_mine_rerun_is_a_noop_and_changed_k_recomputes(tmp_path: Path):
 def test_mine_without_embed_output_says_what_to_run(tmp_path: Path):
     with pytest.raises(UserError, match="run `csts-pipeline embed` first"):
         mine.run(_manifest(tmp_path))
+
+
+def test_mine_without_faiss_names_the_extras(tmp_path: Path, monkeypatch):
+    _fake_embed_stage(tmp_path / "work")
+    monkeypatch.setitem(sys.modules, "faiss", None)  # as if neither faiss-cpu nor faiss-gpu-cu12 were installed
+    with pytest.raises(UserError, match=r"csts-pipeline\[cpu\].*csts-pipeline\[gpu\].*--knn torch"):
+        mine.run(_manifest(tmp_path, k=4, knn="faiss"))
+    assert not (tmp_path / "work" / "mine").exists()
+    assert mine.run(_manifest(tmp_path, k=4, knn="torch"))["status"] == "done"

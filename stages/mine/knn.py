@@ -41,7 +41,7 @@ class _TorchSearch:
     """Chunked `torch.mm` + `topk` in float32 on the device: exact, and often faster than FAISS on a GPU."""
 
     def __init__(self, vectors: np.ndarray, device: torch.device):
-        self.base = torch.from_numpy(vectors).to(device)
+        self.base = torch.from_numpy(np.require(vectors, requirements="W")).to(device)  # Arrow buffers are read-only
 
     def search(self, lo: int, hi: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores, found = torch.topk(self.base[lo:hi] @ self.base.T, k, dim=1, sorted=True)
