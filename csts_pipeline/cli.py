@@ -471,7 +471,7 @@ def annotate_export(
     force: Annotated[bool, typer.Option("--force", help="Replace task files exported with other parameters.")] = False,
 ) -> None:
     """Write crowd tasks: an MTurk batch CSV (one HIT per row) and a JSONL of ids (<annotate>/<stage>_tasks/)."""
-    from stages.annotate import steps as annotate
+    from stages import annotate
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     folder, work_dir = _annotate_dir(dataset, manifest, out)
@@ -515,7 +515,7 @@ def annotate_import(
     force: ForceOpt = False,
 ) -> None:
     """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
-    from stages.annotate import steps as annotate
+    from stages import annotate
 
     _only_for(stage, "ratings", aggregate=aggregate, not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)
     folder, _ = _annotate_dir(dataset, manifest, out)
@@ -540,7 +540,7 @@ def annotate_split(
     force: ForceOpt = False,
 ) -> None:
     """Train/validation/test C-STS files (Parquet and CSV) from the kept rated items (<annotate>/csts/)."""
-    from stages.annotate import steps as annotate
+    from stages import annotate
 
     folder, _ = _annotate_dir(dataset, manifest, out)
     typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force)))
