@@ -23,6 +23,7 @@ from pipeline.records import write_json
 from pipeline.shards import shard_name, write_table
 from stages import annotate
 from stages.annotate.agreement import aggregate, fleiss_kappa
+from stages.annotate.files import atomic_path
 from stages.annotate.sampling import allocate, quantile_bins, stratified_sample
 from stages.annotate.splits import sentence_pair_groups, split_sizes
 
@@ -487,6 +488,57 @@ def test_import_ratings_reports_every_problem(tmp_path: Path, rated: Path):
     assert record["counts"]["items_kept"] == 2 and record["counts"]["items_not_pertinent"] == 1
     with pytest.raises(UserError, match=r"ratings.csv: missing field\(s\) worker_id"):
         annotate.import_ratings(rated, [write_results(tmp_path / "ratings.csv", [{"item_id": "x", "rating": 1}])])
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones included) and its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_failed_import_leaves_the_previous_output_untouched(tmp_path: Path, rated: Path):
+    """Issue 18: every results file is read and checked before anything in the annotate folder changes, so an
+    import with a broken results file fails with one line and leaves the last good import's files as they were."""
+    items = read_tasks(rated / "ratings_tasks")
+    rows, _, _ = simulated_ratings(items, seed=5)
+    good = write_results(tmp_path / "good.csv", rows)
+    out = ["--out", rated]
+    assert "Fleiss' kappa" in cli("annotate", "import", "--stage", "ratings", *out, "--results", good)
+    before = snapshot(rated)
+    out_of_scale = write_results(tmp_path / "out_of_scale.csv", [dict(row, rating=9) for row in rows[:5]])
+    no_rating = write_results(tmp_path / "no_rating.csv", [{"item_id": items[0]["item_id"], "worker_id": "R1"}])
+    undecodable = tmp_path / "undecodable.csv"
+    undecodable.write_bytes(good.read_bytes()[:200] + b"\xff\xfe\xfa" + good.read_bytes()[200:])
+    not_json = tmp_path / "not_json.jsonl"
+    not_json.write_text("{not json\n[1, 2]\n")
+    broken = {
+        "no valid ratings": [out_of_scale],
+        "missing field": [good, no_rating],  # the second file is broken: the first one's rows are not used
+        "not a readable results file": [undecodable],
+        "not_json.jsonl: missing field(s) item_id": [not_json],
+    }
+    for message, files in broken.items():
+        for force in ([], ["--force"]):
+            results = [a for path in files for a in ("--results", path)]
+            error = cli_error("annotate", "import", "--stage", "ratings", *out, *results, *force)
+            assert message in error
+            assert snapshot(rated) == before, message
+    conditions = write_results(tmp_path / "conditions.csv", [{"task_id": "c-1", "condition_high": "x"}])
+    before = snapshot(rated)
+    assert "missing field(s) condition_low" in cli_error(
+        "annotate", "import", "--stage", "conditions", *out, "--results", conditions, "--force"
+    )
+    assert snapshot(rated) == before
+
+
+def test_atomic_writes_use_hidden_temporary_names(tmp_path: Path):
+    target = tmp_path / "items.parquet"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".") and tmp.name != target.name
+        tmp.write_bytes(b"half written")
+        raise RuntimeError("interrupted")
+    assert target.read_bytes() == b"old"
+    assert sorted(tmp_path.iterdir()) == [target]
 
 
 # ------------------------------------------------------------------------------------------------------ split
