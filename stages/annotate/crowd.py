@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -101,7 +102,8 @@ def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow]
     return rows, problems
 
 
-def _jsonl_rows(path: Path, lines: Any) -> tuple[list[ResultRow], list[Problem], set[str]]:
+def _jsonl_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
+    """One row per JSON object line; a line that is not one is a `bad_json` problem, not an error."""
     rows: list[ResultRow] = []
     problems: list[Problem] = []
     columns: set[str] = set()
@@ -121,8 +123,9 @@ def _jsonl_rows(path: Path, lines: Any) -> tuple[list[ResultRow], list[Problem],
     return rows, problems, columns
 
 
-def _csv_rows(path: Path, handle: Any) -> tuple[list[ResultRow], list[Problem], set[str]]:
-    reader = csv.reader(handle)
+def _csv_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
+    """One row per non-blank line after the header; row numbers count the header as row 1, as spreadsheets do."""
+    reader = csv.reader(lines)
     names = [field_name(name) for name in next(reader, [])]
     rows = [
         ResultRow(path, index + 2, dict(zip(names, values)))
@@ -196,7 +199,9 @@ class Screen:
 # -------------------------------------------------------------------------------------- condition-writing results
 
 
-def screen_conditions(tasks: list[dict[str, Any]], results: list[Path], tasks_file: Path) -> tuple[Screen, dict]:
+def screen_conditions(
+    tasks: list[dict[str, Any]], results: list[Path], tasks_file: Path
+) -> tuple[Screen, dict[int, ResultRow]]:
     """Every condition-writing results row checked; the first valid answer of each task, by task index."""
     screen = Screen({t["task_id"]: i for i, t in enumerate(tasks)}, "task_id", tasks_file)
     answers: dict[int, ResultRow] = {}
