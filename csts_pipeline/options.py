@@ -1,5 +1,5 @@
-"""Option types and the error decorator shared by the command modules (cli.py, train_cli.py, ...): generic
-options only, so that every command module can import this one and none imports another."""
+"""Option types and the error decorator shared by the command modules (cli.py, train_cli.py, annotate_cli.py):
+generic options only, so that every command module can import this one and none imports another."""
 
 from __future__ import annotations
 

@@ -20,8 +20,11 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.records import write_json
-from pipeline.shards import shard_name, write_table
-from stages.annotate import steps as annotate
+from pipeline.shards import shard_name, write_atomic, write_table
+from stages import annotate
+from stages.annotate.agreement import aggregate, fleiss_kappa
+from stages.annotate.sampling import allocate, quantile_bins, stratified_sample
+from stages.annotate.splits import sentence_pair_groups, split_sizes
 from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,7 +225,7 @@ FLEISS_EXAMPLE = [
 
 
 def test_fleiss_kappa_matches_the_textbook_example():
-    result = annotate.fleiss_kappa(np.array(FLEISS_EXAMPLE))
+    result = fleiss_kappa(np.array(FLEISS_EXAMPLE))
     assert result.observed == pytest.approx(0.378, abs=5e-4)
     assert result.expected == pytest.approx(0.213, abs=5e-4)
     assert result.kappa == pytest.approx(0.20993, abs=5e-5)
@@ -231,25 +234,25 @@ def test_fleiss_kappa_matches_the_textbook_example():
 def test_fleiss_kappa_with_varying_rater_counts():
     # item 1: two raters agree (P=1); item 2: three raters 1, 2, 2 (P=(1+4-3)/6=1/3); P-bar=2/3;
     # category shares 3/5 and 2/5, P_e=13/25; kappa=(2/3-13/25)/(12/25)
-    result = annotate.fleiss_kappa(np.array([[2, 0], [1, 2]]))
+    result = fleiss_kappa(np.array([[2, 0], [1, 2]]))
     assert result.kappa == pytest.approx((2 / 3 - 13 / 25) / (12 / 25))
-    assert annotate.fleiss_kappa(np.array([[3, 0, 0], [0, 2, 0], [0, 0, 4]])).kappa == pytest.approx(1.0)
+    assert fleiss_kappa(np.array([[3, 0, 0], [0, 2, 0], [0, 0, 4]])).kappa == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        annotate.fleiss_kappa(np.array([[1, 0], [2, 0]]))
+        fleiss_kappa(np.array([[1, 0], [2, 0]]))
 
 
 # ------------------------------------------------------------------------------------- stratified sampling
 
 
 def test_allocate_spreads_n_evenly_over_non_empty_strata():
-    assert annotate.allocate(np.array([0, 1, 10, 10]), 9).tolist() == [0, 1, 4, 4]
-    assert annotate.allocate(np.array([5, 5, 5]), 7).tolist() == [2, 2, 3]
-    assert annotate.allocate(np.array([2, 3]), 100).tolist() == [2, 3]
+    assert allocate(np.array([0, 1, 10, 10]), 9).tolist() == [0, 1, 4, 4]
+    assert allocate(np.array([5, 5, 5]), 7).tolist() == [2, 2, 3]
+    assert allocate(np.array([2, 3]), 100).tolist() == [2, 3]
 
 
 def test_quantile_bins_keep_ties_together():
     values = np.array([0.0] * 6 + [0.02, 0.04, 0.06, 0.08])
-    bins, _ = annotate.quantile_bins(values, 4)
+    bins, _ = quantile_bins(values, 4)
     assert len(set(bins[:6].tolist())) == 1
     assert set(bins[6:].tolist()).isdisjoint(bins[:6].tolist())
     assert len(set(bins.tolist())) >= 3
@@ -261,7 +264,7 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
     pair_ids = rng.choice(1 << 40, size=n_rows, replace=False)
     cosine = rng.beta(5, 2, size=n_rows)
     iou = np.where(rng.random(n_rows) < 0.3, 0.0, rng.uniform(0, 0.12, size=n_rows))
-    sample = annotate.stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
+    sample = stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
     assert len(sample.rows) == len(np.unique(sample.rows)) == 160
     non_empty = np.flatnonzero(sample.sizes)
     assert len(non_empty) >= 12
@@ -270,13 +273,13 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
     assert per_stratum[non_empty].min() >= 160 // len(non_empty)  # every non-empty stratum gets its share
     # the sample spans the range of both axes, unlike the bulk of a beta(5, 2) cosine
     assert cosine[sample.rows].min() < np.quantile(cosine, 0.1) and cosine[sample.rows].max() > np.quantile(cosine, 0.9)
-    again = annotate.stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
+    again = stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
     assert again.rows.tolist() == sample.rows.tolist()
-    other = annotate.stratified_sample(pair_ids, cosine, iou, 160, seed=8, bins=4)
+    other = stratified_sample(pair_ids, cosine, iou, 160, seed=8, bins=4)
     assert set(other.rows.tolist()) != set(sample.rows.tolist())
     # the same pairs whatever the row order: keys come from pair ids, not positions
     shuffle = rng.permutation(n_rows)
-    moved = annotate.stratified_sample(pair_ids[shuffle], cosine[shuffle], iou[shuffle], 160, seed=7, bins=4)
+    moved = stratified_sample(pair_ids[shuffle], cosine[shuffle], iou[shuffle], 160, seed=7, bins=4)
     assert set(pair_ids[shuffle][moved.rows].tolist()) == set(pair_ids[sample.rows].tolist())
 
 
@@ -376,9 +379,10 @@ def test_import_conditions_plain_jsonl_and_bad_files(tmp_path: Path, kept_dir: P
     with pytest.raises(UserError, match=r"wrong.csv: missing field\(s\) condition_high, condition_low"):
         annotate.import_conditions(folder, [wrong], False)
     empty = write_results(tmp_path / "empty.csv", [dict(rows[0], condition_high="")], mturk=False)
-    with pytest.raises(UserError, match=r"empty.csv: no valid condition answers"):
+    with pytest.raises(UserError, match=r"empty.csv: no valid condition answers \(empty_condition_high 1; first: "):
         annotate.import_conditions(folder, [empty], False)
-    assert read_report(folder / "conditions") == [(2, tasks[0]["task_id"], "empty_condition_high")]
+    # a failed import writes nothing: the previous import's report is still there (issue 18)
+    assert read_report(folder / "conditions") == [(7, "", "bad_json")]
 
 
 # ---------------------------------------------------------------------------------- export / import ratings
@@ -387,8 +391,8 @@ def test_import_conditions_plain_jsonl_and_bad_files(tmp_path: Path, kept_dir: P
 def test_aggregate_mean_and_median():
     item = np.array([0, 0, 0, 1, 1, 2])
     rating = np.array([1.0, 5.0, 4.0, 2.0, 3.0, 5.0])
-    mean, count = annotate.aggregate(item, rating, 4, "mean")
-    median, _ = annotate.aggregate(item, rating, 4, "median")
+    mean, count = aggregate(item, rating, 4, "mean")
+    median, _ = aggregate(item, rating, 4, "median")
     assert count.tolist() == [3, 2, 1, 0]
     assert mean[:3].tolist() == [10 / 3, 2.5, 5.0] and np.isnan(mean[3])
     assert median[:3].tolist() == [4.0, 2.5, 5.0] and np.isnan(median[3])
@@ -442,7 +446,7 @@ def test_simulated_raters_aggregate_to_the_hidden_truth(tmp_path: Path, rated: P
         if r["item_id"] in kept_ids and not r["not_pertinent"]:
             counts[ids.index(r["item_id"]), r["rating"] - 1] += 1
     counts = counts[counts.sum(axis=1) >= 2]
-    assert agreement["fleiss_kappa"] == pytest.approx(annotate.fleiss_kappa(counts).kappa, abs=1e-4)
+    assert agreement["fleiss_kappa"] == pytest.approx(fleiss_kappa(counts).kappa, abs=1e-4)
     assert 0.2 < agreement["fleiss_kappa"] < 0.9
     workers = {w["worker_id"]: w for w in agreement["workers"]}
     assert agreement["workers"][0]["worker_id"] == "S"  # least agreeing first
@@ -486,12 +490,69 @@ def test_import_ratings_reports_every_problem(tmp_path: Path, rated: Path):
         annotate.import_ratings(rated, [write_results(tmp_path / "ratings.csv", [{"item_id": "x", "rating": 1}])])
 
 
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones included) and its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_failed_import_leaves_the_previous_output_untouched(tmp_path: Path, rated: Path):
+    """Issue 18: every results file is read and checked before anything in the annotate folder changes, so an
+    import with a broken results file fails with one line and leaves the last good import's files as they were."""
+    items = read_tasks(rated / "ratings_tasks")
+    rows, _, _ = simulated_ratings(items, seed=5)
+    good = write_results(tmp_path / "good.csv", rows)
+    out = ["--out", rated]
+    assert "Fleiss' kappa" in cli("annotate", "import", "--stage", "ratings", *out, "--results", good)
+    before = snapshot(rated)
+    out_of_scale = write_results(tmp_path / "out_of_scale.csv", [dict(row, rating=9) for row in rows[:5]])
+    no_rating = write_results(tmp_path / "no_rating.csv", [{"item_id": items[0]["item_id"], "worker_id": "R1"}])
+    undecodable = tmp_path / "undecodable.csv"
+    undecodable.write_bytes(good.read_bytes()[:200] + b"\xff\xfe\xfa" + good.read_bytes()[200:])
+    not_json = tmp_path / "not_json.jsonl"
+    not_json.write_text("{not json\n[1, 2]\n")
+    broken = {
+        "no valid ratings": [out_of_scale],
+        "missing field": [good, no_rating],  # the second file is broken: the first one's rows are not used
+        "not a readable results file": [undecodable],
+        "not_json.jsonl: missing field(s) item_id": [not_json],
+    }
+    for message, files in broken.items():
+        for force in ([], ["--force"]):
+            results = [a for path in files for a in ("--results", path)]
+            error = cli_error("annotate", "import", "--stage", "ratings", *out, *results, *force)
+            assert message in error
+            assert snapshot(rated) == before, message
+    conditions = write_results(tmp_path / "conditions.csv", [{"task_id": "c-1", "condition_high": "x"}])
+    before = snapshot(rated)
+    assert "missing field(s) condition_low" in cli_error(
+        "annotate", "import", "--stage", "conditions", *out, "--results", conditions, "--force"
+    )
+    assert snapshot(rated) == before
+
+
+def test_atomic_writes_use_hidden_temporary_names(tmp_path: Path):
+    target = tmp_path / "items.parquet"
+    target.write_bytes(b"old")
+    seen: list[str] = []
+
+    def interrupted(handle) -> None:
+        seen.append(Path(handle.name).name)
+        handle.write(b"half written")
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        write_atomic(target, interrupted)
+    assert seen[0].startswith(".") and seen[0] != target.name
+    assert target.read_bytes() == b"old"
+    assert sorted(tmp_path.iterdir()) == [target]
+
+
 # ------------------------------------------------------------------------------------------------------ split
 
 
 def test_split_sizes_follow_the_ratios():
-    assert annotate.split_sizes(100, (0.6, 0.15, 0.25)).tolist() == [60, 15, 25]
-    assert annotate.split_sizes(6, (0.6, 0.15, 0.25)).tolist() == [4, 1, 1]
+    assert split_sizes(100, (0.6, 0.15, 0.25)).tolist() == [60, 15, 25]
+    assert split_sizes(6, (0.6, 0.15, 0.25)).tolist() == [4, 1, 1]
     assert annotate.parse_ratios("60:15:25") == pytest.approx((0.6, 0.15, 0.25))
     with pytest.raises(UserError, match="--ratios"):
         annotate.parse_ratios("60:40")
@@ -500,7 +561,7 @@ def test_split_sizes_follow_the_ratios():
 def test_sentence_pair_groups_match_across_pair_ids_and_order():
     s1 = pa.chunked_array([["A dog runs.", "a dog  runs.", "A cat.", "A cat."]])
     s2 = pa.chunked_array([["A cat.", "A CAT.", "A dog runs.", "A bird."]])
-    groups = annotate.sentence_pair_groups(s1, s2)
+    groups = sentence_pair_groups(s1, s2)
     assert groups[0] == groups[1] == groups[2] != groups[3]
 
 

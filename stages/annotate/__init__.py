@@ -1,0 +1,33 @@
+"""annotate: the human round trip that turns filtered caption pairs into a C-STS dataset (paper Section 2.2.2).
+
+The package, by responsibility:
+
+- `steps`: the five steps (export conditions, import conditions, export ratings, import ratings, split);
+- `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
+- `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
+- `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `splits`: train/validation/test;
+- `summary`: what a step did, as the command line prints it;
+- `layout`: folder and file names, ids and schemas; `files`: atomic writes.
+
+File formats and the answer fields a results file must carry: docs/annotate.md.
+"""
+
+from stages.annotate.kept import KeptSource, kept_source
+from stages.annotate.layout import CSTS_SCHEMA, SPLITS
+from stages.annotate.splits import parse_ratios
+from stages.annotate.steps import export_conditions, export_ratings, import_conditions, import_ratings, split
+from stages.annotate.summary import describe
+
+__all__ = [
+    "CSTS_SCHEMA",
+    "SPLITS",
+    "KeptSource",
+    "describe",
+    "export_conditions",
+    "export_ratings",
+    "import_conditions",
+    "import_ratings",
+    "kept_source",
+    "parse_ratios",
+    "split",
+]

@@ -1,0 +1,141 @@
+"""`csts-pipeline annotate export|import|split`: the human round trip around condition writing and rating
+(stages/annotate/, docs/annotate.md). cli.py mounts `annotate_app` as the `annotate` sub-command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, user_errors
+from pipeline.errors import UserError
+from pipeline.manifest import open_manifest
+
+annotate_app = typer.Typer(
+    help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",
+    no_args_is_help=True,
+)
+AnnotateStageOpt = Annotated[
+    str, typer.Option("--stage", help="conditions (writing a high and a low condition per pair) or ratings (1-5).")
+]
+AnnotateOutOpt = Annotated[
+    Path | None, typer.Option("--out", help="Folder of the annotate files (default: <work_dir>/annotate/).")
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the sample, the task order or the split.")]
+
+
+def _annotate_dir(dataset: str | None, manifest: Path | None, out: Path | None) -> tuple[Path, Path | None]:
+    """The annotate folder and the manifest's work_dir (None when only --out is given)."""
+    if dataset is None and manifest is None:
+        if out is None:
+            raise UserError("give --dataset/--manifest (files under <work_dir>/annotate/) or --out DIR")
+        return out, None
+    work_dir = open_manifest(dataset, manifest).work_dir
+    return (out if out is not None else work_dir / "annotate"), work_dir
+
+
+def _only_for(stage: str, wanted: str, **given: Any) -> None:
+    used = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
+    if stage != wanted and used:
+        raise UserError(f"{', '.join(used)}: only for --stage {wanted}")
+
+
+@annotate_app.command("export")
+@user_errors
+def annotate_export(
+    stage: AnnotateStageOpt,
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    input_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--input",
+            help="conditions: kept pairs to sample, a kept folder or a Parquet/CSV file with the filter's kept "
+            "columns (default: <work_dir>/filter/kept/).",
+        ),
+    ] = None,
+    n: Annotated[int | None, typer.Option("--n", help="conditions: pairs to sample (default 1000).")] = None,
+    bins: Annotated[
+        int | None, typer.Option("--bins", help="conditions: quantile bins per axis of image cosine x iou (default 4).")
+    ] = None,
+    seed: SeedOpt = 0,
+    out: AnnotateOutOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
+    ] = False,
+) -> None:
+    """Write crowd tasks: an MTurk batch CSV (one HIT per row) and a JSONL of ids (<annotate>/<stage>_tasks/)."""
+    from stages import annotate
+
+    _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
+    folder, work_dir = _annotate_dir(dataset, manifest, out)
+    if stage == "conditions":
+        source = annotate.kept_source(work_dir, input_path)
+        record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
+    elif stage == "ratings":
+        record = annotate.export_ratings(folder, seed, force)
+    else:
+        raise UserError(f"--stage {stage!r}: expected conditions or ratings")
+    typer.echo(annotate.describe(record))
+
+
+@annotate_app.command("import")
+@user_errors
+def annotate_import(
+    stage: AnnotateStageOpt,
+    results: Annotated[
+        list[Path],
+        typer.Option(
+            "--results",
+            help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
+        ),
+    ],
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    aggregate: Annotated[
+        str | None, typer.Option("--aggregate", help="ratings: mean or median of an item's ratings (default mean).")
+    ] = None,
+    not_pertinent_share: Annotated[
+        float | None,
+        typer.Option(
+            "--not-pertinent-share",
+            help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
+        ),
+    ] = None,
+    min_ratings: Annotated[
+        int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
+    ] = None,
+    out: AnnotateOutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
+    from stages import annotate
+
+    _only_for(stage, "ratings", aggregate=aggregate, not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)
+    folder, _ = _annotate_dir(dataset, manifest, out)
+    if stage == "conditions":
+        record = annotate.import_conditions(folder, results, force)
+    elif stage == "ratings":
+        share = 0.5 if not_pertinent_share is None else not_pertinent_share
+        record = annotate.import_ratings(folder, results, aggregate or "mean", share, min_ratings or 1, force)
+    else:
+        raise UserError(f"--stage {stage!r}: expected conditions or ratings")
+    typer.echo(annotate.describe(record))
+
+
+@annotate_app.command("split")
+@user_errors
+def annotate_split(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    ratios: Annotated[str, typer.Option("--ratios", help="train:validation:test proportions.")] = "60:15:25",
+    seed: SeedOpt = 0,
+    out: AnnotateOutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Train/validation/test C-STS files (Parquet and CSV) from the kept rated items (<annotate>/csts/)."""
+    from stages import annotate
+
+    folder, _ = _annotate_dir(dataset, manifest, out)
+    typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force)))

@@ -1,0 +1,168 @@
+"""From individual ratings to item labels, and how far the raters agree (docs/annotate.md, step 5).
+
+An item's label is the mean or median of its ratings; an item is dropped when too many raters flag its
+condition as not pertinent or it has too few ratings. Agreement is Fleiss' kappa over the kept items, plus each
+worker against the others, so unreliable workers stand out."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from pipeline.errors import UserError
+from stages.annotate.crowd import Rating
+from stages.annotate.layout import RATING_SCALE
+
+AGGREGATES = ("mean", "median")
+
+
+class FleissKappa(NamedTuple):
+    kappa: float
+    observed: float  # mean per-item agreement, P-bar
+    expected: float  # chance agreement, P_e
+
+
+def fleiss_kappa(counts: np.ndarray) -> FleissKappa:
+    """Fleiss' kappa from counts[item, category] (raters who chose the category). Items may have different
+    numbers of raters (each >= 2): per-item agreement uses the item's own count, category shares pool all
+    ratings; with a constant count this is Fleiss (1971) exactly."""
+    counts = np.asarray(counts, dtype=np.float64)
+    raters = counts.sum(axis=1)
+    if counts.shape[0] == 0 or (raters < 2).any():
+        raise ValueError("Fleiss' kappa needs at least one item and at least 2 ratings per item")
+    observed = float((((counts**2).sum(axis=1) - raters) / (raters * (raters - 1))).mean())
+    shares = counts.sum(axis=0) / raters.sum()
+    expected = float((shares**2).sum())
+    kappa = (observed - expected) / (1 - expected) if expected < 1 else float("nan")
+    return FleissKappa(kappa, observed, expected)
+
+
+def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-item label (mean or median of its ratings; nan without any) and number of ratings."""
+    count = np.bincount(item, minlength=n_items)
+    label = np.full(n_items, np.nan)
+    has = count > 0
+    if how == "mean":
+        label[has] = np.bincount(item, weights=rating, minlength=n_items)[has] / count[has]
+    elif how == "median":
+        ordered = rating[np.lexsort((rating, item))]
+        starts = np.cumsum(count) - count
+        label[has] = (ordered[(starts + (count - 1) // 2)[has]] + ordered[(starts + count // 2)[has]]) / 2
+    else:
+        raise UserError(f"--aggregate must be mean or median (got {how!r})")
+    return label, count
+
+
+@dataclass
+class RatingArrays:
+    """The accepted ratings as columns; `rated` marks those with a rating (not flagged not pertinent)."""
+
+    item: np.ndarray
+    worker: np.ndarray
+    rating: np.ndarray
+    flagged: np.ndarray
+
+    @classmethod
+    def of(cls, accepted: list[Rating]) -> RatingArrays:
+        return cls(
+            np.array([a.item for a in accepted], np.int64),
+            np.array([a.worker for a in accepted]),
+            np.array([a.rating if a.rating is not None else 0 for a in accepted], np.float64),
+            np.array([a.not_pertinent for a in accepted], bool),
+        )
+
+    @property
+    def rated(self) -> np.ndarray:
+        return ~self.flagged
+
+
+@dataclass
+class ItemLabels:
+    """Per rating item: label (nan without ratings), ratings, answers (ratings and flags), flags, status."""
+
+    label: np.ndarray
+    ratings: np.ndarray
+    answers: np.ndarray
+    flags: np.ndarray
+    status: np.ndarray
+
+
+def label_items(
+    ratings: RatingArrays, n_items: int, how: str, not_pertinent_share: float, min_ratings: int
+) -> ItemLabels:
+    """Each item's label and status: kept, not_pertinent (more than the share of answers flag it),
+    too_few_ratings or unanswered (the later ones win)."""
+    rated = ratings.rated
+    label, n_ratings = aggregate(ratings.item[rated], ratings.rating[rated], n_items, how)
+    answers = np.bincount(ratings.item, minlength=n_items)
+    flags = np.bincount(ratings.item, weights=ratings.flagged, minlength=n_items).astype(np.int64)
+    status = np.full(n_items, "kept", dtype=object)
+    status[n_ratings < min_ratings] = "too_few_ratings"
+    with np.errstate(invalid="ignore", divide="ignore"):
+        status[flags / answers > not_pertinent_share] = "not_pertinent"
+    status[answers == 0] = "unanswered"
+    return ItemLabels(label, n_ratings, answers, flags, status)
+
+
+def agreement_summary(ratings: RatingArrays, status: np.ndarray) -> dict[str, Any]:
+    """Fleiss' kappa (categories 1-5) and per-worker agreement over the kept items with two or more ratings."""
+    rated = ratings.rated
+    item, worker, rating = ratings.item[rated], ratings.worker[rated], ratings.rating[rated]
+    kept = status[item] == "kept"
+    item, worker, rating = item[kept], worker[kept], rating[kept]
+    shared = np.bincount(item)[item] >= 2
+    low, high = RATING_SCALE
+    codes, rows = np.unique(item[shared], return_inverse=True)
+    counts = np.zeros((len(codes), high - low + 1), np.int64)
+    np.add.at(counts, (rows, rating[shared].astype(np.int64) - low), 1)
+    result: dict[str, Any] = {
+        "fleiss_kappa": None,
+        "observed_agreement": None,
+        "chance_agreement": None,
+        "items": len(codes),
+        "ratings": int(shared.sum()),
+        "ratings_per_item": {str(k): int(v) for k, v in sorted(Counter(counts.sum(axis=1).tolist()).items())},
+        "categories": list(range(low, high + 1)),
+        "scope": "kept items with two or more ratings; Fleiss' kappa with per-item rater counts",
+    }
+    if len(codes):
+        kappa = fleiss_kappa(counts)
+        if not np.isnan(kappa.kappa):
+            result["fleiss_kappa"] = round(kappa.kappa, 4)
+        result["observed_agreement"] = round(kappa.observed, 4)
+        result["chance_agreement"] = round(kappa.expected, 4)
+    result["workers"] = worker_agreement(item, worker, rating)
+    return result
+
+
+def worker_agreement(item: np.ndarray, worker: np.ndarray, rating: np.ndarray) -> list[dict[str, Any]]:
+    """Each worker against the others on the items they share: Spearman's rho of the worker's ratings with the
+    mean of the other raters' ratings on the same items, mean |difference|, and the share within 1 point. Only
+    items with two or more ratings count; least agreeing workers first."""
+    count = np.bincount(item)
+    total = np.bincount(item, weights=rating)
+    shared = count[item] >= 2
+    item, worker, rating = item[shared], worker[shared], rating[shared]
+    others = (total[item] - rating) / (count[item] - 1)
+    names, codes = np.unique(worker, return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=len(names)))[:-1]
+    rows = []
+    for name, own, rest in zip(names, np.split(rating[order], bounds), np.split(others[order], bounds)):
+        varies = len(own) >= 3 and np.ptp(own) > 0 and np.ptp(rest) > 0
+        rho = float(spearmanr(own, rest).statistic) if varies else None
+        difference = np.abs(own - rest)
+        rows.append(
+            {
+                "worker_id": str(name),
+                "items": len(own),
+                "spearman": None if rho is None else round(rho, 4),
+                "mean_abs_diff": round(float(difference.mean()), 4),
+                "within_1": round(float((difference <= 1).mean()), 4),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["spearman"] is not None, r["spearman"] or 0.0, -r["items"]))

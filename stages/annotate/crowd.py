@@ -1,0 +1,307 @@
+"""What the crowd sends back: results files read and screened row by row (docs/annotate.md, steps 2-4).
+
+A results file is an MTurk batch-results CSV (`Input.x`, `Answer.x`, `WorkerId`, ...) or a plain CSV/JSONL with
+the same fields unprefixed. Every row with a problem is left out and listed as a `Problem`, never dropped
+silently; the import steps write those problems to `report.csv`."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from pipeline.errors import UserError
+from pipeline.records import file_fingerprint, fingerprint
+from stages.annotate.files import write_csv
+from stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
+
+CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
+RATING_FIELDS = ("item_id", "worker_id", "rating")
+_MTURK_FIELDS = {
+    "WorkerId": "worker_id",
+    "AssignmentId": "assignment_id",
+    "AssignmentStatus": "assignment_status",
+    "HITId": "hit_id",
+}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+def one_line(value: Any) -> str:
+    """A results field as one line of text: missing is empty, inner whitespace runs become one space."""
+    return "" if value is None else " ".join(str(value).split())
+
+
+def same_text(a: str, b: str) -> bool:
+    return a.casefold() == b.casefold()
+
+
+@dataclass
+class Problem:
+    """One reason a results row was excluded; `row` counts the header as row 1 (CSV) or is the line (JSONL)."""
+
+    file: str
+    row: int
+    id: str
+    problem: str
+    detail: str
+
+
+@dataclass
+class ResultRow:
+    """One results row with plain field names, and where it came from (for the report)."""
+
+    file: Path
+    row: int
+    fields: dict[str, Any]
+
+    def text(self, name: str) -> str:
+        return one_line(self.fields.get(name))
+
+    def where(self) -> str:
+        return f"{self.file.name}:{self.row}"
+
+
+def field_name(column: str) -> str:
+    """MTurk batch-results names to plain ones: Input.x and Answer.x to x, WorkerId to worker_id, ..."""
+    column = column.strip()
+    if column in _MTURK_FIELDS:
+        return _MTURK_FIELDS[column]
+    for prefix in ("Input.", "Answer."):
+        if column.startswith(prefix):
+            return column[len(prefix) :]
+    return column
+
+
+def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:
+    """The rows of an MTurk batch-results CSV, or of a plain CSV/JSONL with the same fields unprefixed; lines that
+    are not JSON objects come back as problems. A file without the `required` fields is a UserError."""
+    if not path.is_file():
+        raise UserError(f"{path}: results file not found")
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            if path.suffix == ".jsonl":
+                rows, problems, columns = _jsonl_rows(path, handle)
+            else:
+                rows, problems, columns = _csv_rows(path, handle)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{path}: not a readable results file ({exc})") from None
+    missing = [name for name in required if name not in columns]
+    if missing:
+        found = ", ".join(sorted(columns)[:8]) or "none"
+        raise UserError(
+            f"{path}: missing field(s) {', '.join(missing)} (as Input./Answer. columns of an MTurk batch-results "
+            f"CSV or plain names; found: {found}); see docs/annotate.md"
+        )
+    return rows, problems
+
+
+def _jsonl_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
+    """One row per JSON object line; a line that is not one is a `bad_json` problem, not an error."""
+    rows: list[ResultRow] = []
+    problems: list[Problem] = []
+    columns: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            problems.append(Problem(str(path), number, "", "bad_json", "not a JSON object"))
+            continue
+        fields = {field_name(k): v for k, v in value.items()}
+        columns.update(fields)
+        rows.append(ResultRow(path, number, fields))
+    return rows, problems, columns
+
+
+def _csv_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
+    """One row per non-blank line after the header; row numbers count the header as row 1, as spreadsheets do."""
+    reader = csv.reader(lines)
+    names = [field_name(name) for name in next(reader, [])]
+    rows = [
+        ResultRow(path, index + 2, dict(zip(names, values)))
+        for index, values in enumerate(reader)
+        if any(value.strip() for value in values)
+    ]
+    return rows, [], set(names)
+
+
+def results_fingerprint(results: list[Path]) -> str:
+    """The results files' contents in order (order matters: the first valid answer of a task wins)."""
+    for path in results:
+        if not path.is_file():
+            raise UserError(f"{path}: results file not found")
+    return fingerprint([file_fingerprint(path) for path in results])
+
+
+class Screen:
+    """Per-row checks shared by both imports (rejected assignments, missing/unknown ids, duplicate assignments),
+    and the problems found so far."""
+
+    def __init__(self, known: dict[str, int], id_field: str, tasks_file: Path) -> None:
+        self.known = known
+        self.id_field = id_field
+        self.tasks_file = tasks_file
+        self.problems: list[Problem] = []
+        self.assignments: dict[str, str] = {}
+        self.rows_read = 0
+
+    def add(self, row: ResultRow, problem: str, detail: str) -> None:
+        self.problems.append(Problem(str(row.file), row.row, row.text(self.id_field), problem, detail))
+
+    def check(self, row: ResultRow) -> list[str]:
+        """Problems of the row's id and assignment, recorded; returns their names."""
+        self.rows_read += 1
+        before = len(self.problems)
+        if row.text("assignment_status").casefold() == "rejected":
+            self.add(row, "rejected_assignment", "the assignment was rejected on the crowd platform")
+        task = row.text(self.id_field)
+        if not task:
+            self.add(row, "missing_id", f"no {self.id_field}")
+        elif task not in self.known:
+            self.add(row, "unknown_id", f"{self.id_field} {task!r} is not in {self.tasks_file}")
+        assignment = row.text("assignment_id")
+        if assignment:
+            if assignment in self.assignments:
+                self.add(row, "duplicate_assignment", f"assignment {assignment} also at {self.assignments[assignment]}")
+            else:
+                self.assignments[assignment] = row.where()
+        return [p.problem for p in self.problems[before:]]
+
+    def write_report(self, path: Path) -> None:
+        write_csv(pa.Table.from_pylist([vars(p) for p in self.problems], schema=REPORT_SCHEMA), path)
+
+    def summary(self) -> dict[str, int]:
+        return dict(Counter(p.problem for p in self.problems).most_common())
+
+    def excluded_rows(self) -> int:
+        return len({(p.file, p.row) for p in self.problems})
+
+    def nothing_valid(self, results: list[Path], what: str) -> UserError:
+        """The error when no row passed: the counts per problem and the first problem, in one line, since
+        nothing (not even the report) is written then."""
+        counts = ", ".join(f"{name} {count}" for name, count in self.summary().items()) or "no rows"
+        if self.problems:
+            first = self.problems[0]
+            counts += f"; first: {Path(first.file).name}:{first.row} {first.problem}: {first.detail}"
+        return UserError(f"{results[0]}: no valid {what} ({counts}); nothing was written")
+
+
+# -------------------------------------------------------------------------------------- condition-writing results
+
+
+def screen_conditions(
+    tasks: list[dict[str, Any]], results: list[Path], tasks_file: Path
+) -> tuple[Screen, dict[int, ResultRow]]:
+    """Every condition-writing results row checked; the first valid answer of each task, by task index."""
+    screen = Screen({t["task_id"]: i for i, t in enumerate(tasks)}, "task_id", tasks_file)
+    answers: dict[int, ResultRow] = {}
+    for path in results:
+        rows, problems = read_results(path, CONDITION_FIELDS)
+        screen.problems.extend(problems)
+        for row in rows:
+            found = screen.check(row)
+            high, low = row.text("condition_high"), row.text("condition_low")
+            if not high:
+                screen.add(row, "empty_condition_high", "no high-similarity condition")
+            if not low:
+                screen.add(row, "empty_condition_low", "no low-similarity condition")
+            if high and low and same_text(high, low):
+                screen.add(row, "same_conditions", "condition_high and condition_low are the same text")
+            if found or not high or not low or same_text(high, low):
+                continue
+            task = screen.known[row.text("task_id")]
+            if task in answers:
+                screen.add(row, "duplicate_task", f"task already answered at {answers[task].where()}")
+                continue
+            answers[task] = row
+    return screen, answers
+
+
+# ------------------------------------------------------------------------------------------------- rating results
+
+
+class Rating(NamedTuple):
+    """One accepted rating: the item's index in the rating tasks, and `rating` None when flagged."""
+
+    item: int
+    worker: str
+    assignment: str
+    rating: int | None
+    not_pertinent: bool
+
+
+def screen_ratings(items: list[dict[str, Any]], results: list[Path], tasks_file: Path) -> tuple[Screen, list[Rating]]:
+    """Every rating results row checked; the accepted ratings, at most one per worker and item, none by the
+    item's condition writer."""
+    screen = Screen({t["item_id"]: i for i, t in enumerate(items)}, "item_id", tasks_file)
+    accepted: list[Rating] = []
+    seen: dict[tuple[int, str], str] = {}
+    for path in results:
+        rows, problems = read_results(path, RATING_FIELDS)
+        screen.problems.extend(problems)
+        for row in rows:
+            rating = _rating_answer(screen, row)
+            if rating is None:
+                continue
+            if rating.worker == items[rating.item].get("writer_id"):
+                screen.add(row, "own_condition", f"worker {rating.worker} wrote this condition")
+                continue
+            if (rating.item, rating.worker) in seen:
+                where = seen[rating.item, rating.worker]
+                screen.add(row, "duplicate_rating", f"worker {rating.worker} already rated this item at {where}")
+                continue
+            seen[rating.item, rating.worker] = row.where()
+            accepted.append(rating)
+    return screen, accepted
+
+
+def _rating_answer(screen: Screen, row: ResultRow) -> Rating | None:
+    """The row's rating, or None with every problem of the row recorded."""
+    found = screen.check(row)
+    worker = row.text("worker_id")
+    if not worker:
+        found.append("missing_worker")
+        screen.add(row, "missing_worker", "no worker_id")
+    flag = parse_flag(row.fields.get("not_pertinent"))
+    if flag is None:
+        found.append("bad_flag")
+        screen.add(row, "bad_flag", f"not_pertinent {row.text('not_pertinent')!r} is not true/false")
+    rating = parse_rating(row.fields.get("rating"))
+    if not flag and rating is None:
+        found.append("bad_rating")
+        given = row.text("rating")
+        detail = f"rating {given!r} is not an integer from 1 to 5" if given else "no rating"
+        screen.add(row, "bad_rating" if given else "missing_rating", detail)
+    if found:
+        return None
+    item = screen.known[row.text("item_id")]
+    return Rating(item, worker, row.text("assignment_id"), None if flag else rating, bool(flag))
+
+
+def parse_flag(value: Any) -> bool | None:
+    """A checkbox-like answer: true/false, 1/0, yes/no, on/off or empty (unchecked); None when unreadable."""
+    if isinstance(value, bool):
+        return value
+    text = one_line(value).casefold()
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
+def parse_rating(value: Any) -> int | None:
+    """An integer on the rating scale (`4` and `4.0` alike); None otherwise."""
+    text = one_line(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    low, high = RATING_SCALE
+    return int(number) if number.is_integer() and low <= number <= high else None

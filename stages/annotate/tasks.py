@@ -1,0 +1,65 @@
+"""The task files handed to the crowd: an MTurk batch input CSV (`hits.csv`, one HIT per row, only what the
+worker sees) and a JSONL of the same tasks with ids and provenance (`tasks.jsonl`) that the imports check
+results against (docs/annotate.md, steps 1 and 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.errors import UserError
+from pipeline.records import StageRun, read_record
+from stages.annotate.files import write_csv, write_jsonl
+from stages.annotate.layout import HITS, PROVENANCE, TASKS, condition_task_id
+
+
+def guard_tasks(stage: StageRun, force: bool) -> None:
+    """Task files may already be out with workers: replacing them with different tasks needs --force."""
+    record = read_record(stage.folder)
+    if record is not None and record.get("fingerprint") != stage.fingerprint and not force:
+        raise UserError(
+            f"{stage.folder}: tasks were already exported from other inputs or parameters ({record.get('params')}); "
+            "answers collected for them may not match new ones; --force replaces them"
+        )
+
+
+def condition_tasks(picked: pa.Table, strata: np.ndarray, bins: int) -> list[dict[str, Any]]:
+    """One condition-writing task per sampled pair, with its stratum (`strata`: one per row of `picked`)."""
+    return [
+        {
+            "task_id": condition_task_id(row["pair_id"]),
+            **{name: row[name] for name in (*PROVENANCE, "sentence1", "sentence2")},
+            "image_cosine": round(float(row["image_cosine"]), 6),
+            "iou": round(float(row["iou"]), 6),
+            "cosine_bin": int(stratum // bins),
+            "iou_bin": int(stratum % bins),
+        }
+        for row, stratum in zip(picked.to_pylist(), strata)
+    ]
+
+
+def rating_tasks(triplets: pa.Table) -> list[dict[str, Any]]:
+    """One rating task per (s1, s2, c) triplet; `writer_id` lets the import refuse a writer's own rating."""
+    return [
+        {
+            "item_id": row["item_id"],
+            **{name: row[name] for name in (*PROVENANCE, "sentence1", "sentence2", "condition", "condition_type")},
+            "writer_id": row["worker_id"],
+        }
+        for row in triplets.to_pylist()
+    ]
+
+
+def hits_table(tasks: list[dict[str, Any]], columns: tuple[str, ...]) -> pa.Table:
+    """The batch input: only `columns` (ids and what the worker reads), in task order."""
+    return pa.table({name: [task[name] for task in tasks] for name in columns})
+
+
+def write_task_files(folder: Path, hits: pa.Table, tasks: list[dict[str, Any]]) -> dict[str, str]:
+    """`hits.csv` and `tasks.jsonl`, each written atomically; their paths for the stage record."""
+    write_csv(hits, folder / HITS)
+    write_jsonl(tasks, folder / TASKS)
+    return {"hits": str(folder / HITS), "tasks": str(folder / TASKS)}
