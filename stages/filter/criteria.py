@@ -10,19 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from pipeline.manifest import FilterConfig
 from stages.filter.text import bag_of_words, char_length, word_count
 
-if TYPE_CHECKING:  # the compiled kernels load only when pairs are scored
-    from stages.filter.metrics import NumbaPairMetrics, TorchPairMetrics
-
 # Cheapest first: the order in which the funnel applies them and in which `failed` names the first violation.
 CRITERIA = ("length", "ratio", "iou", "simcse_cosine")
 CHEAP_CRITERIA = CRITERIA[:-1]
+
+
+class PairMetrics(Protocol):
+    """What `score_pairs` needs of a backend (stages.filter.metrics: numba on the CPU, torch on a GPU)."""
+
+    def cheap(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray: ...
+
+
 PAD_ID = np.iinfo(np.int32).max  # pads token-id rows for torch; above every real id, so rows stay sorted
 
 
@@ -114,7 +121,7 @@ class ScoredPairs:
 
 
 def score_pairs(
-    backend: NumbaPairMetrics | TorchPairMetrics,
+    backend: PairMetrics,
     criteria: Criteria,
     first: np.ndarray,
     second: np.ndarray,
