@@ -1,4 +1,5 @@
-"""Shared fixtures: paths to the real shared data, and small manifests over generated images."""
+"""Shared fixtures: the trimmed real data in tests/data (see tests/data/README.md), and small manifests over
+generated images."""
 
 from __future__ import annotations
 
@@ -12,20 +13,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+TEST_DATA = REPO / "tests" / "data"  # trimmed from the full files by tests/data/make_fixtures.py
+COCO_SAMPLE = TEST_DATA / "coco" / "captions_val2017_sample.json"
+STSB_SAMPLE = TEST_DATA / "stsb"
 TINY_CLIP = REPO / "stages" / "embed" / "resources" / "open_clip" / "csts-tiny-clip.json"
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return SHARED_DATA
-
-
-@pytest.fixture(scope="session")
-def coco_val_captions(shared_data: Path) -> Path:
-    return shared_data / "coco" / "captions_val2017.json"
+def coco_val_captions() -> Path:
+    """417 COCO val2017 images with their 2,086 captions, in the official COCO JSON layout."""
+    return COCO_SAMPLE
 
 
 @pytest.fixture(scope="session")

@@ -28,8 +28,7 @@ from stages.annotate.splits import sentence_pair_groups, split_sizes
 from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-COCO_CAPTIONS = SHARED_DATA / "coco" / "captions_val2017.json"
+COCO_CAPTIONS = REPO / "tests" / "data" / "coco" / "captions_val2017_sample.json"
 STOPWORDS = REPO / "stages" / "filter" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
 
 KEPT_SCHEMA = pa.schema(
@@ -54,8 +53,6 @@ CONDITIONS += ["The activity being performed.", "The weather.", "The food on the
 
 def kept_table(n_images: int = 160, pairs_per_image_pair: int = 3, seed: int = 0) -> pa.Table:
     """Caption pairs of neighbouring COCO val images, in the filter's kept schema, with real bag-of-words IoU."""
-    if not COCO_CAPTIONS.is_file():
-        pytest.skip(f"shared data not found at {COCO_CAPTIONS}")
     rng = np.random.default_rng(seed)
     annotations = json.loads(COCO_CAPTIONS.read_text())["annotations"]
     by_image: dict[int, list[dict]] = {}

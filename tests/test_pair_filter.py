@@ -20,8 +20,8 @@ from stages.filter.text import bag_of_words, char_length, encode_texts, load_tex
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-COCO_CAPTIONS = DATA / "coco" / "captions_val2017.json"
+DATA = REPO / "tests" / "data"
+COCO_CAPTIONS = DATA / "coco" / "captions_val2017_sample.json"
 MINILM = "packaged:all-MiniLM-L6-v2"
 
 # Hand-made captions for what real COCO text rarely or never holds.
@@ -47,8 +47,6 @@ EDGE_CAPTIONS = [
 
 
 def coco_captions() -> list[str]:
-    if not COCO_CAPTIONS.is_file():
-        pytest.skip(f"shared data missing: {COCO_CAPTIONS}")
     return [a["caption"] for a in json.loads(COCO_CAPTIONS.read_text())["annotations"]]
 
 
@@ -73,11 +71,10 @@ def metrics_of(pairs: list[tuple[str, str]], embeddings: np.ndarray | None = Non
 
 
 def test_stopwords_are_nltks_english_list():
-    shared = DATA / "nltk_stopwords_english.txt"
+    reference = DATA / "nltk_stopwords_english.txt"  # NLTK's list, kept apart from the packaged resource
     assert len(stopwords()) == 179
     assert {"the", "a", "don't", "itself", "s", "t"} <= stopwords()
-    if shared.is_file():
-        assert stopwords() == frozenset(shared.read_text().split())
+    assert stopwords() == frozenset(reference.read_text().split())
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,11 @@ class CstsModel(nn.Module):
         self.spec = spec
         config = backbone.config
         hidden = int(config.hidden_size)
-        dropout = float(getattr(config, "hidden_dropout_prob", 0.1) or 0.0)
+        # As the authors' heads: the config's classifier_dropout when it sets one, else hidden_dropout_prob.
+        dropout = getattr(config, "classifier_dropout", None)
+        if dropout is None:
+            dropout = getattr(config, "hidden_dropout_prob", 0.1)
+        dropout = float(dropout or 0.0)
         activation = _activation(getattr(config, "hidden_act", "gelu"))
         self.cls_mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if spec.pooler == "cls-mlp" else None
         if self.cls_mlp is not None:
