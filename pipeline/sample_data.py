@@ -13,6 +13,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from pipeline.shards import write_atomic
+
 N_IMAGES = 240
 CAPTIONS_PER_IMAGE = 5
 IMAGE_SIZE = 96
@@ -197,15 +199,6 @@ def ensure_sample(captions_path: Path, image_dir: Path, seed: int = 0) -> None:
             annotations.append(
                 {"id": 50_000 + index * 10 + n, "image_id": image_id, "caption": _caption(rng, scene, place)}
             )
-    captions_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = captions_path.with_name(captions_path.name + ".tmp")
-    tmp.write_text(
-        json.dumps(
-            {
-                "info": {"description": "csts-pipeline embedded sample"},
-                "images": images,
-                "annotations": annotations,
-            }
-        )
-    )
-    tmp.replace(captions_path)
+    document = {"info": {"description": "csts-pipeline embedded sample"}, "images": images, "annotations": annotations}
+    blob = json.dumps(document).encode()
+    write_atomic(captions_path, lambda handle: handle.write(blob))

@@ -62,6 +62,21 @@ KEPT_SCHEMA = pa.schema(
 REJECTED_SCHEMA = KEPT_SCHEMA.append(pa.field("failed", pa.string()))
 
 
+# annotate/csts/ (annotate split) -> train, evaluate: the C-STS columns, with the kept pair's provenance
+PROVENANCE = ("pair_id", "image_id_1", "image_id_2", "caption_id_1", "caption_id_2")
+CSTS_SCHEMA = pa.schema(
+    [
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("condition", pa.string()),
+        ("label", pa.float64()),
+        *((name, pa.int64()) for name in PROVENANCE),
+        ("condition_type", pa.string()),
+        ("split", pa.string()),
+    ]
+)
+
+
 def check_columns(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
     """`table` with the schema's columns, in its order and types; a missing column is an error naming `source`."""
     missing = [name for name in schema.names if name not in table.column_names]

@@ -12,8 +12,9 @@ The package, by responsibility:
 File formats and the answer fields a results file must carry: docs/annotate.md.
 """
 
+from pipeline.schemas import CSTS_SCHEMA
 from stages.annotate.kept import KeptSource, kept_source
-from stages.annotate.layout import CSTS_SCHEMA, SPLITS
+from stages.annotate.layout import SPLITS
 from stages.annotate.splits import parse_ratios
 from stages.annotate.steps import export_conditions, export_ratings, import_conditions, import_ratings, split
 from stages.annotate.summary import describe

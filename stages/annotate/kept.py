@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import UserError
 from pipeline.records import file_fingerprint, fingerprint, require_record
+from pipeline.schemas import PROVENANCE
 from pipeline.shards import list_shards, read_table
-from stages.annotate.layout import KEPT_COLUMNS, PROVENANCE
+from stages.annotate.layout import KEPT_COLUMNS
 
 
 @dataclass

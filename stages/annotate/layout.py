@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from pipeline.schemas import PROVENANCE
+
 # one folder per step under the annotate folder
 CONDITIONS_TASKS = "conditions_tasks"
 CONDITIONS = "conditions"
@@ -21,7 +23,6 @@ ITEMS = "items.parquet"
 INDIVIDUAL_RATINGS = "ratings.parquet"
 AGREEMENT = "agreement.json"
 
-PROVENANCE = ("pair_id", "image_id_1", "image_id_2", "caption_id_1", "caption_id_2")
 KEPT_COLUMNS = (*PROVENANCE, "sentence1", "sentence2", "image_cosine", "iou")
 CONDITION_TYPES = ("high", "low")
 RATING_SCALE = (1, 5)
@@ -77,16 +78,5 @@ RATING_SCHEMA = pa.schema(
         ("assignment_id", pa.string()),
         ("rating", pa.int8()),
         ("not_pertinent", pa.bool_()),
-    ]
-)
-CSTS_SCHEMA = pa.schema(
-    [
-        ("sentence1", pa.string()),
-        ("sentence2", pa.string()),
-        ("condition", pa.string()),
-        ("label", pa.float64()),
-        *((name, pa.int64()) for name in PROVENANCE),
-        ("condition_type", pa.string()),
-        ("split", pa.string()),
     ]
 )

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UserError
-from stages.annotate.layout import CSTS_SCHEMA, SPLITS
+from pipeline.schemas import CSTS_SCHEMA
+from stages.annotate.layout import SPLITS
 from stages.annotate.sampling import hash64
 
 

@@ -12,8 +12,9 @@ import pyarrow as pa
 
 from pipeline.errors import UserError
 from pipeline.records import StageRun, read_record
+from pipeline.schemas import PROVENANCE
 from stages.annotate.files import write_csv, write_jsonl
-from stages.annotate.layout import HITS, PROVENANCE, TASKS, condition_task_id
+from stages.annotate.layout import HITS, TASKS, condition_task_id
 
 
 def guard_tasks(stage: StageRun, force: bool) -> None:

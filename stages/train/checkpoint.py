@@ -9,15 +9,15 @@ strings, numbers, lists and mappings. Written atomically (`.<name>.tmp`, then re
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from pipeline.errors import UserError
+from pipeline.shards import write_atomic
 
 FORMAT = 1
 _TENSOR = "__tensor__"  # {"__tensor__": key}: the tensor stored under `key`
@@ -71,9 +71,8 @@ def save_checkpoint(path: Path, content: dict[str, Any]) -> None:
     """Write `content` (state dicts, numbers, tensors) to `path` atomically."""
     packer = _Packer()
     document = {"format": FORMAT, "content": packer.pack(content)}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(packer.tensors, str(tmp), metadata={"checkpoint": json.dumps(document)})
-    os.replace(tmp, path)
+    blob = save(packer.tensors, metadata={"checkpoint": json.dumps(document)})
+    write_atomic(path, lambda handle: handle.write(blob))
 
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
