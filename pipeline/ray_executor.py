@@ -14,12 +14,13 @@ and every worker see at the same path (one machine, or a shared mount); docs/ray
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.executor import LocalExecutor, _failpoint
+from pipeline.executor import FAILPOINT, LocalExecutor, _failpoint
 from pipeline.stage import Stage, Unit
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class StageWorker:
 
 
 class RayExecutor(LocalExecutor):
-    """Runs a stage's units on a Ray cluster: `address` None starts a local Ray (loopback only, no dashboard),
+    """Runs a stage's units on a Ray cluster: `address` None starts a local Ray (without the dashboard),
     "auto" joins the cluster of this machine, anything else is passed to `ray.init(address=...)`."""
 
     def __init__(self, address: str | None = None, progress: bool = True, max_actors: int | None = None):
@@ -68,12 +69,9 @@ class RayExecutor(LocalExecutor):
         if ray.is_initialized():
             return
         if self.address is None:
-            ray.init(
-                address="local",
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                logging_level=logging.WARNING,
-            )
+            # no dashboard; Ray 2.60 itself binds its gRPC ports on every interface, guarded by its token
+            # authentication (on by default), and turns a loopback `_node_ip_address` into the reachable one
+            ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
         else:
             ray.init(address=self.address, logging_level=logging.WARNING)
 
@@ -103,7 +101,7 @@ class RayExecutor(LocalExecutor):
         options = self.actor_options(stage)
         size = self.pool_size(options, len(pending))
         log.info("%s: %d units on %d Ray actors (%s each)", stage.name, len(pending), size, options)
-        worker = ray.remote(StageWorker).options(**options)
+        worker = ray.remote(StageWorker).options(**options, **_forwarded_failpoint())
         stage_ref = ray.put(stage)
         actors = [worker.remote(stage_ref) for _ in range(size)]
         self.actors_used = size
@@ -143,3 +141,9 @@ class RayExecutor(LocalExecutor):
             if isinstance(exc.cause, UserError):
                 raise exc.cause from None
             raise
+
+
+def _forwarded_failpoint() -> dict[str, Any]:
+    """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
+    name = os.environ.get(FAILPOINT)
+    return {"runtime_env": {"env_vars": {FAILPOINT: name}}} if name else {}
