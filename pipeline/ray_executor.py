@@ -94,6 +94,7 @@ class RayExecutor(LocalExecutor):
         return max(1, size)
 
     def _run_units(self, stage: Stage, pending: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        self.actors_used = 0
         if not pending:
             return
         self.connect()
