@@ -33,6 +33,18 @@ DecodeOpt = Annotated[
 ]
 WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (overrides embed.num_workers).")]
 KnnOpt = Annotated[str | None, typer.Option(help="Exact search backend: faiss or torch (overrides mine.knn).")]
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="local (units in this process) or ray (units in Ray actors; docs/ray.md); overrides run.executor."
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="With --executor ray: auto joins this machine's Ray cluster, or an address; default: a new local Ray."
+    ),
+]
 
 
 def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
@@ -52,6 +64,14 @@ def _data_stages() -> dict[str, Any]:
     from stages.mine.stage import MineStage
 
     return {"embed": EmbedStage, "mine": MineStage, "filter": FilterStage}
+
+
+def _run_stage(loaded: Manifest, name: str, force: bool) -> None:
+    """One data stage through the manifest's executor (run.executor), then its summary."""
+    from pipeline.executor import make_executor
+
+    executor = make_executor(loaded.run.executor, loaded.run.ray_address)
+    _report(executor.run(_data_stages()[name](loaded), force=force), loaded)
 
 
 def _report(record: dict, manifest: Manifest | None = None) -> None:
@@ -84,19 +104,20 @@ def embed(
     num_workers: WorkersOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/)."""
-    from stages.embed import stage
-
     overrides = {
         "run.device": device,
         "embed.batch_size": batch_size,
         "embed.decode": decode,
         "embed.num_workers": num_workers,
         "work_dir": out,
+        "run.executor": executor,
+        "run.ray_address": ray_address,
     }
-    loaded = _manifest(dataset, manifest, **overrides)
-    _report(stage.run(loaded, force=force), loaded)
+    _run_stage(_manifest(dataset, manifest, **overrides), "embed", force)
 
 
 @app.command()
@@ -109,12 +130,13 @@ def mine(
     device: DeviceOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Exact top-k image neighbours (FAISS) expanded to candidate caption pairs (<out>/mine/)."""
-    from stages.mine import stage
-
-    loaded = _manifest(dataset, manifest, **{"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out})
-    _report(stage.run(loaded, force=force), loaded)
+    overrides = {"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out}
+    overrides |= {"run.executor": executor, "run.ray_address": ray_address}
+    _run_stage(_manifest(dataset, manifest, **overrides), "mine", force)
 
 
 @app.command()
@@ -125,14 +147,17 @@ def run(
     device: DeviceOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Run every data stage in order (embed, mine, ...); finished stages with unchanged inputs are skipped."""
-    from pipeline.executor import LocalExecutor
+    from pipeline.executor import make_executor
 
-    loaded = _manifest(dataset, manifest, **{"run.device": device, "work_dir": out})
-    executor = LocalExecutor()
+    overrides = {"run.device": device, "work_dir": out, "run.executor": executor, "run.ray_address": ray_address}
+    loaded = _manifest(dataset, manifest, **overrides)
+    runner = make_executor(loaded.run.executor, loaded.run.ray_address)
     for stage in _data_stages().values():
-        _report(executor.run(stage(loaded), force=force), loaded)
+        _report(runner.run(stage(loaded), force=force), loaded)
 
 
 @app.command()
@@ -239,10 +264,10 @@ def filter_command(
     full_report: FullReportOpt = False,
     device: DeviceOpt = None,
     force: ForceOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Keep the candidate pairs meeting the C-STS criteria (<out>/filter/), print the funnel; or score --pairs."""
-    from stages.filter import stage
-
     overrides, off = _threshold_overrides(
         max_iou=max_iou, min_cosine=min_cosine, max_cosine=max_cosine, min_ratio=min_ratio, min_length=min_length
     )
@@ -252,6 +277,8 @@ def filter_command(
         "filter.keep_rejected": keep_rejected or None,
         "filter.full_report": full_report or None,
         "run.device": device,
+        "run.executor": executor,
+        "run.ray_address": ray_address,
     }
     if pairs is None:
         overrides["work_dir"] = out
@@ -261,7 +288,7 @@ def filter_command(
     for key in off:
         setattr(loaded.filter, key, None)
     if pairs is None:
-        _report(stage.run(loaded, force=force), loaded)
+        _run_stage(loaded, "filter", force)
         return
     from stages.filter.pairs_file import score_file
 

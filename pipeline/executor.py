@@ -15,11 +15,13 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from pipeline.errors import UserError
 from pipeline.locks import stage_lock
 from pipeline.records import (
     RECORD,
@@ -139,14 +141,17 @@ class LocalExecutor:
         if resumed:
             log.info("%s: resuming, %d of %d units already done", stage.name, len(units) - len(pending), len(units))
         clock = time.perf_counter()
-        for unit, stats in self._process(stage, units, pending, staging):
-            markers[unit.key] = stats
-            write_json(self._marker_path(staging, unit), {"fingerprint": _unit_fingerprint(key, unit), "stats": stats})
+        with self._progress(stage, units, pending) as progress:
+            for unit, stats in self._run_units(stage, pending, staging):
+                markers[unit.key] = stats
+                self._write_marker(staging, unit, key, stats)
+                progress.update(unit.size)
         timings["process"] = time.perf_counter() - clock
         clock = time.perf_counter()
         result = stage.finish([markers[unit.key] for unit in units], staging)
         timings["finish"] = time.perf_counter() - clock
         extra = {"resumed": resumed, "units": len(units), "units_reused": len(units) - len(pending)}
+        extra["executor"] = self.describe()
         record = self._record(stage, key, plan, result.counts, started, timings) | extra | result.extra
         self._commit(stage, staging, record)
         return record
@@ -198,6 +203,11 @@ class LocalExecutor:
     def _marker_path(staging: Path, unit: Unit) -> Path:
         return staging / UNITS / (unit.key.replace("/", "__") + ".json")
 
+    @classmethod
+    def _write_marker(cls, staging: Path, unit: Unit, key: str, stats: dict[str, Any]) -> None:
+        """The unit is done: a later run with this fingerprint skips it and reuses its stats."""
+        write_json(cls._marker_path(staging, unit), {"fingerprint": _unit_fingerprint(key, unit), "stats": stats})
+
     def _marker(self, staging: Path, unit: Unit, key: str) -> dict[str, Any] | None:
         """The stats of a unit finished by an earlier run with this fingerprint, else None."""
         path = self._marker_path(staging, unit)
@@ -209,15 +219,20 @@ class LocalExecutor:
             return None
         return marker.get("stats") if marker.get("fingerprint") == _unit_fingerprint(key, unit) else None
 
-    def _process(self, stage: Stage, units: list[Unit], pending: list[Unit], staging: Path):
+    def _progress(self, stage: Stage, units: list[Unit], pending: list[Unit]) -> tqdm:
+        """One bar over the stage's items; units finished by an earlier run count as done."""
         total = sum(unit.size for unit in units)
         done = total - sum(unit.size for unit in pending)
-        with tqdm(
-            total=total, initial=done, desc=stage.name, dynamic_ncols=True, disable=not self.progress
-        ) as progress:
-            for unit, stats in stage.process_many(pending, staging):
-                progress.update(unit.size)
-                yield unit, stats
+        return tqdm(total=total, initial=done, desc=stage.name, dynamic_ncols=True, disable=not self.progress)
+
+    def _run_units(self, stage: Stage, pending: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        """(unit, stats) as each pending unit's shard is written; the caller writes its completion marker. Other
+        executors override this alone: everything around it (staging, markers, finish, commit) is shared."""
+        yield from stage.process_many(pending, staging)
+
+    def describe(self) -> dict[str, Any]:
+        """How this executor ran the units, for the record."""
+        return {"kind": "local"}
 
     @staticmethod
     def _record(stage: Stage, key: str, plan: StagePlan, counts: dict, started: float, timings: dict) -> dict[str, Any]:
@@ -253,3 +268,14 @@ class LocalExecutor:
 
 def _unit_fingerprint(stage_key: str, unit: Unit) -> str:
     return fingerprint({"stage": stage_key, "unit": unit.key, "payload": unit.payload})
+
+
+def make_executor(kind: str = "local", ray_address: str | None = None) -> LocalExecutor:
+    """The executor a manifest's `run.executor` names; Ray is imported only when asked for."""
+    if kind == "ray":
+        from pipeline.ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address)
+    if kind != "local":
+        raise UserError(f"executor {kind!r}: expected local or ray")
+    return LocalExecutor()

@@ -95,6 +95,12 @@ class FilterConfig(_Section):
 
 class RunConfig(_Section):
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N (checked before any work)")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="local: units in this process; ray: units in Ray actors (the ray extra, docs/ray.md)"
+    )
+    ray_address: str | None = Field(
+        None, description="with executor ray: None starts a local Ray, auto joins this machine's cluster, or an address"
+    )
 
     @field_validator("device")
     @classmethod

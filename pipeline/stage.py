@@ -12,6 +12,10 @@ A stage turns its upstream stage's committed output into its own, as units of wo
 - `finish(stats, staging)` merges the units' stats into the record's counts and extra fields.
 
 Executors own everything else: locks, staging folders, resume, progress, logging, verification and the commit.
+
+A cluster executor (pipeline.ray_executor) pickles the stage after `prepare` and ships it to its workers, each of
+which runs `setup()` itself: what `setup` builds for one worker (models, devices, lookups) is named in
+`worker_state` and left out of the pickle, while what `prepare` computed for the units travels with the stage.
 """
 
 from __future__ import annotations
@@ -63,9 +67,15 @@ class Stage:
     name: str = ""
     upstream: str | None = None
     resources: Resources = Resources()
+    # attributes `setup()` makes for one worker: never pickled, since every worker runs `setup()` again
+    worker_state: tuple[str, ...] = ()
 
     def __init__(self, work_dir: Path):
         self.work_dir = work_dir
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The stage without its per-worker state (models on a device are heavy, some not picklable at all)."""
+        return {name: value for name, value in self.__dict__.items() if name not in self.worker_state}
 
     @property
     def folder(self) -> Path:

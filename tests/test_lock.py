@@ -29,7 +29,7 @@ def pins(lock: Path) -> dict[str, Version]:
 def requirements() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    return [Requirement(text) for text in project["dependencies"] + extras["cpu"] + extras["dev"]]
+    return [Requirement(text) for text in project["dependencies"] + extras["cpu"] + extras["ray"] + extras["dev"]]
 
 
 def test_there_is_a_lock_for_every_supported_python_and_this_one():

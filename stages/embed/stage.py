@@ -29,6 +29,7 @@ STAGE = "embed"
 class EmbedStage(Stage):
     name = STAGE
     resources = Resources(cpus=1, gpus=1)
+    worker_state = ("device", "encoder", "images")
 
     def __init__(self, manifest: Manifest):
         super().__init__(manifest.work_dir)
@@ -83,6 +84,11 @@ class EmbedStage(Stage):
         if not captions.is_file():
             write_table(self.corpus.captions_table(), captions)
         return super().prepare(staging, plan)
+
+    def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
+        """One shard on its own (a cluster worker's unit): the loader serves just its images."""
+        [(_, stats)] = list(self.process_many([unit], staging))
+        return stats
 
     def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
         from stages.embed.encoder import write_embedding_shards

@@ -82,6 +82,7 @@ class FilterStage(Stage):
     name = STAGE
     upstream = UPSTREAM
     resources = Resources(cpus=1, gpus=1)
+    worker_state = ("caption_texts", "lookup", "sentence_of_caption", "device", "encoder_info", "backend")
 
     def __init__(self, manifest: Manifest):
         super().__init__(manifest.work_dir)

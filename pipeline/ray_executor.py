@@ -1,0 +1,150 @@
+"""The Ray executor: the local executor's run, with the units processed by a pool of Ray actors.
+
+Everything but the units stays on the driver, in the code of pipeline.executor: locks, plan, the up-to-date check,
+`recover`, the staging folder, `setup` (its failures come before anything is written; filter's fills the sentence
+embedding cache, so the actors read it instead of all encoding at once), `prepare` (mine's kNN search), the
+completion markers, `finish`, the record and the commit. Only `_run_units` differs: the stage is pickled once
+after `prepare` (without its `worker_state`, pipeline.stage) and handed to each actor, which runs `setup()` once
+and then `process(unit, staging)` per unit; results stream back as they finish and the driver writes each marker.
+
+Workers write their shards into the staging folder themselves, so `work_dir` must be a filesystem that the driver
+and every worker see at the same path (one machine, or a shared mount); docs/ray.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import UserError
+from pipeline.executor import FAILPOINT, LocalExecutor, _failpoint
+from pipeline.stage import Stage, Unit
+
+log = logging.getLogger(__name__)
+RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
+IN_FLIGHT_PER_ACTOR = 2  # one unit running, one queued: an actor never waits for the driver between units
+
+
+def import_ray() -> Any:
+    """The `ray` module, or a one-line UserError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--executor ray needs Ray, which is not installed: {RAY_EXTRA}") from None
+    return ray
+
+
+class StageWorker:
+    """A Ray actor (made remote in `RayExecutor._actors`): one stage's `setup()` once, then its units."""
+
+    def __init__(self, stage: Stage):
+        self.stage = stage
+        stage.setup()
+
+    def process(self, unit: Unit, staging: str) -> dict[str, Any]:
+        _failpoint(f"{self.stage.name}:unit:{unit.key}")  # tests: a worker dies inside a unit
+        return self.stage.process(unit, Path(staging))
+
+
+class RayExecutor(LocalExecutor):
+    """Runs a stage's units on a Ray cluster: `address` None starts a local Ray (without the dashboard),
+    "auto" joins the cluster of this machine, anything else is passed to `ray.init(address=...)`."""
+
+    def __init__(self, address: str | None = None, progress: bool = True, max_actors: int | None = None):
+        super().__init__(progress)
+        self.ray = import_ray()
+        self.address = address
+        self.max_actors = max_actors
+        self.actors_used = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "ray", "address": self.address or "local", "actors": self.actors_used}
+
+    def connect(self) -> None:
+        """Join or start Ray once per process; a run with nothing to do never gets here."""
+        ray = self.ray
+        if ray.is_initialized():
+            return
+        if self.address is None:
+            # no dashboard; Ray 2.60 itself binds its gRPC ports on every interface, guarded by its token
+            # authentication (on by default), and turns a loopback `_node_ip_address` into the reachable one
+            ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+        else:
+            ray.init(address=self.address, logging_level=logging.WARNING)
+
+    def actor_options(self, stage: Stage) -> dict[str, float]:
+        """Ray resources of one actor: the stage's own, with GPUs only when the cluster has any."""
+        has_gpus = self.ray.cluster_resources().get("GPU", 0) > 0
+        return {"num_cpus": stage.resources.cpus, "num_gpus": stage.resources.gpus if has_gpus else 0}
+
+    def pool_size(self, options: dict[str, float], pending: int) -> int:
+        """As many actors as the cluster fits at once (by CPUs and GPUs), at most one per pending unit."""
+        total = self.ray.cluster_resources()
+        fits = [
+            int(total.get(kind, 0) / need)
+            for kind, need in (("CPU", options["num_cpus"]), ("GPU", options["num_gpus"]))
+            if need > 0
+        ]
+        size = min([pending, *fits]) if fits else pending
+        if self.max_actors is not None:
+            size = min(size, self.max_actors)
+        return max(1, size)
+
+    def _run_units(self, stage: Stage, pending: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        self.actors_used = 0
+        if not pending:
+            return
+        self.connect()
+        ray = self.ray
+        options = self.actor_options(stage)
+        size = self.pool_size(options, len(pending))
+        log.info("%s: %d units on %d Ray actors (%s each)", stage.name, len(pending), size, options)
+        worker = ray.remote(StageWorker).options(**options, **_forwarded_failpoint())
+        stage_ref = ray.put(stage)
+        actors = [worker.remote(stage_ref) for _ in range(size)]
+        self.actors_used = size
+        try:
+            yield from self._stream(actors, pending, str(staging))
+        finally:
+            for actor in actors:
+                ray.kill(actor)
+
+    def _stream(self, actors: list[Any], pending: list[Unit], staging: str) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        """Keeps every actor busy and yields each unit's stats as soon as it is done, in any order."""
+        ray = self.ray
+        queue = list(reversed(pending))
+        in_flight: dict[Any, tuple[Any, Unit]] = {}
+
+        def submit(actor: Any) -> None:
+            unit = queue.pop()
+            in_flight[actor.process.remote(unit, staging)] = (actor, unit)
+
+        for _ in range(IN_FLIGHT_PER_ACTOR):
+            for actor in actors:
+                if queue:
+                    submit(actor)
+        while in_flight:
+            [ref], _ = ray.wait(list(in_flight), num_returns=1)
+            actor, unit = in_flight.pop(ref)
+            stats = self._result(ref)
+            if queue:
+                submit(actor)
+            yield unit, stats
+
+    def _result(self, ref: Any) -> dict[str, Any]:
+        """A unit's stats; a UserError raised in an actor reaches the CLI as itself (one line, exit 2)."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, UserError):
+                raise exc.cause from None
+            raise
+
+
+def _forwarded_failpoint() -> dict[str, Any]:
+    """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
+    name = os.environ.get(FAILPOINT)
+    return {"runtime_env": {"env_vars": {FAILPOINT: name}}} if name else {}

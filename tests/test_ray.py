@@ -1,0 +1,139 @@
+"""The Ray executor: the same tables as the local executor, a rerun that does nothing, resume after a worker died
+inside a unit, and a one-line error without Ray. One local Ray serves the module (2 CPUs, no dashboard)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from typer.testing import CliRunner
+
+from csts_pipeline.cli import app
+from pipeline.executor import FAILPOINT
+from pipeline.stage import Stage
+
+STAGES = ("embed", "mine", "filter")
+
+
+def contents(work: Path, stages: tuple[str, ...] = STAGES) -> dict[str, object]:
+    """Every table's rows (sorted, hashed) and every record's counts."""
+    found: dict[str, object] = {}
+    for stage in stages:
+        folder = work / stage
+        for table in sorted(p for p in folder.iterdir() if p.is_dir()):
+            rows = sorted(map(repr, ds.dataset(table, format="parquet").to_table().to_pylist()))
+            found[f"{stage}/{table.name}"] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+        found[f"{stage}/counts"] = json.loads((folder / "_stage.json").read_text())["counts"]
+    return found
+
+
+def record(work: Path, stage: str) -> dict:
+    return json.loads((work / stage / "_stage.json").read_text())
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, ray_session) -> Path:
+    """The sample through the local executor: the tables every Ray run must equal."""
+    os.environ["TQDM_DISABLE"] = "1"
+    work = tmp_path_factory.mktemp("local") / "work"
+    invoke("run", "--dataset", "sample", "--out", str(work), "--executor", "local")
+    return work
+
+
+def seeded(local_run: Path, folder: Path) -> Path:
+    """A work folder holding only the local run's sentence-embedding cache, so filter does not encode again."""
+    work = folder / "work"
+    shutil.copytree(local_run / "text_embeddings", work / "text_embeddings")
+    return work
+
+
+@pytest.fixture(scope="module")
+def ray_run(local_run: Path, tmp_path_factory) -> Path:
+    work = seeded(local_run, tmp_path_factory.mktemp("ray"))
+    invoke("run", "--dataset", "sample", "--out", str(work), "--executor", "ray")
+    return work
+
+
+def test_ray_tables_equal_the_local_executors(local_run: Path, ray_run: Path):
+    assert contents(ray_run) == contents(local_run)
+    for stage in STAGES:
+        assert record(ray_run, stage)["executor"]["kind"] == "ray"
+        assert record(local_run, stage)["executor"] == {"kind": "local"}
+    assert not [p for p in ray_run.glob(".*") if p.is_dir()]  # no staging folder outlives the run
+
+
+def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
+    before = {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
+    result = invoke("run", "--dataset", "sample", "--out", str(ray_run), "--executor", "ray")
+    assert result.output.count("up to date") == len(STAGES)
+    assert before == {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
+
+
+def test_a_worker_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tmp_path: Path, monkeypatch, ray_session):
+    """The actor embedding the last shard is killed; the rerun reuses the shards finished before it and ends with
+    the local executor's tables."""
+    work = seeded(local_run, tmp_path)
+    monkeypatch.setenv(FAILPOINT, "embed:unit:embeddings/part-00002.parquet")  # forwarded to the actors
+    failed = CliRunner().invoke(app, ["embed", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
+    assert failed.exit_code != 0 and isinstance(failed.exception, ray_session.exceptions.RayActorError)
+    assert not (work / "embed").exists()
+    assert list((work / ".embed.next" / "_units").glob("*.json"))
+    monkeypatch.delenv(FAILPOINT)
+    invoke("embed", "--dataset", "sample", "--out", str(work), "--executor", "ray")
+    assert record(work, "embed")["units_reused"] >= 1
+    assert contents(work, ("embed",)) == contents(local_run, ("embed",))
+
+
+def test_pool_size_follows_the_stage_resources(ray_session):
+    from pipeline.ray_executor import RayExecutor
+    from pipeline.stage import Resources, Stage
+
+    class Heavy(Stage):
+        resources = Resources(cpus=2, gpus=1)
+
+    executor = RayExecutor()
+    options = executor.actor_options(Heavy(Path(".")))
+    assert options == {"num_cpus": 2, "num_gpus": 0}  # no GPU in this cluster
+    assert executor.pool_size(options, pending=10) == 1
+    assert executor.pool_size({"num_cpus": 1, "num_gpus": 0}, pending=10) == 2
+    assert executor.pool_size({"num_cpus": 1, "num_gpus": 0}, pending=1) == 1
+
+
+class _WithModel(Stage):
+    worker_state = ("model",)
+
+
+def test_a_pickled_stage_leaves_its_worker_state_behind(tmp_path: Path):
+    stage = _WithModel(tmp_path)
+    stage.model, stage.pairs = object(), [1, 2]
+    copy = pickle.loads(pickle.dumps(stage))
+    assert copy.pairs == [1, 2] and not hasattr(copy, "model")
+
+
+def test_without_ray_the_ray_executor_is_a_one_line_error(monkeypatch, tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if it were not installed
+    result = CliRunner().invoke(app, ["run", "--dataset", "sample", "--out", str(tmp_path), "--executor", "ray"])
+    assert result.exit_code == 2
+    assert "pip install 'csts-pipeline[ray]'" in result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
