@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,18 @@ RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
 IN_FLIGHT_PER_ACTOR = 2  # one unit running, one queued: an actor never waits for the driver between units
 
 
-def import_ray() -> Any:
-    """The `ray` module, or a one-line UserError naming the extra that installs it."""
+# Ray's own switch for single-machine use: with it off, a local Ray takes 127.0.0.1 as its node address, so it
+# listens on loopback only and its processes talk over loopback. Read when `ray` is imported, inherited by its
+# processes; set only when this process starts its own local Ray, never when joining a cluster.
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def import_ray(local: bool = False) -> Any:
+    """The `ray` module, or a one-line UserError naming the extra that installs it; `local` keeps a Ray that this
+    process starts on loopback."""
+    if local and "ray" not in sys.modules:
+        for name, value in LOOPBACK_ONLY.items():
+            os.environ.setdefault(name, value)
     try:
         import ray
     except ImportError:
@@ -55,7 +66,7 @@ class RayExecutor(LocalExecutor):
 
     def __init__(self, address: str | None = None, progress: bool = True, max_actors: int | None = None):
         super().__init__(progress)
-        self.ray = import_ray()
+        self.ray = import_ray(local=address is None)
         self.address = address
         self.max_actors = max_actors
         self.actors_used = 0
@@ -69,8 +80,7 @@ class RayExecutor(LocalExecutor):
         if ray.is_initialized():
             return
         if self.address is None:
-            # no dashboard; Ray 2.60 itself binds its gRPC ports on every interface, guarded by its token
-            # authentication (on by default), and turns a loopback `_node_ip_address` into the reachable one
+            # no dashboard, and loopback only (LOOPBACK_ONLY)
             ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
         else:
             ray.init(address=self.address, logging_level=logging.WARNING)
