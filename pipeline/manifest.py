@@ -121,6 +121,12 @@ class TrainConfig(_Section):
     transform: bool = Field(False, description="Linear layer + activation after pooling.")
     tri_head: str = Field("hadamard", description="Tri-encoder h(c, s): hadamard (default) or concat.")
     margin: float = Field(1.0, ge=0, description="Quad loss margin (default 1.0).")
+    strict_pairs: bool = Field(
+        False, description="Quad: refuse tied labels and pairs without two rows (default: train on ties, drop those)."
+    )
+    select: str = Field(
+        "best", description="Model kept and scored: best validation epoch (default) or last (paper presets)."
+    )
     learning_rate: float = Field(
         2e-5, gt=0, description="Peak learning rate (AdamW).", json_schema_extra={"cli_flag": "lr"}
     )
@@ -134,11 +140,18 @@ class TrainConfig(_Section):
     max_length: int = Field(128, ge=1, description="Tokens per encoded sequence.")
     seed: int = Field(42, description="Random seed (initialisation and batch order).")
     precision: str = Field("auto", description=PRECISION_HELP)
-    min_label: float | None = Field(None, description="Label scaled to 0 (default: the observed minimum).")
-    max_label: float | None = Field(None, description="Label scaled to 1 (default: the observed maximum).")
+    min_label: float | None = Field(None, description="Label scaled to 0 (default: 1, C-STS's lowest label).")
+    max_label: float | None = Field(None, description="Label scaled to 1 (default: 5, C-STS's highest label).")
     condition_only: bool = Field(False, description="Ablation: the cross-encoder sees only the condition.")
     sentences_only: bool = Field(False, description="Ablation: the cross-encoder sees only the sentences.")
     eval_batch_size: int = Field(64, ge=1, description="Rows per batch when scoring.")
+
+    @field_validator("select")
+    @classmethod
+    def _known_selection(cls, value: str) -> str:
+        if value not in ("best", "last"):
+            raise ValueError("use best or last")
+        return value
 
     @model_validator(mode="after")
     def _quad_batches_are_even(self) -> TrainConfig:

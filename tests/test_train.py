@@ -195,22 +195,42 @@ def _assert_pairs_correct(data, pairs: np.ndarray) -> None:
 
 def test_quad_pairs_of_adjacent_and_shuffled_rows(tmp_path: Path) -> None:
     rows = sample_rows(12, seed=3)
-    _assert_pairs_correct(read_csts(_csv(tmp_path / "a.csv", rows)), quad_pairs(read_csts(tmp_path / "a.csv")))
+    _assert_pairs_correct(read_csts(_csv(tmp_path / "a.csv", rows)), quad_pairs(read_csts(tmp_path / "a.csv")).pairs)
     random.Random(1).shuffle(rows)
     shuffled = read_csts(_csv(tmp_path / "b.csv", rows))
-    _assert_pairs_correct(shuffled, quad_pairs(shuffled))
+    _assert_pairs_correct(shuffled, quad_pairs(shuffled).pairs)
 
 
-def test_quad_pairs_follow_condition_type_when_present(tmp_path: Path) -> None:
-    rows = sample_rows(4, seed=5)
-    # Labels that contradict condition_type: condition_type wins, as the annotation intended.
-    flipped = [{**row, "label": 6.0 - row["label"]} for row in rows]
-    path = tmp_path / "typed.parquet"
-    pq.write_table(pa.Table.from_pylist(flipped), path)
-    data = read_csts(path)
-    pairs = quad_pairs(data)
-    kinds = np.array(data.column("condition_type"))
-    assert (kinds[pairs[:, 0]] == "high").all() and (kinds[pairs[:, 1]] == "low").all()
+def _awkward_rows() -> list[dict]:
+    """Six sentence pairs: 0 and 1 clean; 2 tied (3, 3) with condition_type high second; 3 tied without a usable
+    condition_type; 4 contradicted (the writer's 'high' row rated lower); 5 incomplete (one row); and 6 with
+    three rows. Labels decide, condition_type breaks ties, then file order."""
+    rows = sample_rows(7, seed=11)
+    rows[4]["label"], rows[5]["label"] = 3.0, 3.0
+    rows[4]["condition_type"], rows[5]["condition_type"] = "low", "high"
+    rows[6]["label"], rows[7]["label"] = 2.0, 2.0
+    rows[7]["condition_type"] = "high"  # both 'high': no help, so file order
+    rows[8]["label"], rows[9]["label"] = 2.0, 5.0  # condition_type says rows[8] is high: contradicted
+    return [*rows[:11], rows[12], rows[13], rows[12]]
+
+
+def test_quad_pairs_take_the_label_train_on_ties_and_drop_incomplete_groups(tmp_path: Path) -> None:
+    path = tmp_path / "awkward.parquet"
+    pq.write_table(pa.Table.from_pylist(_awkward_rows()), path)
+    pairing = quad_pairs(read_csts(path))
+    assert pairing.pairs.tolist() == [[0, 1], [2, 3], [5, 4], [6, 7], [9, 8]]
+    assert pairing.counts() == {
+        "quad_pairs": 5,
+        "quad_tied_pairs": 2,
+        "quad_contradicted_pairs": 1,
+        "quad_dropped_groups": 2,
+        "quad_dropped_rows": 4,
+    }
+    # The authors' CSV (no condition_type): file order breaks every tie, nothing is contradicted.
+    rows = [{k: v for k, v in row.items() if k != "condition_type"} for row in _awkward_rows()]
+    plain = quad_pairs(read_csts(_csv(tmp_path / "plain.csv", rows)))
+    assert plain.pairs.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7], [9, 8]]
+    assert (plain.tied, plain.contradicted, plain.dropped_groups) == (2, 0, 2)
 
 
 @pytest.mark.parametrize(
@@ -221,13 +241,14 @@ def test_quad_pairs_follow_condition_type_when_present(tmp_path: Path) -> None:
         (lambda rows: [{**rows[0], "label": rows[1]["label"]}, *rows[1:]], "same label"),
     ],
 )
-def test_quad_pairs_refuse_broken_files(tmp_path: Path, breakage, message: str) -> None:
+def test_strict_quad_pairs_refuse_broken_files(tmp_path: Path, breakage, message: str) -> None:
     rows = [{k: v for k, v in row.items() if k != "condition_type"} for row in sample_rows(5, seed=2)]
     path = _csv(tmp_path / "broken.csv", breakage(rows))
     with pytest.raises(UserError, match=message) as error:
-        quad_pairs(read_csts(path))
+        quad_pairs(read_csts(path), strict=True)
     text = str(error.value)
-    assert str(path) in text and rows[0]["sentence1"][:20] in text
+    assert str(path) in text and rows[0]["sentence1"][:20] in text and "--strict-pairs" in text
+    assert len(quad_pairs(read_csts(path)).pairs) >= 4  # the default trains on ties and drops the rest
 
 
 def test_quad_pairs_by_pair_id_check_the_sentences(tmp_path: Path) -> None:
@@ -357,6 +378,38 @@ def test_training_lowers_the_loss_and_scores_every_split(
         )
     )
     assert reloaded["csts_test"]["spearman"] == pytest.approx(metrics["test"]["spearman"], abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "objective"), [("bi", "quad"), ("bi", "quad+mse"), ("tri", "quad"), ("tri", "quad+mse")]
+)
+def test_quad_trains_on_ties_and_records_what_pairing_found(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path, caplog, encoding: str, objective: str
+) -> None:
+    train = tmp_path / "awkward.parquet"
+    pq.write_table(pa.Table.from_pylist(_awkward_rows()), train)
+    files = {**csts_files, "train": train}
+    options = _options(tiny_bert, files, tmp_path / "run", encoding=encoding, objective=objective, epochs=1)
+    with caplog.at_level("INFO", logger="stages.train.train"):
+        record = train_stage.run(options)
+    counts = record["counts"]
+    assert (counts["quad_pairs"], counts["quad_tied_pairs"], counts["quad_contradicted_pairs"]) == (5, 2, 1)
+    assert (counts["quad_dropped_groups"], counts["quad_dropped_rows"]) == (2, 4)
+    assert "5 Quad pairs; 2 tied (trained on), 1 where the labels contradict" in caplog.text
+    assert record["label_range"] == [1.0, 5.0]  # C-STS's scale, not the observed min and max
+    strict = _options(tiny_bert, files, tmp_path / "strict", encoding=encoding, objective=objective, strict_pairs=True)
+    with pytest.raises(UserError, match="--strict-pairs"):
+        train_stage.run(strict)
+
+
+def test_select_last_keeps_the_final_epoch(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    record = train_stage.run(_options(tiny_bert, csts_files, out, epochs=2, select="last", learning_rate=1e-2))
+    assert (record["select"], record["selected_epoch"]) == ("last", 2)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["validation"]["spearman"] == pytest.approx(record["history"][-1]["validation"]["spearman"], abs=1e-3)
+    with pytest.raises(UserError, match="--select 'first'"):
+        train_config(overrides={"select": "first"})
 
 
 def test_rerun_is_a_noop_and_force_retrains(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
