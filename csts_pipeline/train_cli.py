@@ -87,7 +87,11 @@ def train(
         Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")
     ] = None,
     preset: Annotated[
-        str | None, typer.Option(help="paper: the C-STS authors' released hyperparameters (docs/train.md).")
+        str | None,
+        typer.Option(
+            help="paper: the C-STS authors' released hyperparameters; paper:MODEL:ENCODING (e.g. "
+            "paper:simcse-large:bi): their Table 8 setting for that model and encoding (docs/train.md)."
+        ),
     ] = None,
     dataset: Annotated[
         str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
@@ -117,7 +121,9 @@ def train(
         typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
         record = read_record(out)
     else:
-        typer.echo(f"train: done in {record['timings']['seconds']:.1f}s, best epoch {record['best_epoch']}")
+        typer.echo(
+            f"train: done in {record['timings']['seconds']:.1f}s, {record['select']} epoch {record['selected_epoch']}"
+        )
     _print_metrics(record["split_metrics"])
 
 

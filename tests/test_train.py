@@ -508,11 +508,55 @@ def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path,
 def test_paper_preset_values_and_overrides(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
     config = train_config("paper", {"model": str(tiny_bert)})
     hyper = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, config=config))
-    assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 4, 8)
+    assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 8, 4)
+    assert hyper.select == "last"
     assert (hyper.epochs, hyper.warmup_ratio, hyper.max_length, hyper.pooler) == (3, 0.1, 512, "cls")
     assert hyper.model == str(tiny_bert)  # an explicit option beats the preset
     default = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path))
     assert default.model == MINILM and default.pooler == "mean"  # MiniLM's own pooling
+
+
+# The paper's Table 8, as printed: model | encoding | lr | wd | transform | objective | tri head.
+TABLE_8 = """
+RoBERTa-base | cross | 3e-5 | 0.10 | True | MSE | -
+RoBERTa-base | bi | 3e-5 | 0.10 | True | MSE | -
+RoBERTa-base | tri | 3e-5 | 0.00 | False | Quad+MSE | concat
+RoBERTa-large | cross | 1e-5 | 0.10 | True | MSE | -
+RoBERTa-large | bi | 1e-5 | 0.10 | True | Quad+MSE | -
+RoBERTa-large | tri | 1e-5 | 0.00 | True | MSE | hadamard
+DiffCSE-base | cross | 3e-5 | 0.10 | False | MSE | -
+DiffCSE-base | bi | 3e-5 | 0.00 | False | MSE | -
+DiffCSE-base | tri | 3e-5 | 0.10 | False | Quad+MSE | hadamard
+SimCSE-base | cross | 3e-5 | 0.10 | True | MSE | -
+SimCSE-base | bi | 3e-5 | 0.10 | False | MSE | -
+SimCSE-base | tri | 3e-5 | 0.10 | False | Quad+MSE | hadamard
+SimCSE-large | cross | 1e-5 | 0.10 | True | MSE | -
+SimCSE-large | bi | 1e-5 | 0.10 | False | MSE | -
+SimCSE-large | tri | 1e-5 | 0.00 | True | MSE | hadamard
+"""
+HUB_NAMES = {
+    "roberta-base": "roberta-base",
+    "roberta-large": "roberta-large",
+    "diffcse-base": "voidism/diffcse-roberta-base-sts",
+    "simcse-base": "princeton-nlp/sup-simcse-roberta-base",
+    "simcse-large": "princeton-nlp/sup-simcse-roberta-large",
+}
+
+
+def test_table_8_presets_match_the_paper() -> None:
+    rows = [line.split(" | ") for line in TABLE_8.strip().splitlines()]
+    assert len(rows) == 15
+    for model, encoding, lr, wd, transform, objective, head in rows:
+        config = train_config(f"paper:{model.lower()}:{encoding}")
+        assert config.model == HUB_NAMES[model.lower()] and config.encoding == encoding
+        assert (config.learning_rate, config.weight_decay) == (float(lr), float(wd))
+        assert (config.transform, config.objective) == (transform == "True", objective.lower())
+        assert config.tri_head == (head if head != "-" else "hadamard")
+        assert (config.batch_size * config.grad_accum, config.epochs, config.select) == (32, 3, "last")
+    explicit = train_config("paper:simcse-large:bi", {"learning_rate": 3e-5, "objective": "quad"})
+    assert (explicit.learning_rate, explicit.objective, explicit.weight_decay) == (3e-5, "quad", 0.1)
+    with pytest.raises(UserError, match="ENCODING cross, bi or tri"):
+        train_config("paper:simcse-large:quad")
 
 
 # --- evaluate and the CLI ----------------------------------------------------------------------------------------
