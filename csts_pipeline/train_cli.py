@@ -99,6 +99,12 @@ def train(
     manifest: Annotated[
         Path | None, typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train:.")
     ] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Train once per seed, e.g. 42,43,44, into <out>/seed-N/; metrics.json: each seed and mean +- std."
+        ),
+    ] = None,
     device: ModelDeviceOpt = "auto",
     metrics_out: MetricsOutOpt = None,
     force: ForceOpt = False,
@@ -116,6 +122,9 @@ def train(
         device=device,
         metrics_out=metrics_out,
     )
+    if seeds is not None:
+        _train_seeds(options, seeds, force)
+        return
     record = stage.run(options, force=force)
     if record.get("status") == "up-to-date":
         typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
@@ -125,6 +134,14 @@ def train(
             f"train: done in {record['timings']['seconds']:.1f}s, {record['select']} epoch {record['selected_epoch']}"
         )
     _print_metrics(record["split_metrics"])
+
+
+def _train_seeds(options: Any, seeds: str, force: bool) -> None:
+    from stages.train.seeds import format_seed_table, parse_seeds, run_seeds
+
+    result = run_seeds(options, parse_seeds(seeds), force=force)
+    typer.echo(f"train: {len(result['runs'])} seeds in {options.out}/seed-*/")
+    typer.echo(format_seed_table(result["metrics"]))
 
 
 @user_errors

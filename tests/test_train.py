@@ -585,6 +585,26 @@ def test_cli_train_then_evaluate(tiny_bert: Path, csts_files: dict[str, Path], t
     assert result.exit_code == 2 and "trained tri-encoder" in result.output
 
 
+def test_cli_seeds_give_each_seed_and_mean_std(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    from stages.train.seeds import parse_seeds
+
+    out = tmp_path / "seeds"
+    args = ["train", "--train", str(csts_files["train"]), "--validation", str(csts_files["validation"])]
+    args += ["--out", str(out), "--model", str(tiny_bert), "--max-steps", "2", "--device", "cpu", "--seeds", "1,2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "seed 1" in result.output and "+-" in result.output
+    metrics = json.loads((out / "metrics.json").read_text())["validation"]
+    values = [json.loads((out / f"seed-{s}" / "metrics.json").read_text())["spearman"] for s in (1, 2)]
+    assert [metrics["seeds"][s]["spearman"] for s in ("1", "2")] == values
+    assert metrics["mean"]["spearman"] == pytest.approx(np.mean(values), abs=1e-3)
+    assert metrics["std"]["spearman"] == pytest.approx(np.std(values), abs=1e-3)
+    assert parse_seeds("42 43,44") == [42, 43, 44]
+    for bad in ("", "4x", "1,1"):
+        with pytest.raises(UserError, match="--seeds"):
+            parse_seeds(bad)
+
+
 def test_cli_errors_are_one_line(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
     runner = CliRunner()
     base = ["train", "--train", str(csts_files["train"]), "--out", str(tmp_path / "o"), "--model", str(tiny_bert)]
