@@ -412,6 +412,19 @@ def test_select_last_keeps_the_final_epoch(tiny_bert: Path, csts_files: dict[str
         train_config(overrides={"select": "first"})
 
 
+def test_hidden_test_labels_give_a_submission_file(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path
+) -> None:
+    hidden = _csv(tmp_path / "test.csv", [{**row, "label": -1} for row in sample_rows(5, seed=9)])
+    out = tmp_path / "run"
+    train_stage.run(_options(tiny_bert, {**csts_files, "test": hidden}, out, max_steps=1))
+    submission = json.loads((out / "test_predictions.json").read_text())
+    scores = pq.read_table(out / "predictions_test.parquet")["score"].to_pylist()
+    assert list(submission) == [str(i) for i in range(10)]
+    assert list(submission.values()) == pytest.approx(scores)
+    assert not (out / "validation_predictions.json").exists()  # labelled splits get none
+
+
 def test_rerun_is_a_noop_and_force_retrains(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
     options = _options(tiny_bert, csts_files, tmp_path / "run", max_steps=2)
     first = train_stage.run(options)
