@@ -86,6 +86,9 @@ def train(
     test: Annotated[
         Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")
     ] = None,
+    task: Annotated[
+        str, typer.Option(help="csts (C-STS data) or stsb (STS Benchmark files: cross or bi, mse; Table 9).")
+    ] = "csts",
     preset: Annotated[
         str | None,
         typer.Option(
@@ -121,6 +124,7 @@ def train(
         config=train_config(preset, hyperparameters, _manifest_train_section(dataset, manifest)),
         device=device,
         metrics_out=metrics_out,
+        task=task,
     )
     if seeds is not None:
         _train_seeds(options, seeds, force)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -423,6 +424,33 @@ def test_hidden_test_labels_give_a_submission_file(
     assert list(submission) == [str(i) for i in range(10)]
     assert list(submission.values()) == pytest.approx(scores)
     assert not (out / "validation_predictions.json").exists()  # labelled splits get none
+
+
+def _stsb_file(path: Path, n: int, seed: int) -> Path:
+    """STS Benchmark layout (genre, file, year, id, score 0-5, sentence1, sentence2) from the sample sentences."""
+    rows = sample_rows(n, seed=seed)[::2]
+    lines = [
+        f"main\tf\t2012\t{i:04d}\t{5.0 * (i % 6) / 5:.1f}\t{r['sentence1']}\t{r['sentence2']}"
+        for i, r in enumerate(rows)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["cross", "bi"])
+def test_train_on_stsb(tiny_bert: Path, tmp_path: Path, encoding: str) -> None:
+    files = {"train": _stsb_file(tmp_path / "train.csv", 16, 1), "validation": _stsb_file(tmp_path / "dev.csv", 8, 2)}
+    options = _options(tiny_bert, {**files, "test": None}, tmp_path / "run", encoding=encoding, max_steps=2)
+    record = train_stage.run(replace(options, task="stsb"))
+    assert record["label_range"] == [0.0, 5.0] and record["params"]["task"] == "stsb"
+    assert record["split_metrics"]["validation"]["n"] == 8
+    for overrides, message in [
+        ({"encoding": "tri"}, "no condition for a tri-encoder"),
+        ({"objective": "quad"}, "use mse"),
+    ]:
+        bad = _options(tiny_bert, {**files, "test": None}, tmp_path / "bad", **{"encoding": "bi", **overrides})
+        with pytest.raises(UserError, match=message):
+            train_stage.run(replace(bad, task="stsb"))
 
 
 def test_rerun_is_a_noop_and_force_retrains(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:

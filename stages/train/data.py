@@ -25,6 +25,7 @@ TEXT_COLUMNS = ("sentence1", "sentence2", "condition")
 CSTS_COLUMNS = (*TEXT_COLUMNS, "label")
 CSTS_LABEL_RANGE = (1.0, 5.0)
 STSB_LABEL_RANGE = (0.0, 5.0)
+LABEL_RANGES = {"csts": CSTS_LABEL_RANGE, "stsb": STSB_LABEL_RANGE}
 # The authors' test CSV hides its labels as -1.
 HIDDEN_LABEL = -1.0
 

@@ -30,7 +30,7 @@ from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, r
 from pipeline.shards import SHARD_GLOB
 from stages.train.batches import batch_loss, epoch_batches, probe_batches, total_steps
 from stages.train.checkpoint import load_checkpoint, restore_rng, rng_states, save_checkpoint
-from stages.train.data import CSTS_LABEL_RANGE, LabelScale, PairData, QuadPairing, label_scale, quad_pairs, read_csts
+from stages.train.data import LabelScale, PairData, QuadPairing, quad_pairs
 from stages.train.models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling
 from stages.train.scoring import (
     correlations,
@@ -41,6 +41,7 @@ from stages.train.scoring import (
     write_metrics,
     write_outputs,
 )
+from stages.train.splits import Splits, check_task, read_splits, split_label_scale
 
 log = logging.getLogger(__name__)
 STAGE = "train"
@@ -61,6 +62,7 @@ class TrainOptions:
     config: TrainConfig = field(default_factory=TrainConfig)
     device: str = "auto"
     metrics_out: Path | None = None
+    task: str = "csts"  # csts, or stsb: STS Benchmark files (no condition, labels 0-5; the paper's Table 9)
 
 
 def resolve(options: TrainOptions) -> TrainConfig:
@@ -87,32 +89,6 @@ def model_spec(config: TrainConfig) -> ModelSpec:
     return spec
 
 
-@dataclass
-class Splits:
-    train: PairData
-    validation: PairData | None
-    test: PairData | None
-    sources: dict[str, Path] = field(default_factory=dict)
-
-
-def read_splits(options: TrainOptions) -> Splits:
-    """--train, --validation and --test name one source each; a source with a `split` column gives its rows of
-    that split, and the train source's `validation`/`test` rows stand in for a missing --validation/--test."""
-    sources = {"train": options.train}
-    train = read_csts(options.train, "train")
-    parts: dict[str, PairData | None] = {}
-    for split in ("validation", "test"):
-        path = getattr(options, split)
-        if path is None and "split" in train.table.column_names:
-            whole = read_csts(options.train)
-            if split in set(whole.column("split")):
-                path = options.train
-        if path is not None:
-            sources[split] = path
-        parts[split] = read_csts(path, split) if path is not None else None
-    return Splits(train, parts["validation"], parts["test"], sources)
-
-
 def _source_fingerprint(path: Path) -> str:
     if path.is_dir():
         return fingerprint([(p.name, file_fingerprint(p)) for p in sorted(path.glob(SHARD_GLOB))])
@@ -132,6 +108,7 @@ def plan(options: TrainOptions, config: TrainConfig, splits: Splits) -> StageRun
     params = {
         **config.model_dump(exclude=NOT_FINGERPRINTED),
         "splits": {name: str(path) for name, path in splits.sources.items()},
+        "task": options.task,
     }
     inputs = {name: _source_fingerprint(path) for name, path in splits.sources.items()}
     inputs["model"] = _model_fingerprint(config.model)
@@ -454,20 +431,6 @@ def finish(
     return record
 
 
-def _label_scale(splits: Splits, config: TrainConfig) -> LabelScale:
-    """C-STS labels are integers 1-5 (averages of raters stay inside), so the scale is 1-5 unless overridden,
-    never the observed min and max: a split without 1s or 5s would otherwise be stretched."""
-    if not splits.train.labelled:
-        raise UserError(f"{splits.train.source}: the training split has no labels")
-    labelled = [d for d in (splits.train, splits.validation) if d is not None]
-    low, high = CSTS_LABEL_RANGE
-    return label_scale(
-        labelled,
-        low if config.min_label is None else config.min_label,
-        high if config.max_label is None else config.max_label,
-    )
-
-
 def _up_to_date(stage: StageRun, options: TrainOptions) -> dict:
     if options.metrics_out is not None:
         write_metrics(options.metrics_out, read_record(stage.folder)["metrics"])
@@ -478,8 +441,9 @@ def run(options: TrainOptions, force: bool = False) -> dict:
     """Train into `options.out`; returns the stage record (or an up-to-date marker)."""
     config = resolve(options)
     spec = model_spec(config)
-    splits = read_splits(options)
-    scale = _label_scale(splits, config)
+    check_task(options.task, config)
+    splits = read_splits(options.train, options.validation, options.test, options.task)
+    scale = split_label_scale(splits, config.min_label, config.max_label, options.task)
     spec.label_low, spec.label_high = scale.low, scale.high
     stage = plan(options, config, splits)
     if stage.is_done() and not force:
