@@ -86,14 +86,27 @@ def train(
     test: Annotated[
         Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")
     ] = None,
+    task: Annotated[
+        str, typer.Option(help="csts (C-STS data) or stsb (STS Benchmark files: cross or bi, mse; Table 9).")
+    ] = "csts",
     preset: Annotated[
-        str | None, typer.Option(help="paper: the C-STS authors' released hyperparameters (docs/train.md).")
+        str | None,
+        typer.Option(
+            help="paper: the C-STS authors' released hyperparameters; paper:MODEL:ENCODING (e.g. "
+            "paper:simcse-large:bi): their Table 8 setting for that model and encoding (docs/train.md)."
+        ),
     ] = None,
     dataset: Annotated[
         str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
     ] = None,
     manifest: Annotated[
         Path | None, typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train:.")
+    ] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Train once per seed, e.g. 42,43,44, into <out>/seed-N/; metrics.json: each seed and mean +- std."
+        ),
     ] = None,
     device: ModelDeviceOpt = "auto",
     metrics_out: MetricsOutOpt = None,
@@ -111,14 +124,28 @@ def train(
         config=train_config(preset, hyperparameters, _manifest_train_section(dataset, manifest)),
         device=device,
         metrics_out=metrics_out,
+        task=task,
     )
+    if seeds is not None:
+        _train_seeds(options, seeds, force)
+        return
     record = stage.run(options, force=force)
     if record.get("status") == "up-to-date":
         typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
         record = read_record(out)
     else:
-        typer.echo(f"train: done in {record['timings']['seconds']:.1f}s, best epoch {record['best_epoch']}")
+        typer.echo(
+            f"train: done in {record['timings']['seconds']:.1f}s, {record['select']} epoch {record['selected_epoch']}"
+        )
     _print_metrics(record["split_metrics"])
+
+
+def _train_seeds(options: Any, seeds: str, force: bool) -> None:
+    from stages.train.seeds import format_seed_table, parse_seeds, run_seeds
+
+    result = run_seeds(options, parse_seeds(seeds), force=force)
+    typer.echo(f"train: {len(result['runs'])} seeds in {options.out}/seed-*/")
+    typer.echo(format_seed_table(result["metrics"]))
 
 
 @user_errors
@@ -127,7 +154,10 @@ def evaluate(
     data: Annotated[Path, typer.Option(help="C-STS CSV/Parquet (file or shard folder), or an STS Benchmark file.")],
     task: Annotated[str, typer.Option(help="csts (C-STS columns) or stsb (STS Benchmark tab-separated).")] = "csts",
     split: Annotated[str | None, typer.Option(help="Rows of this split only (sources with a split column).")] = None,
-    encoding: Annotated[str | None, typer.Option(help="Base models: bi (zero-shot); trained models: as saved.")] = None,
+    encoding: Annotated[
+        str | None,
+        typer.Option(help="Base models: bi (zero-shot) or prompt (a generative model rates 1-5); trained: as saved."),
+    ] = None,
     pooler: Annotated[
         str | None, typer.Option(help="Base models: cls-mlp, cls or mean (default: the model's own, else cls).")
     ] = None,
@@ -138,10 +168,23 @@ def evaluate(
     metrics_out: Annotated[
         Path, typer.Option("--metrics-out", help="Metrics JSON path; predictions_<split>.parquet go next to it.")
     ] = Path("runs/evaluate/metrics.json"),
+    instructions: Annotated[str, typer.Option(help="--encoding prompt: none, short (default) or long.")] = "short",
+    instructions_file: Annotated[
+        Path | None, typer.Option(help="--instructions long: the instructions' text file.")
+    ] = None,
+    shots: Annotated[int, typer.Option(help="--encoding prompt: 0, 2 or 4 in-context examples.")] = 0,
+    examples: Annotated[
+        Path | None, typer.Option(help="--shots 2/4: C-STS training data the examples come from.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")] = 42,
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
     from stages.train import evaluate as stage
+    from stages.train.data import read_csts
+    from stages.train.prompting import PromptOptions
 
+    shown = read_csts(examples, "train") if examples is not None else None
+    prompt = PromptOptions(instructions, instructions_file, shots, shown, seed)
     options = stage.EvaluateOptions(
         model=model,
         data=data,
@@ -154,8 +197,13 @@ def evaluate(
         device=device,
         precision=precision or "auto",
         metrics_out=metrics_out,
+        prompt=prompt,
     )
-    _print_metrics(stage.run(options))
+    results = stage.run(options)
+    _print_metrics(results)
+    for name, values in results.items():
+        if "invalid_share" in values:
+            typer.echo(f"{name}: {100 * values['invalid_share']:.1f}% invalid answers (replaced by U[1, 5] draws)")
     typer.echo(f"metrics: {metrics_out}")
 
 

@@ -127,6 +127,12 @@ class TrainConfig(_Section):
     transform: bool = Field(False, description="Linear layer + activation after pooling.")
     tri_head: str = Field("hadamard", description="Tri-encoder h(c, s): hadamard (default) or concat.")
     margin: float = Field(1.0, ge=0, description="Quad loss margin (default 1.0).")
+    strict_pairs: bool = Field(
+        False, description="Quad: refuse tied labels and pairs without two rows (default: train on ties, drop those)."
+    )
+    select: str = Field(
+        "best", description="Model kept and scored: best validation epoch (default) or last (paper presets)."
+    )
     learning_rate: float = Field(
         2e-5, gt=0, description="Peak learning rate (AdamW).", json_schema_extra={"cli_flag": "lr"}
     )
@@ -140,11 +146,18 @@ class TrainConfig(_Section):
     max_length: int = Field(128, ge=1, description="Tokens per encoded sequence.")
     seed: int = Field(42, description="Random seed (initialisation and batch order).")
     precision: str = Field("auto", description=PRECISION_HELP)
-    min_label: float | None = Field(None, description="Label scaled to 0 (default: the observed minimum).")
-    max_label: float | None = Field(None, description="Label scaled to 1 (default: the observed maximum).")
+    min_label: float | None = Field(None, description="Label scaled to 0 (default: 1, C-STS's lowest label).")
+    max_label: float | None = Field(None, description="Label scaled to 1 (default: 5, C-STS's highest label).")
     condition_only: bool = Field(False, description="Ablation: the cross-encoder sees only the condition.")
     sentences_only: bool = Field(False, description="Ablation: the cross-encoder sees only the sentences.")
     eval_batch_size: int = Field(64, ge=1, description="Rows per batch when scoring.")
+
+    @field_validator("select")
+    @classmethod
+    def _known_selection(cls, value: str) -> str:
+        if value not in ("best", "last"):
+            raise ValueError("use best or last")
+        return value
 
     @model_validator(mode="after")
     def _quad_batches_are_even(self) -> TrainConfig:
@@ -163,23 +176,62 @@ class TrainConfig(_Section):
 # `--preset paper`: the hyperparameters of the authors' released script (princeton-nlp/c-sts, run_sts.sh and
 # run_sts.py defaults), the same for all three encodings there. Partial: other fields keep TrainConfig's defaults.
 # Sources per value in docs/train.md.
+_PAPER: dict[str, Any] = {
+    "model": "princeton-nlp/sup-simcse-roberta-large",
+    "pooler": "cls",  # their `cls` reads the [CLS] hidden state (the model is loaded without its pooler)
+    "transform": False,
+    "tri_head": "hadamard",
+    "margin": 1.0,
+    "learning_rate": 1e-5,
+    "batch_size": 8,  # run_sts.sh today: 8 x 4 accumulation (an early commit had 4 x 8); 32 per step either way
+    "grad_accum": 4,
+    "epochs": 3,
+    "weight_decay": 0.1,
+    "warmup_ratio": 0.1,
+    "max_grad_norm": 0.0,  # no clipping
+    "max_length": 512,
+    "seed": 42,
+    "select": "last",  # the authors report the final epoch of the setting chosen on validation
+}
+
+# `--preset paper:<model>:<encoding>`: the paper's Table 8 (the setting selected on validation per model and
+# encoding) on top of `paper`: learning rate, weight decay, transform, objective and, for tri, the head.
+PAPER_MODELS = {
+    "roberta-base": "roberta-base",
+    "roberta-large": "roberta-large",
+    "diffcse-base": "voidism/diffcse-roberta-base-sts",
+    "simcse-base": "princeton-nlp/sup-simcse-roberta-base",
+    "simcse-large": "princeton-nlp/sup-simcse-roberta-large",
+}
+PAPER_TABLE_8: dict[tuple[str, str], tuple[float, float, bool, str, str | None]] = {
+    ("roberta-base", "cross"): (3e-5, 0.10, True, "mse", None),
+    ("roberta-base", "bi"): (3e-5, 0.10, True, "mse", None),
+    ("roberta-base", "tri"): (3e-5, 0.00, False, "quad+mse", "concat"),
+    ("roberta-large", "cross"): (1e-5, 0.10, True, "mse", None),
+    ("roberta-large", "bi"): (1e-5, 0.10, True, "quad+mse", None),
+    ("roberta-large", "tri"): (1e-5, 0.00, True, "mse", "hadamard"),
+    ("diffcse-base", "cross"): (3e-5, 0.10, False, "mse", None),
+    ("diffcse-base", "bi"): (3e-5, 0.00, False, "mse", None),
+    ("diffcse-base", "tri"): (3e-5, 0.10, False, "quad+mse", "hadamard"),
+    ("simcse-base", "cross"): (3e-5, 0.10, True, "mse", None),
+    ("simcse-base", "bi"): (3e-5, 0.10, False, "mse", None),
+    ("simcse-base", "tri"): (3e-5, 0.10, False, "quad+mse", "hadamard"),
+    ("simcse-large", "cross"): (1e-5, 0.10, True, "mse", None),
+    ("simcse-large", "bi"): (1e-5, 0.10, False, "mse", None),
+    ("simcse-large", "tri"): (1e-5, 0.00, True, "mse", "hadamard"),
+}
+
+
+def _table_8_preset(model: str, encoding: str) -> dict[str, Any]:
+    lr, weight_decay, transform, objective, tri_head = PAPER_TABLE_8[(model, encoding)]
+    row = {"model": PAPER_MODELS[model], "encoding": encoding, "learning_rate": lr, "weight_decay": weight_decay}
+    row |= {"transform": transform, "objective": objective}
+    return {**_PAPER, **row, **({"tri_head": tri_head} if tri_head else {})}
+
+
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {
-        "model": "princeton-nlp/sup-simcse-roberta-large",
-        "pooler": "cls",  # their `cls` reads the [CLS] hidden state (the model is loaded without its pooler)
-        "transform": False,
-        "tri_head": "hadamard",
-        "margin": 1.0,
-        "learning_rate": 1e-5,
-        "batch_size": 4,
-        "grad_accum": 8,
-        "epochs": 3,
-        "weight_decay": 0.1,
-        "warmup_ratio": 0.1,
-        "max_grad_norm": 0.0,  # no clipping
-        "max_length": 512,
-        "seed": 42,
-    },
+    "paper": _PAPER,
+    **{f"paper:{model}:{encoding}": _table_8_preset(model, encoding) for model, encoding in PAPER_TABLE_8},
 }
 
 
@@ -189,7 +241,10 @@ def train_config(
     """TrainConfig defaults <- the preset <- `base` (the keys a manifest's `train:` section sets) <- `overrides`
     (command-line options; None: not given). A bad value is a UserError naming the command-line option."""
     if preset is not None and preset not in TRAIN_PRESETS:
-        raise UserError(f"--preset {preset!r}: known presets: {', '.join(TRAIN_PRESETS)}")
+        raise UserError(
+            f"--preset {preset!r}: known presets: paper, paper:MODEL:ENCODING with MODEL one of "
+            f"{', '.join(PAPER_MODELS)} and ENCODING cross, bi or tri (the paper's Table 8)"
+        )
     values = {**TRAIN_PRESETS.get(preset or "", {}), **(base or {})}
     values.update({key: value for key, value in (overrides or {}).items() if value is not None})
     try:

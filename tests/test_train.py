@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from pipeline.manifest import TrainConfig, load_manifest, train_config
 from pipeline.packaged_models import resolve_model_path
 from stages.train import evaluate as evaluate_stage
 from stages.train import train as train_stage
+from stages.train.batches import quad_loss
 from stages.train.checkpoint import load_checkpoint, save_checkpoint
 from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
 from stages.train.models import ModelSpec, load_model
@@ -207,22 +209,42 @@ def _assert_pairs_correct(data, pairs: np.ndarray) -> None:
 
 def test_quad_pairs_of_adjacent_and_shuffled_rows(tmp_path: Path) -> None:
     rows = sample_rows(12, seed=3)
-    _assert_pairs_correct(read_csts(_csv(tmp_path / "a.csv", rows)), quad_pairs(read_csts(tmp_path / "a.csv")))
+    _assert_pairs_correct(read_csts(_csv(tmp_path / "a.csv", rows)), quad_pairs(read_csts(tmp_path / "a.csv")).pairs)
     random.Random(1).shuffle(rows)
     shuffled = read_csts(_csv(tmp_path / "b.csv", rows))
-    _assert_pairs_correct(shuffled, quad_pairs(shuffled))
+    _assert_pairs_correct(shuffled, quad_pairs(shuffled).pairs)
 
 
-def test_quad_pairs_follow_condition_type_when_present(tmp_path: Path) -> None:
-    rows = sample_rows(4, seed=5)
-    # Labels that contradict condition_type: condition_type wins, as the annotation intended.
-    flipped = [{**row, "label": 6.0 - row["label"]} for row in rows]
-    path = tmp_path / "typed.parquet"
-    pq.write_table(pa.Table.from_pylist(flipped), path)
-    data = read_csts(path)
-    pairs = quad_pairs(data)
-    kinds = np.array(data.column("condition_type"))
-    assert (kinds[pairs[:, 0]] == "high").all() and (kinds[pairs[:, 1]] == "low").all()
+def _awkward_rows() -> list[dict]:
+    """Six sentence pairs: 0 and 1 clean; 2 tied (3, 3) with condition_type high second; 3 tied without a usable
+    condition_type; 4 contradicted (the writer's 'high' row rated lower); 5 incomplete (one row); and 6 with
+    three rows. Labels decide, condition_type breaks ties, then file order."""
+    rows = sample_rows(7, seed=11)
+    rows[4]["label"], rows[5]["label"] = 3.0, 3.0
+    rows[4]["condition_type"], rows[5]["condition_type"] = "low", "high"
+    rows[6]["label"], rows[7]["label"] = 2.0, 2.0
+    rows[7]["condition_type"] = "high"  # both 'high': no help, so file order
+    rows[8]["label"], rows[9]["label"] = 2.0, 5.0  # condition_type says rows[8] is high: contradicted
+    return [*rows[:11], rows[12], rows[13], rows[12]]
+
+
+def test_quad_pairs_take_the_label_train_on_ties_and_drop_incomplete_groups(tmp_path: Path) -> None:
+    path = tmp_path / "awkward.parquet"
+    pq.write_table(pa.Table.from_pylist(_awkward_rows()), path)
+    pairing = quad_pairs(read_csts(path))
+    assert pairing.pairs.tolist() == [[0, 1], [2, 3], [5, 4], [6, 7], [9, 8]]
+    assert pairing.counts() == {
+        "quad_pairs": 5,
+        "quad_tied_pairs": 2,
+        "quad_contradicted_pairs": 1,
+        "quad_dropped_groups": 2,
+        "quad_dropped_rows": 4,
+    }
+    # The authors' CSV (no condition_type): file order breaks every tie, nothing is contradicted.
+    rows = [{k: v for k, v in row.items() if k != "condition_type"} for row in _awkward_rows()]
+    plain = quad_pairs(read_csts(_csv(tmp_path / "plain.csv", rows)))
+    assert plain.pairs.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7], [9, 8]]
+    assert (plain.tied, plain.contradicted, plain.dropped_groups) == (2, 0, 2)
 
 
 @pytest.mark.parametrize(
@@ -233,13 +255,14 @@ def test_quad_pairs_follow_condition_type_when_present(tmp_path: Path) -> None:
         (lambda rows: [{**rows[0], "label": rows[1]["label"]}, *rows[1:]], "same label"),
     ],
 )
-def test_quad_pairs_refuse_broken_files(tmp_path: Path, breakage, message: str) -> None:
+def test_strict_quad_pairs_refuse_broken_files(tmp_path: Path, breakage, message: str) -> None:
     rows = [{k: v for k, v in row.items() if k != "condition_type"} for row in sample_rows(5, seed=2)]
     path = _csv(tmp_path / "broken.csv", breakage(rows))
     with pytest.raises(UserError, match=message) as error:
-        quad_pairs(read_csts(path))
+        quad_pairs(read_csts(path), strict=True)
     text = str(error.value)
-    assert str(path) in text and rows[0]["sentence1"][:20] in text
+    assert str(path) in text and rows[0]["sentence1"][:20] in text and "--strict-pairs" in text
+    assert len(quad_pairs(read_csts(path)).pairs) >= 4  # the default trains on ties and drops the rest
 
 
 def test_quad_pairs_by_pair_id_check_the_sentences(tmp_path: Path) -> None:
@@ -387,7 +410,7 @@ def test_tri_concat_head_tells_rows_apart_and_passes_gradient(tiny_bert: Path, c
     assert (outputs != 0).any(dim=-1).all() and not torch.allclose(outputs[0], outputs[1])
 
     data = read_csts(csts_files["train"])
-    pairs = quad_pairs(data)
+    pairs = quad_pairs(data).pairs
     rows = np.concatenate([pairs[:4, 0], pairs[:4, 1]])  # four pairs: high-condition rows, then low
     batch = model.collate(model.tokenize(data), rows)
     with torch.no_grad():
@@ -398,9 +421,81 @@ def test_tri_concat_head_tells_rows_apart_and_passes_gradient(tiny_bert: Path, c
     high, low = scores.chunk(2)
     assert (1 - scores).abs().min() > 1e-4  # not all cos == 1
     assert (high - low).abs().max() > 1e-6  # the condition changes the score
-    train_stage.quad_loss(scores, 1.0).backward()
+    quad_loss(scores, 1.0).backward()
     for layer in (head[1], model.condition_transform[1]):
         assert torch.isfinite(layer.weight.grad).all() and layer.weight.grad.abs().max() > 1e-5
+
+
+@pytest.mark.parametrize(
+    ("encoding", "objective"), [("bi", "quad"), ("bi", "quad+mse"), ("tri", "quad"), ("tri", "quad+mse")]
+)
+def test_quad_trains_on_ties_and_records_what_pairing_found(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path, caplog, encoding: str, objective: str
+) -> None:
+    train = tmp_path / "awkward.parquet"
+    pq.write_table(pa.Table.from_pylist(_awkward_rows()), train)
+    files = {**csts_files, "train": train}
+    options = _options(tiny_bert, files, tmp_path / "run", encoding=encoding, objective=objective, epochs=1)
+    with caplog.at_level("INFO", logger="stages.train.train"):
+        record = train_stage.run(options)
+    counts = record["counts"]
+    assert (counts["quad_pairs"], counts["quad_tied_pairs"], counts["quad_contradicted_pairs"]) == (5, 2, 1)
+    assert (counts["quad_dropped_groups"], counts["quad_dropped_rows"]) == (2, 4)
+    assert "5 Quad pairs; 2 tied (trained on), 1 where the labels contradict" in caplog.text
+    assert record["label_range"] == [1.0, 5.0]  # C-STS's scale, not the observed min and max
+    strict = _options(tiny_bert, files, tmp_path / "strict", encoding=encoding, objective=objective, strict_pairs=True)
+    with pytest.raises(UserError, match="--strict-pairs"):
+        train_stage.run(strict)
+
+
+def test_select_last_keeps_the_final_epoch(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    record = train_stage.run(_options(tiny_bert, csts_files, out, epochs=2, select="last", learning_rate=1e-2))
+    assert (record["select"], record["selected_epoch"]) == ("last", 2)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["validation"]["spearman"] == pytest.approx(record["history"][-1]["validation"]["spearman"], abs=1e-3)
+    with pytest.raises(UserError, match="--select 'first'"):
+        train_config(overrides={"select": "first"})
+
+
+def test_hidden_test_labels_give_a_submission_file(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path
+) -> None:
+    hidden = _csv(tmp_path / "test.csv", [{**row, "label": -1} for row in sample_rows(5, seed=9)])
+    out = tmp_path / "run"
+    train_stage.run(_options(tiny_bert, {**csts_files, "test": hidden}, out, max_steps=1))
+    submission = json.loads((out / "test_predictions.json").read_text())
+    scores = pq.read_table(out / "predictions_test.parquet")["score"].to_pylist()
+    assert list(submission) == [str(i) for i in range(10)]
+    assert list(submission.values()) == pytest.approx(scores)
+    assert not (out / "validation_predictions.json").exists()  # labelled splits get none
+
+
+def _stsb_file(path: Path, n: int, seed: int) -> Path:
+    """STS Benchmark layout (genre, file, year, id, score 0-5, sentence1, sentence2) from the sample sentences."""
+    rows = sample_rows(n, seed=seed)[::2]
+    lines = [
+        f"main\tf\t2012\t{i:04d}\t{5.0 * (i % 6) / 5:.1f}\t{r['sentence1']}\t{r['sentence2']}"
+        for i, r in enumerate(rows)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["cross", "bi"])
+def test_train_on_stsb(tiny_bert: Path, tmp_path: Path, encoding: str) -> None:
+    files = {"train": _stsb_file(tmp_path / "train.csv", 16, 1), "validation": _stsb_file(tmp_path / "dev.csv", 8, 2)}
+    options = _options(tiny_bert, {**files, "test": None}, tmp_path / "run", encoding=encoding, max_steps=2)
+    record = train_stage.run(replace(options, task="stsb"))
+    assert record["label_range"] == [0.0, 5.0] and record["params"]["task"] == "stsb"
+    assert record["split_metrics"]["validation"]["n"] == 8
+    for overrides, message in [
+        ({"encoding": "tri"}, "no condition for a tri-encoder"),
+        ({"objective": "quad"}, "use mse"),
+    ]:
+        bad = _options(tiny_bert, {**files, "test": None}, tmp_path / "bad", **{"encoding": "bi", **overrides})
+        with pytest.raises(UserError, match=message):
+            train_stage.run(replace(bad, task="stsb"))
 
 
 def test_rerun_is_a_noop_and_force_retrains(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
@@ -499,11 +594,55 @@ def test_parquet_with_split_column_supplies_validation_and_test(tiny_bert: Path,
 def test_paper_preset_values_and_overrides(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
     config = train_config("paper", {"model": str(tiny_bert)})
     hyper = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path, config=config))
-    assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 4, 8)
+    assert (hyper.learning_rate, hyper.weight_decay, hyper.batch_size, hyper.grad_accum) == (1e-5, 0.1, 8, 4)
+    assert hyper.select == "last"
     assert (hyper.epochs, hyper.warmup_ratio, hyper.max_length, hyper.pooler) == (3, 0.1, 512, "cls")
     assert hyper.model == str(tiny_bert)  # an explicit option beats the preset
     default = train_stage.resolve(train_stage.TrainOptions(train=csts_files["train"], out=tmp_path))
     assert default.model == MINILM and default.pooler == "mean"  # MiniLM's own pooling
+
+
+# The paper's Table 8, as printed: model | encoding | lr | wd | transform | objective | tri head.
+TABLE_8 = """
+RoBERTa-base | cross | 3e-5 | 0.10 | True | MSE | -
+RoBERTa-base | bi | 3e-5 | 0.10 | True | MSE | -
+RoBERTa-base | tri | 3e-5 | 0.00 | False | Quad+MSE | concat
+RoBERTa-large | cross | 1e-5 | 0.10 | True | MSE | -
+RoBERTa-large | bi | 1e-5 | 0.10 | True | Quad+MSE | -
+RoBERTa-large | tri | 1e-5 | 0.00 | True | MSE | hadamard
+DiffCSE-base | cross | 3e-5 | 0.10 | False | MSE | -
+DiffCSE-base | bi | 3e-5 | 0.00 | False | MSE | -
+DiffCSE-base | tri | 3e-5 | 0.10 | False | Quad+MSE | hadamard
+SimCSE-base | cross | 3e-5 | 0.10 | True | MSE | -
+SimCSE-base | bi | 3e-5 | 0.10 | False | MSE | -
+SimCSE-base | tri | 3e-5 | 0.10 | False | Quad+MSE | hadamard
+SimCSE-large | cross | 1e-5 | 0.10 | True | MSE | -
+SimCSE-large | bi | 1e-5 | 0.10 | False | MSE | -
+SimCSE-large | tri | 1e-5 | 0.00 | True | MSE | hadamard
+"""
+HUB_NAMES = {
+    "roberta-base": "roberta-base",
+    "roberta-large": "roberta-large",
+    "diffcse-base": "voidism/diffcse-roberta-base-sts",
+    "simcse-base": "princeton-nlp/sup-simcse-roberta-base",
+    "simcse-large": "princeton-nlp/sup-simcse-roberta-large",
+}
+
+
+def test_table_8_presets_match_the_paper() -> None:
+    rows = [line.split(" | ") for line in TABLE_8.strip().splitlines()]
+    assert len(rows) == 15
+    for model, encoding, lr, wd, transform, objective, head in rows:
+        config = train_config(f"paper:{model.lower()}:{encoding}")
+        assert config.model == HUB_NAMES[model.lower()] and config.encoding == encoding
+        assert (config.learning_rate, config.weight_decay) == (float(lr), float(wd))
+        assert (config.transform, config.objective) == (transform == "True", objective.lower())
+        assert config.tri_head == (head if head != "-" else "hadamard")
+        assert (config.batch_size * config.grad_accum, config.epochs, config.select) == (32, 3, "last")
+    explicit = train_config("paper:simcse-large:bi", {"learning_rate": 3e-5, "objective": "quad"})
+    assert (explicit.learning_rate, explicit.objective, explicit.weight_decay) == (3e-5, "quad", 0.1)
+    with pytest.raises(UserError, match="ENCODING cross, bi or tri"):
+        train_config("paper:simcse-large:quad")
 
 
 # --- evaluate and the CLI ----------------------------------------------------------------------------------------
@@ -530,6 +669,26 @@ def test_cli_train_then_evaluate(tiny_bert: Path, csts_files: dict[str, Path], t
 
     result = runner.invoke(app, [*args, "--encoding", "bi"])
     assert result.exit_code == 2 and "trained tri-encoder" in result.output
+
+
+def test_cli_seeds_give_each_seed_and_mean_std(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
+    from stages.train.seeds import parse_seeds
+
+    out = tmp_path / "seeds"
+    args = ["train", "--train", str(csts_files["train"]), "--validation", str(csts_files["validation"])]
+    args += ["--out", str(out), "--model", str(tiny_bert), "--max-steps", "2", "--device", "cpu", "--seeds", "1,2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "seed 1" in result.output and "+-" in result.output
+    metrics = json.loads((out / "metrics.json").read_text())["validation"]
+    values = [json.loads((out / f"seed-{s}" / "metrics.json").read_text())["spearman"] for s in (1, 2)]
+    assert [metrics["seeds"][s]["spearman"] for s in ("1", "2")] == values
+    assert metrics["mean"]["spearman"] == pytest.approx(np.mean(values), abs=1e-3)
+    assert metrics["std"]["spearman"] == pytest.approx(np.std(values), abs=1e-3)
+    assert parse_seeds("42 43,44") == [42, 43, 44]
+    for bad in ("", "4x", "1,1"):
+        with pytest.raises(UserError, match="--seeds"):
+            parse_seeds(bad)
 
 
 def test_cli_errors_are_one_line(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:

@@ -86,3 +86,17 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
         return _unpack(document["content"], tensors)
     except (SafetensorError, OSError, KeyError, ValueError) as exc:
         raise UserError(f"{path}: not a readable train checkpoint ({exc}); --force starts afresh") from None
+
+
+def rng_states() -> dict[str, object]:
+    """The CPU and CUDA generators' states, for a resume that continues the same random streams."""
+    states: dict[str, object] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng(states: dict) -> None:
+    torch.set_rng_state(states["cpu"].cpu())
+    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])

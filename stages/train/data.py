@@ -25,6 +25,7 @@ TEXT_COLUMNS = ("sentence1", "sentence2", "condition")
 CSTS_COLUMNS = (*TEXT_COLUMNS, "label")
 CSTS_LABEL_RANGE = (1.0, 5.0)
 STSB_LABEL_RANGE = (0.0, 5.0)
+LABEL_RANGES = {"csts": CSTS_LABEL_RANGE, "stsb": STSB_LABEL_RANGE}
 # The authors' test CSV hides its labels as -1.
 HIDDEN_LABEL = -1.0
 
@@ -180,54 +181,107 @@ def _check_labels(labels: pa.ChunkedArray, path: Path, label_range: tuple[float,
     return labels
 
 
-def quad_pairs(data: PairData) -> np.ndarray:
-    """Row indices [n_pairs, 2] as (high, low): the two rows of each sentence pair, the high-similarity
-    condition first. Rows group by `pair_id` when the source has it, else by (sentence1, sentence2); the high row
-    is the one with `condition_type == 'high'` when that column is present, else the one with the larger label.
-    A group that is not exactly two rows, or whose rows tie, is an error: pairing the wrong rows silently would
-    train the Quad objective on noise."""
+@dataclass(frozen=True)
+class QuadPairing:
+    """The Quad objective's pairs and what pairing them found: `pairs` holds row indices [n_pairs, 2] as
+    (high, low). `tied`: pairs with the same label under both conditions (trained on; the tie broken by
+    `condition_type`, else file order). `contradicted`: pairs whose higher label sits on the `condition_type ==
+    'low'` row (raters disagreeing with the writer). `dropped_groups`/`dropped_rows`: sentence pairs without
+    exactly two rows, left out."""
+
+    pairs: np.ndarray
+    tied: int = 0
+    contradicted: int = 0
+    dropped_groups: int = 0
+    dropped_rows: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "quad_pairs": len(self.pairs),
+            "quad_tied_pairs": self.tied,
+            "quad_contradicted_pairs": self.contradicted,
+            "quad_dropped_groups": self.dropped_groups,
+            "quad_dropped_rows": self.dropped_rows,
+        }
+
+
+def quad_pairs(data: PairData, strict: bool = False) -> QuadPairing:
+    """Pair each sentence pair's two rows, the higher label first, as the authors' sampler does (a stable sort by
+    label, descending): the label decides, `condition_type` only breaks a tie, then file order. Rows group by
+    `pair_id` when the source has it, else by (sentence1, sentence2); groups without exactly two rows are dropped
+    and counted. `strict` (--strict-pairs) refuses such groups and ties instead."""
+    if not data.labelled:
+        raise UserError(f"{data.source}: the Quad objective needs labels to tell high from low")
+    codes = _group_codes(data)
+    counts = np.bincount(codes)
+    incomplete = counts != 2
+    if strict and incomplete.any():
+        group = int(np.flatnonzero(incomplete)[0])
+        rows = np.flatnonzero(codes == group)
+        raise UserError(
+            f"{data.source}: --strict-pairs: the Quad objective needs each sentence pair exactly twice (a high- and "
+            f"a low-similarity condition); {int(incomplete.sum())} pair(s) are not, e.g. {_describe(data, rows[0])} "
+            f"appears {len(rows)} time(s) (rows {', '.join(str(r + 1) for r in rows[:5])})"
+        )
+    kept = np.flatnonzero(~incomplete[codes])
+    if not len(kept):
+        raise UserError(f"{data.source}: the Quad objective needs sentence pairs with two rows each; there are none")
+    order = kept[np.argsort(codes[kept], kind="stable")]
+    first, second = order[0::2], order[1::2]
+    _check_same_sentences(data, first, second)
+    labels = data.labels()
+    tied = labels[first] == labels[second]
+    if strict and tied.any():
+        row = int(first[np.flatnonzero(tied)[0]])
+        raise UserError(
+            f"{data.source}: --strict-pairs: pair {_describe(data, row)} has the same label ({labels[row]:g}) under "
+            "both conditions, so neither is the high-similarity one"
+        )
+    # Descending stable sort: the larger label first, a tie keeps file order (the first row is the high one).
+    first_high = (labels[first] > labels[second]) | tied
+    first_high, contradicted = _writer_intent(data, first, second, first_high, tied)
+    pairs = np.stack([np.where(first_high, first, second), np.where(first_high, second, first)], axis=1)
+    return QuadPairing(
+        pairs=pairs,
+        tied=int(tied.sum()),
+        contradicted=contradicted,
+        dropped_groups=int(incomplete.sum()),
+        dropped_rows=int(counts[incomplete].sum()),
+    )
+
+
+def _writer_intent(
+    data: PairData, first: np.ndarray, second: np.ndarray, first_high: np.ndarray, tied: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """With a `condition_type` column (one 'high', one 'low' per pair): it breaks ties, and the pairs whose labels
+    say the opposite of it are counted as contradicted. Without one, nothing changes."""
+    if "condition_type" not in data.table.column_names:
+        return first_high, 0
+    kinds = np.array(data.table["condition_type"].to_pylist(), dtype=object)
+    writer_first = kinds[first] == "high"
+    typed = (writer_first & (kinds[second] == "low")) | ((kinds[first] == "low") & (kinds[second] == "high"))
+    contradicted = int((typed & ~tied & (first_high != writer_first)).sum())
+    return np.where(tied & typed, writer_first, first_high), contradicted
+
+
+def _group_codes(data: PairData) -> np.ndarray:
+    """A group number per row: its `pair_id` when every row has one, else its (sentence1, sentence2)."""
     table = data.table
     if "pair_id" in table.column_names and table["pair_id"].null_count == 0:
         key = table["pair_id"]
     else:
         key = pc.binary_join_element_wise(table["sentence1"], table["sentence2"], "\x00")
-    codes = pc.dictionary_encode(key).combine_chunks().indices.to_numpy(zero_copy_only=False)
-    counts = np.bincount(codes)
-    if (counts != 2).any():
-        group = int(np.flatnonzero(counts != 2)[0])
-        rows = np.flatnonzero(codes == group)
-        raise UserError(
-            f"{data.source}: the Quad objective needs each sentence pair exactly twice (a high- and a "
-            f"low-similarity condition); {int((counts != 2).sum())} pair(s) are not, e.g. "
-            f"{_describe(data, rows[0])} appears {len(rows)} time(s) (rows {', '.join(str(r + 1) for r in rows[:5])})"
-        )
-    order = np.argsort(codes, kind="stable")
-    first, second = order[0::2], order[1::2]
+    return pc.dictionary_encode(key).combine_chunks().indices.to_numpy(zero_copy_only=False)
+
+
+def _check_same_sentences(data: PairData, first: np.ndarray, second: np.ndarray) -> None:
+    """Rows grouped by `pair_id` must hold the same sentences: pairing other rows would train on noise."""
     for name in ("sentence1", "sentence2"):
-        texts = table[name].to_numpy(zero_copy_only=False)
+        texts = data.table[name].to_numpy(zero_copy_only=False)
         differs = texts[first] != texts[second]
         if differs.any():
             row = int(first[np.flatnonzero(differs)[0]])
             raise UserError(f"{data.source}: rows sharing pair_id {_describe(data, row)} have different {name}")
-    if "condition_type" in table.column_names:
-        kinds = table["condition_type"].to_numpy(zero_copy_only=False)
-        first_high = kinds[first] == "high"
-        valid = np.where(first_high, kinds[second] == "low", (kinds[first] == "low") & (kinds[second] == "high"))
-        if not valid.all():
-            row = int(first[np.flatnonzero(~valid)[0]])
-            raise UserError(f"{data.source}: pair {_describe(data, row)} needs one 'high' and one 'low' condition_type")
-    else:
-        if not data.labelled:
-            raise UserError(f"{data.source}: the Quad objective needs labels (or condition_type) to tell high from low")
-        labels = data.labels()
-        if (labels[first] == labels[second]).any():
-            row = int(first[np.flatnonzero(labels[first] == labels[second])[0]])
-            raise UserError(
-                f"{data.source}: pair {_describe(data, row)} has the same label ({labels[row]:g}) under both "
-                "conditions, so neither is the high-similarity one"
-            )
-        first_high = labels[first] > labels[second]
-    return np.stack([np.where(first_high, first, second), np.where(first_high, second, first)], axis=1)
 
 
 def _describe(data: PairData, row: int) -> str:

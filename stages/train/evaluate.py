@@ -19,7 +19,8 @@ from pipeline.errors import UserError
 from pipeline.packaged_models import resolve_model_path
 from stages.train.data import PairData, read_pairs
 from stages.train.models import ModelSpec, is_trained_model, load_model, model_pooling
-from stages.train.scoring import half_precision, score_split, write_outputs
+from stages.train.prompting import PromptOptions, build_prompts, generate, load_generator, scores_from_answers
+from stages.train.scoring import correlations, half_precision, score_split, write_outputs
 
 log = logging.getLogger(__name__)
 TASKS = ("csts", "stsb")
@@ -38,6 +39,7 @@ class EvaluateOptions:
     device: str = "auto"
     precision: str = "auto"
     metrics_out: Path = Path("runs/evaluate/metrics.json")
+    prompt: PromptOptions | None = None  # --encoding prompt: the prompting baseline's settings
 
 
 def load_splits(options: EvaluateOptions) -> dict[str, PairData]:
@@ -77,6 +79,8 @@ def run(options: EvaluateOptions) -> dict[str, dict]:
         raise UserError("--batch-size must be at least 1")
     splits = load_splits(options)
     device = resolve_device(options.device)
+    if options.encoding == "prompt":
+        return run_prompting(options, splits, device)
     dtype = half_precision(device, options.precision)
     model = model_for(options).to(device)
     results = {}
@@ -84,5 +88,24 @@ def run(options: EvaluateOptions) -> dict[str, dict]:
         scores, metrics = score_split(model, data, device, options.batch_size, dtype)
         results[name] = (data, scores, metrics)
         log.info("evaluate: %s n=%d spearman %s", name, metrics["n"], metrics["spearman"])
+    write_outputs(results, options.metrics_out)
+    return {name: metrics for name, (_, _, metrics) in results.items()}
+
+
+def run_prompting(options: EvaluateOptions, splits: dict[str, PairData], device) -> dict[str, dict]:
+    """The prompting baseline on every split: Spearman, Pearson and the share of invalid answers."""
+    prompt = options.prompt or PromptOptions()
+    prompt.check()
+    if options.task != "csts":
+        raise UserError("--encoding prompt rates C-STS rows (sentences and a condition); use --task csts")
+    model, tokenizer = load_generator(options.model)
+    results = {}
+    for name, data in splits.items():
+        answers = generate(model, tokenizer, build_prompts(data, prompt), device, options.batch_size)
+        scores, invalid = scores_from_answers(answers, prompt.seed)
+        metrics = {**correlations(scores, data.labels() if data.labelled else None)}
+        metrics["invalid_share"] = round(float(invalid.mean()), 4)
+        results[name] = (data, scores, metrics)
+        log.info("evaluate: %s prompting, %.1f%% invalid answers", name, 100 * metrics["invalid_share"])
     write_outputs(results, options.metrics_out)
     return {name: metrics for name, (_, _, metrics) in results.items()}

@@ -4,6 +4,7 @@ reports them), the predictions Parquet and the metrics JSON (schemas in docs/sch
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from scipy.stats import rankdata
 from pipeline.device import autocast_dtype
 from pipeline.errors import UserError
 from pipeline.records import write_json
-from pipeline.shards import write_table
+from pipeline.shards import write_atomic, write_table
 from stages.train.data import PairData
 from stages.train.models import CstsModel, Tokenized
 
@@ -123,9 +124,19 @@ def write_outputs(results: dict[str, tuple[PairData, np.ndarray, dict]], metrics
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     for split, (data, scores, _) in results.items():
         write_table(predictions_table(data, scores), metrics_path.parent / f"predictions_{split}.parquet")
+        if not data.labelled:
+            write_submission(metrics_path.parent / f"{split}_predictions.json", scores)
     document = metrics_document({split: metrics for split, (_, _, metrics) in results.items()})
     write_json(metrics_path, document)
     return document
+
+
+def write_submission(path: Path, scores: np.ndarray) -> None:
+    """Hidden labels (the official test split): {"row index": score}, the JSON the authors'
+    make_test_submission.py reads (it expects 4,732 rows for the official test file)."""
+    document = {str(index): float(score) for index, score in enumerate(scores)}
+    blob = (json.dumps(document, indent=1) + "\n").encode()  # row order, not sort_keys' string order
+    write_atomic(path, lambda handle: handle.write(blob))
 
 
 def write_metrics(path: Path, document: dict) -> None:

@@ -28,8 +28,9 @@ from pipeline.manifest import TrainConfig
 from pipeline.packaged_models import resolve_model_path
 from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, read_record, write_json
 from pipeline.shards import SHARD_GLOB
-from stages.train.checkpoint import load_checkpoint, save_checkpoint
-from stages.train.data import LabelScale, PairData, label_scale, quad_pairs, read_csts
+from stages.train.batches import batch_loss, epoch_batches, probe_batches, total_steps
+from stages.train.checkpoint import load_checkpoint, restore_rng, rng_states, save_checkpoint
+from stages.train.data import LabelScale, PairData, QuadPairing, quad_pairs
 from stages.train.models import CstsModel, ModelSpec, Tokenized, load_model, model_pooling
 from stages.train.scoring import (
     correlations,
@@ -40,12 +41,12 @@ from stages.train.scoring import (
     write_metrics,
     write_outputs,
 )
+from stages.train.splits import Splits, check_task, read_splits, split_label_scale
 
 log = logging.getLogger(__name__)
 STAGE = "train"
 CHECKPOINT = "checkpoint.safetensors"
 LEGACY_CHECKPOINT = "checkpoint.pt"  # the pickle of earlier versions: never loaded, removed when a run begins
-PROBE_ROWS = 256  # training rows whose loss is measured before training and after each epoch
 NOT_FINGERPRINTED = {"eval_batch_size"}  # scoring batch size: no effect on the trained model
 
 
@@ -61,6 +62,7 @@ class TrainOptions:
     config: TrainConfig = field(default_factory=TrainConfig)
     device: str = "auto"
     metrics_out: Path | None = None
+    task: str = "csts"  # csts, or stsb: STS Benchmark files (no condition, labels 0-5; the paper's Table 9)
 
 
 def resolve(options: TrainOptions) -> TrainConfig:
@@ -87,32 +89,6 @@ def model_spec(config: TrainConfig) -> ModelSpec:
     return spec
 
 
-@dataclass
-class Splits:
-    train: PairData
-    validation: PairData | None
-    test: PairData | None
-    sources: dict[str, Path] = field(default_factory=dict)
-
-
-def read_splits(options: TrainOptions) -> Splits:
-    """--train, --validation and --test name one source each; a source with a `split` column gives its rows of
-    that split, and the train source's `validation`/`test` rows stand in for a missing --validation/--test."""
-    sources = {"train": options.train}
-    train = read_csts(options.train, "train")
-    parts: dict[str, PairData | None] = {}
-    for split in ("validation", "test"):
-        path = getattr(options, split)
-        if path is None and "split" in train.table.column_names:
-            whole = read_csts(options.train)
-            if split in set(whole.column("split")):
-                path = options.train
-        if path is not None:
-            sources[split] = path
-        parts[split] = read_csts(path, split) if path is not None else None
-    return Splits(train, parts["validation"], parts["test"], sources)
-
-
 def _source_fingerprint(path: Path) -> str:
     if path.is_dir():
         return fingerprint([(p.name, file_fingerprint(p)) for p in sorted(path.glob(SHARD_GLOB))])
@@ -132,6 +108,7 @@ def plan(options: TrainOptions, config: TrainConfig, splits: Splits) -> StageRun
     params = {
         **config.model_dump(exclude=NOT_FINGERPRINTED),
         "splits": {name: str(path) for name, path in splits.sources.items()},
+        "task": options.task,
     }
     inputs = {name: _source_fingerprint(path) for name, path in splits.sources.items()}
     inputs["model"] = _model_fingerprint(config.model)
@@ -151,45 +128,6 @@ def _check_out_folder(out: Path) -> None:
         raise UserError(f"--out {out}: exists and is not a train output folder; choose a new or empty folder")
 
 
-def quad_loss(scores: torch.Tensor, margin: float) -> torch.Tensor:
-    """Rows are [high-condition rows; low-condition rows] of the same pairs. With distance 1 - cos as in the
-    reference code, max(margin + d(p1, p2) - d(n1, n2), 0) = max(margin + cos(n1, n2) - cos(p1, p2), 0)."""
-    high, low = scores.chunk(2)
-    return torch.clamp_min(margin + low - high, 0).mean()
-
-
-def batch_loss(scores: torch.Tensor, targets: torch.Tensor, objective: str, margin: float) -> torch.Tensor:
-    mse = torch.nn.functional.mse_loss(scores, targets)
-    if objective == "mse":
-        return mse
-    quad = quad_loss(scores, margin)
-    return quad if objective == "quad" else quad + mse
-
-
-def _batches(order: np.ndarray, pairs: np.ndarray | None, batch_size: int) -> list[np.ndarray]:
-    """Row indices per batch, in `order` (of rows, or of pairs laid out [highs; lows] for Quad)."""
-    if pairs is None:
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    per_batch = batch_size // 2
-    chunks = (order[i : i + per_batch] for i in range(0, len(order), per_batch))
-    return [np.concatenate([pairs[chunk, 0], pairs[chunk, 1]]) for chunk in chunks]
-
-
-def epoch_batches(n_rows: int, pairs: np.ndarray | None, batch_size: int, seed: int) -> list[np.ndarray]:
-    """A seeded random order of the training rows (whole pairs for Quad), batched."""
-    count = n_rows if pairs is None else len(pairs)
-    return _batches(np.random.default_rng(seed).permutation(count), pairs, batch_size)
-
-
-def probe_batches(n_rows: int, pairs: np.ndarray | None, batch_size: int, seed: int) -> list[np.ndarray]:
-    """A fixed subset of the training rows (whole pairs for Quad), batched as training batches them, whose
-    loss is measured before training and after each epoch: a like-for-like check that training learns."""
-    count = n_rows if pairs is None else len(pairs)
-    limit = PROBE_ROWS if pairs is None else PROBE_ROWS // 2
-    chosen = np.sort(np.random.default_rng(seed).permutation(count)[:limit])
-    return _batches(chosen, pairs, batch_size)
-
-
 @dataclass
 class TrainJob:
     """What the training loop works on: the model, its tokenized data and its optimizer, schedule and scaler."""
@@ -199,7 +137,7 @@ class TrainJob:
     device: torch.device
     dtype: torch.dtype | None
     n_rows: int
-    pairs: np.ndarray | None
+    pairing: QuadPairing | None
     tokenized: Tokenized
     targets: torch.Tensor
     validation: PairData | None
@@ -210,6 +148,10 @@ class TrainJob:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
+
+    @property
+    def pairs(self) -> np.ndarray | None:
+        return None if self.pairing is None else self.pairing.pairs
 
 
 def probe_loss(job: TrainJob) -> float:
@@ -241,11 +183,23 @@ def _set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def total_steps(config: TrainConfig, n_rows: int, pairs: np.ndarray | None) -> int:
-    """Optimizer steps of the whole run: epochs x ceil(batches / accumulation), capped by --max-steps."""
-    batches_per_epoch = len(epoch_batches(n_rows, pairs, config.batch_size, 0))
-    steps = math.ceil(batches_per_epoch / config.grad_accum) * config.epochs
-    return steps if config.max_steps is None else min(steps, config.max_steps)
+def pair_rows(train: PairData, config: TrainConfig) -> QuadPairing | None:
+    """The Quad objective's (high, low) pairs, with what pairing found logged; None for MSE."""
+    if config.objective == "mse":
+        return None
+    pairing = quad_pairs(train, strict=config.strict_pairs)
+    log.info(
+        "train: %d Quad pairs; %d tied (trained on), %d where the labels contradict condition_type, "
+        "%d sentence pair(s) without two rows dropped (%d rows)",
+        len(pairing.pairs),
+        pairing.tied,
+        pairing.contradicted,
+        pairing.dropped_groups,
+        pairing.dropped_rows,
+    )
+    if pairing.dropped_groups:
+        log.warning("train: %d sentence pair(s) without exactly two rows dropped", pairing.dropped_groups)
+    return pairing
 
 
 def build_job(
@@ -260,7 +214,8 @@ def build_job(
     from transformers import get_linear_schedule_with_warmup
 
     model.train()
-    pairs = quad_pairs(splits.train) if config.objective != "mse" else None
+    pairing = pair_rows(splits.train, config)
+    pairs = None if pairing is None else pairing.pairs
     steps = total_steps(config, len(splits.train), pairs)
     optimizer = _optimizer(model, config)
     return TrainJob(
@@ -269,7 +224,7 @@ def build_job(
         device=device,
         dtype=dtype,
         n_rows=len(splits.train),
-        pairs=pairs,
+        pairing=pairing,
         tokenized=model.tokenize(splits.train),
         targets=torch.tensor(scale(splits.train.labels()), dtype=torch.float32),
         validation=splits.validation,
@@ -286,19 +241,6 @@ def build_job(
 # --- checkpoint / resume ------------------------------------------------------------------------------------------
 
 
-def _rng_states() -> dict[str, object]:
-    states: dict[str, object] = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _restore_rng(states: dict) -> None:
-    torch.set_rng_state(states["cpu"].cpu())
-    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
-
-
 def _save_checkpoint(path: Path, content: dict) -> None:
     """The one place the loop writes its checkpoint (tests interrupt a run here)."""
     save_checkpoint(path, content)
@@ -311,7 +253,7 @@ def checkpoint_content(job: TrainJob, progress: dict) -> dict:
         "optimizer": job.optimizer.state_dict(),
         "scheduler": job.scheduler.state_dict(),
         "scaler": job.scaler.state_dict(),
-        "rng": _rng_states(),
+        "rng": rng_states(),
         "state": progress,
     }
 
@@ -325,7 +267,7 @@ def start_or_resume(job: TrainJob, checkpoint: Path, resumed: bool) -> dict:
         job.optimizer.load_state_dict(saved["optimizer"])
         job.scheduler.load_state_dict(saved["scheduler"])
         job.scaler.load_state_dict(saved["scaler"])
-        _restore_rng(saved["rng"])
+        restore_rng(saved["rng"])
         progress = saved["state"]
         log.info("train: resuming after epoch %d (step %d)", progress["epoch"], progress["step"])
         return progress
@@ -399,6 +341,10 @@ def epoch_entry(job: TrainJob, epoch: int, losses: list[float], rows_seen: int, 
     return entry
 
 
+def _is_last(job: TrainJob, epoch: int, progress: dict) -> bool:
+    return epoch >= job.config.epochs or progress["step"] >= job.total_steps
+
+
 def _better(score: float | None, best: float | None) -> bool:
     if best is None:
         return True
@@ -406,8 +352,9 @@ def _better(score: float | None, best: float | None) -> bool:
 
 
 def train_epochs(job: TrainJob, progress: dict, folder: Path) -> None:
-    """Train the remaining epochs; after each, keep the model in `best/` when it is the best so far and write
-    the checkpoint a resume starts from."""
+    """Train the remaining epochs; after each, keep the model in `best/` when it is the one selected so far (the
+    best validation epoch, or with --select last the latest: the authors report the final epoch) and write the
+    checkpoint a resume starts from."""
     epoch = progress["epoch"]
     while epoch < job.config.epochs and progress["step"] < job.total_steps:
         started = time.perf_counter()
@@ -419,8 +366,11 @@ def train_epochs(job: TrainJob, progress: dict, folder: Path) -> None:
         entry = epoch_entry(job, epoch, losses, rows_seen, seconds, progress["step"])
         progress["history"].append(entry)
         selected = entry.get("validation", {}).get("spearman")
-        if job.validation_tokens is None or _better(selected, progress["best"]):
+        best = job.validation_tokens is None or _better(selected, progress["best"])
+        if best:
             progress["best"], progress["best_epoch"] = selected, epoch
+        keep = best if job.config.select == "best" else _is_last(job, epoch, progress)
+        if keep:
             job.model.save(folder / "best")
         progress["epoch"] = epoch
         _save_checkpoint(folder / CHECKPOINT, checkpoint_content(job, progress))
@@ -456,6 +406,7 @@ def finish(
     counts = {
         "train_rows": len(splits.train),
         "train_pairs": None if job.pairs is None else len(job.pairs),
+        **({} if job.pairing is None else job.pairing.counts()),
         **{f"{name}_rows": len(data) for name, (data, _, _) in results.items() if name != "train"},
         "epochs": progress["epoch"],
         "optimizer_steps": progress["step"],
@@ -467,6 +418,8 @@ def finish(
         history=progress["history"],
         initial_probe_loss=progress.get("initial_probe_loss"),
         best_epoch=progress["best_epoch"],
+        select=job.config.select,
+        selected_epoch=progress["best_epoch"] if job.config.select == "best" else progress["epoch"],
         label_range=list(job.label_range),
         device=str(device),
         precision=str(dtype).removeprefix("torch.") if dtype is not None else "fp32",
@@ -476,13 +429,6 @@ def finish(
     )
     write_json(stage.folder / "train_record.json", record)
     return record
-
-
-def _label_scale(splits: Splits, config: TrainConfig) -> LabelScale:
-    if not splits.train.labelled:
-        raise UserError(f"{splits.train.source}: the training split has no labels")
-    labelled = [d for d in (splits.train, splits.validation) if d is not None]
-    return label_scale(labelled, config.min_label, config.max_label)
 
 
 def _up_to_date(stage: StageRun, options: TrainOptions) -> dict:
@@ -495,8 +441,9 @@ def run(options: TrainOptions, force: bool = False) -> dict:
     """Train into `options.out`; returns the stage record (or an up-to-date marker)."""
     config = resolve(options)
     spec = model_spec(config)
-    splits = read_splits(options)
-    scale = _label_scale(splits, config)
+    check_task(options.task, config)
+    splits = read_splits(options.train, options.validation, options.test, options.task)
+    scale = split_label_scale(splits, config.min_label, config.max_label, options.task)
     spec.label_low, spec.label_high = scale.low, scale.high
     stage = plan(options, config, splits)
     if stage.is_done() and not force:
