@@ -12,6 +12,8 @@ import pytest
 from pipeline.errors import UserError
 from stages.filter import kernels
 from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
+from stages.filter.funnel import BIN_EDGES
+from stages.filter.kernels import histograms
 from stages.filter.lookup import CaptionLookup
 from stages.filter.metrics import NumbaPairMetrics, TextFeatures
 from tests.test_pair_filter import EDGE_CAPTIONS
@@ -146,3 +148,29 @@ def test_ids_too_wide_or_negative_take_the_binary_search():
     assert negative.rows(np.array([3, -5]), Path("s"))[1].tolist() == [1, 0]
     with pytest.raises(UserError, match="no captions"):
         CaptionLookup(np.array([], np.int64), np.array([], np.int64), Path("c")).rows(np.array([1]), Path("s"))
+
+
+# --- funnel histograms ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(BIN_EDGES))
+def test_histograms_bin_as_numpy_does(name):
+    """Every edge exactly, values beyond the range (clipped into the end bins), NaN (not counted), ints."""
+    edges = BIN_EDGES[name]
+    rng = np.random.default_rng(1)
+    spread = rng.uniform(edges[0] - 1, edges[-1] + 1, 50_000)
+    values = np.concatenate(
+        [edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf), [-5.0, 500.0, np.nan], spread]
+    )
+    if name == "length":
+        values = np.nan_to_num(values).astype(np.int32)
+    kept = rng.random(len(values)) < 0.3
+    before, after = histograms(values, edges, kept)
+
+    def reference(x: np.ndarray) -> np.ndarray:
+        x = x[~np.isnan(x)] if x.dtype.kind == "f" else x
+        return np.histogram(np.clip(x, edges[0], edges[-1]), bins=edges)[0]
+
+    np.testing.assert_array_equal(before, reference(values))
+    np.testing.assert_array_equal(after, reference(values[kept]))
+    assert histograms(values[:0], edges, kept[:0]).sum() == 0
