@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,7 @@ class FilterStage(Stage):
         self.manifest = manifest
         self.config = manifest.filter
         self.criteria = Criteria.from_config(self.config)
+        self._prefetched: dict[str, Future] = {}  # unit key -> its shard being read (process_many)
 
     def plan(self) -> StagePlan:
         """One unit per mine candidates shard that mine's record lists."""
@@ -111,13 +114,32 @@ class FilterStage(Stage):
         self.backend = pair_metrics_backend(TextFeatures.build(sentences), embeddings, self.device)
         self.caption_count, self.sentence_count = captions.num_rows, len(sentences)
 
+    def _read(self, unit: Unit) -> tuple[Path, pa.Table]:
+        source = self.work_dir / UPSTREAM / unit.payload["candidates"]
+        return source, check_columns(read_table(source), CANDIDATES_SCHEMA, source)
+
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
+        future = self._prefetched.pop(unit.key, None)
+        return self._score(unit, *(future.result() if future is not None else self._read(unit)), staging)
+
+    def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        """Units in order through `process`, the next shard read (Parquet decode releases the GIL) in a background
+        thread while one is scored; each unit's outputs are still written before it is reported done."""
+        with ThreadPoolExecutor(1, thread_name_prefix="filter-read") as pool:
+            try:
+                for index, unit in enumerate(units):
+                    if index + 1 < len(units):
+                        following = units[index + 1]
+                        self._prefetched[following.key] = pool.submit(self._read, following)
+                    yield unit, self.process(unit, staging)
+            finally:
+                self._prefetched.clear()
+
+    def _score(self, unit: Unit, source: Path, candidates: pa.Table, staging: Path) -> dict[str, Any]:
         from stages.filter.criteria import score_pairs
         from stages.filter.funnel import Funnel
         from stages.filter.scoring import output_table
 
-        source = self.work_dir / UPSTREAM / unit.payload["candidates"]
-        candidates = check_columns(read_table(source), CANDIDATES_SCHEMA, source)
         rows_1, first = self.lookup.rows(candidates.column("caption_id_1").to_numpy(), source)
         rows_2, second = self.lookup.rows(candidates.column("caption_id_2").to_numpy(), source)
         rows = (rows_1, rows_2)
