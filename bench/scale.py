@@ -72,7 +72,7 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
     from pipeline.manifest import load_manifest
 
     started = time.perf_counter()
-    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)))
+    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=True)
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     queue.put({"seconds": seconds, "peak_mib": peak_mib, "counts": record["counts"], "timings": record["timings"]})
