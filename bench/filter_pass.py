@@ -4,7 +4,7 @@
 
 Sets the stage up once (cached embeddings: nothing is encoded when the filter has run there), then times
 `FilterStage.process_many` over all of mine's shards into a scratch staging folder, as the executor calls it
-(Parquet read in a background thread, the compiled kernels, the funnel, Parquet write). Prints the median.
+(Parquet read, the compiled kernels, the funnel, Parquet write). Prints the median.
 """
 
 from __future__ import annotations

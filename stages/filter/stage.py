@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +68,6 @@ class FilterStage(Stage):
         self.manifest = manifest
         self.config = manifest.filter
         self.criteria = Criteria.from_config(self.config)
-        self._prefetched: dict[str, Future] = {}  # unit key -> its shard being read (process_many)
 
     def plan(self) -> StagePlan:
         """One unit per mine candidates shard that mine's record lists."""
@@ -119,21 +116,7 @@ class FilterStage(Stage):
         return source, check_columns(read_table(source), CANDIDATES_SCHEMA, source)
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
-        future = self._prefetched.pop(unit.key, None)
-        return self._score(unit, *(future.result() if future is not None else self._read(unit)), staging)
-
-    def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
-        """Units in order through `process`, the next shard read (Parquet decode releases the GIL) in a background
-        thread while one is scored; each unit's outputs are still written before it is reported done."""
-        with ThreadPoolExecutor(1, thread_name_prefix="filter-read") as pool:
-            try:
-                for index, unit in enumerate(units):
-                    if index + 1 < len(units):
-                        following = units[index + 1]
-                        self._prefetched[following.key] = pool.submit(self._read, following)
-                    yield unit, self.process(unit, staging)
-            finally:
-                self._prefetched.clear()
+        return self._score(unit, *self._read(unit), staging)
 
     def _score(self, unit: Unit, source: Path, candidates: pa.Table, staging: Path) -> dict[str, Any]:
         from stages.filter.criteria import score_pairs
