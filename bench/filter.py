@@ -34,12 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.manifest import load_manifest
 from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
+from stages.filter.lookup import CaptionLookup
 from stages.filter.metrics import NumbaPairMetrics, TextFeatures
 from stages.filter.text import bag_of_words
 from stages.mine.pairs import CaptionIndex, expand, image_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTIONS = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
+SOURCE = Path("captions")  # named in the lookup's errors only
 
 
 def text_neighbours(image_ids: np.ndarray, texts_by_image: dict[int, list[str]], k: int):
@@ -90,11 +92,10 @@ def embed(texts: list[str], kind: str, dim: int) -> np.ndarray:
 
 def vectorised(caption_ids_1, caption_ids_2, lookup, backend, criteria, full_report, chunk) -> Counter:
     """The stage's per-chunk work: ids -> sentence rows, metrics, decisions. Counts pairs by first failure."""
-    sorted_ids, order, sentence_of_caption = lookup
     codes = np.zeros(len(CRITERIA) + 1, np.int64)
     for lo in range(0, len(caption_ids_1), chunk):
-        first = sentence_of_caption[order[np.searchsorted(sorted_ids, caption_ids_1[lo : lo + chunk])]]
-        second = sentence_of_caption[order[np.searchsorted(sorted_ids, caption_ids_2[lo : lo + chunk])]]
+        first = lookup.rows(caption_ids_1[lo : lo + chunk], SOURCE)[1]
+        second = lookup.rows(caption_ids_2[lo : lo + chunk], SOURCE)[1]
         scored = score_pairs(backend, criteria, first, second, full_report)
         codes += np.bincount(scored.first_failed + 1, minlength=len(codes))
     return Counter({name: int(count) for name, count in zip((None, *CRITERIA), codes) if count})
@@ -151,8 +152,7 @@ def main() -> None:
     sentence_of_caption = np.fromiter((rows.setdefault(t, len(rows)) for t in texts), np.int64, len(texts))
     sentences = list(rows)
     features = TextFeatures.build(sentences)
-    order = np.argsort(caption_ids)
-    lookup = (caption_ids[order], order, sentence_of_caption)
+    lookup = CaptionLookup(caption_ids, sentence_of_caption, SOURCE)
     features_seconds = time.perf_counter() - started
 
     embeddings = embed(sentences, args.embeddings, args.dim)

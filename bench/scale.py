@@ -72,10 +72,10 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
     from pipeline.manifest import load_manifest
 
     started = time.perf_counter()
-    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)))
+    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=True)
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    queue.put({"seconds": seconds, "peak_mib": peak_mib, "counts": record["counts"]})
+    queue.put({"seconds": seconds, "peak_mib": peak_mib, "counts": record["counts"], "timings": record["timings"]})
 
 
 def run_stage(stage: str, manifest_path: Path) -> dict:
@@ -86,6 +86,17 @@ def run_stage(stage: str, manifest_path: Path) -> dict:
     result = queue.get()
     process.join()
     return result
+
+
+def print_pair_pass(fraction: float, n_images: int, timings: dict, candidates: int) -> None:
+    """The filter's pair pass alone (the executor's `process` timing: read every candidates shard, score, write
+    the kept shards), apart from its setup (caption features and encoding the distinct texts)."""
+    seconds = timings["process"]
+    print(
+        f"{fraction:>5.0%} {n_images:>6} images  filter pair pass (Parquet read + score + write) {seconds:8.2f}s  "
+        f"{candidates / seconds:12,.0f} pairs/s; setup (features + text encoding) {timings['setup']:.1f}s",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -133,6 +144,8 @@ def main() -> None:
                 f"{candidates / result['seconds']:12,.0f} pairs/s",
                 flush=True,
             )
+            if stage == "filter":
+                print_pair_pass(fraction, n_images, result["timings"], candidates)
     print(f"total wall time {time.perf_counter() - total_started:.0f}s")
     base = {row["stage"]: row for row in rows if row["fraction"] == args.fractions[0]}
     for row in rows[2:]:

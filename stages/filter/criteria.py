@@ -92,6 +92,14 @@ class Criteria:
         """The first criterion, cheapest first, that one pair's metrics break; None when the pair is kept."""
         return next((name for name in self.active() if self.fails(name, metrics[name])), None)
 
+    def bound_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of every criterion in CRITERIA order as float64, -inf / +inf where a bound is off: the
+        form the compiled kernel compares against (x < -inf and x > inf never hold, as an absent bound)."""
+        bounds = [self.bounds(name) for name in CRITERIA]
+        low = np.array([-np.inf if lo is None else lo for lo, _ in bounds], np.float64)
+        high = np.array([np.inf if hi is None else hi for _, hi in bounds], np.float64)
+        return low, high
+
     def as_params(self) -> dict[str, float | int | None]:
         return {
             "min_length": self.min_length,
@@ -129,6 +137,8 @@ def score_pairs(
 ) -> ScoredPairs:
     """Cheap metrics on every pair, then the cosine where it is needed: on the pairs that passed the cheap
     criteria, or on every pair when `cosine_for_all` (exact funnel figures for the cosine)."""
+    if hasattr(backend, "fused"):
+        return _score_fused(backend, criteria, first, second, cosine_for_all)
     iou, ratio, length = backend.cheap(first, second)
     metrics = {"length": length, "ratio": ratio, "iou": iou}
     active = criteria.active()
@@ -149,6 +159,26 @@ def score_pairs(
         if CRITERIA[code] in failed:
             first_failed[failed[CRITERIA[code]]] = code
     return ScoredPairs(metrics, failed, first_failed, computed)
+
+
+_FIRST_BIT = np.array([-1, 0, 1, 0, 2, 0, 1, 0, 3, 0, 1, 0, 2, 0, 1, 0], np.int8)  # lowest set bit of 0..15
+
+
+def _score_fused(
+    backend: NumbaPairMetrics, criteria: Criteria, first: np.ndarray, second: np.ndarray, cosine_for_all: bool
+) -> ScoredPairs:
+    """score_pairs in one compiled pass; the kernel returns bit c set where CRITERIA[c] fails."""
+    mode = (2 if cosine_for_all else 1) if criteria.needs_encoder else 0  # kernels.COSINE_*
+    metrics, bits = backend.fused(first, second, *criteria.bound_arrays(), mode)
+    active = criteria.active()
+    failed = {name: (bits & (1 << code)) != 0 for code, name in enumerate(CRITERIA) if name in active}
+    if mode == 2:
+        computed = np.ones(len(bits), bool)
+    elif mode == 1:
+        computed = (bits & 7) == 0
+    else:
+        computed = np.zeros(len(bits), bool)
+    return ScoredPairs(metrics, failed, _FIRST_BIT[bits], computed)
 
 
 def reference_pair_metrics(

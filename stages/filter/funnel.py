@@ -25,13 +25,6 @@ BIN_EDGES = {
 }
 
 
-def _histogram(name: str, values: np.ndarray) -> np.ndarray:
-    edges = BIN_EDGES[name]
-    values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
-    clipped = np.clip(values, edges[0], edges[-1])
-    return np.histogram(clipped, bins=edges)[0].astype(np.int64)
-
-
 @dataclass
 class Funnel:
     """Running totals over batches of scored pairs."""
@@ -50,18 +43,22 @@ class Funnel:
     )
 
     def add(self, scored: ScoredPairs) -> None:
+        """Counts by one bincount and histograms by one compiled pass per metric: no sort of the values."""
+        from stages.filter.kernels import histograms
+
         kept = scored.kept
         self.candidates += len(scored)
-        self.kept += int(kept.sum())
-        self.cosine_evaluated += int(scored.cosine_computed.sum())
+        first_failed = np.bincount(scored.first_failed.astype(np.int64) + 1, minlength=len(CRITERIA) + 1)
+        self.kept += int(first_failed[0])
+        self.cosine_evaluated += int(np.count_nonzero(scored.cosine_computed))
         for code, name in enumerate(CRITERIA):
             if name in scored.failed:
-                self.rejected_alone[name] += int(scored.failed[name].sum())
-                self.rejected_in_order[name] += int((scored.first_failed == code).sum())
+                self.rejected_alone[name] += int(np.count_nonzero(scored.failed[name]))
+                self.rejected_in_order[name] += int(first_failed[code + 1])
         for name in CRITERIA:
-            values = scored.metrics[name]
-            self.before[name] += _histogram(name, values)
-            self.after[name] += _histogram(name, values[kept])
+            before, after = histograms(scored.metrics[name], BIN_EDGES[name], kept)
+            self.before[name] += before
+            self.after[name] += after
 
     def merge(self, other: Funnel) -> None:
         self.candidates += other.candidates

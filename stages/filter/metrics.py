@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from stages.filter import kernels
 from stages.filter.criteria import PAD_ID
 from stages.filter.text import bag_of_words, char_length, word_count
 
@@ -53,60 +53,44 @@ class TextFeatures:
         return padded
 
 
-@numba.njit(parallel=True, cache=True)
-def _cheap_kernel(first, second, offsets, ids, words, chars, iou, ratio, length):  # pragma: no cover - compiled
-    for p in numba.prange(first.size):
-        a, b = first[p], second[p]
-        i, i_end, j, j_end = offsets[a], offsets[a + 1], offsets[b], offsets[b + 1]
-        common = 0
-        while i < i_end and j < j_end:  # merge of two sorted id lists
-            if ids[i] == ids[j]:
-                common += 1
-                i += 1
-                j += 1
-            elif ids[i] < ids[j]:
-                i += 1
-            else:
-                j += 1
-        union = (offsets[a + 1] - offsets[a]) + (offsets[b + 1] - offsets[b]) - common
-        iou[p] = common / union if union > 0 else 0.0
-        shorter, longer = min(words[a], words[b]), max(words[a], words[b])
-        ratio[p] = shorter / longer if longer > 0 else 0.0
-        length[p] = min(chars[a], chars[b])
-
-
-@numba.njit(parallel=True, fastmath={"reassoc", "contract"}, cache=True)
-def _cosine_kernel(first, second, embeddings, out):  # pragma: no cover - compiled
-    for p in numba.prange(first.size):
-        x, y = embeddings[first[p]], embeddings[second[p]]
-        total = 0.0
-        for d in range(x.size):
-            total += np.float64(x[d]) * np.float64(y[d])
-        out[p] = total
+_NO_EMBEDDINGS = np.zeros((1, 1), np.float32)
+_NO_BOUNDS = np.full(4, -np.inf), np.full(4, np.inf)
 
 
 class NumbaPairMetrics:
-    """Pair metrics on the CPU: compiled, parallel over pairs, no per-pair Python."""
+    """Pair metrics on the CPU: compiled, parallel over pairs, no per-pair Python (stages.filter.kernels)."""
 
     def __init__(self, features: TextFeatures, embeddings: np.ndarray | None):
         self.features = features
+        self.vocabulary = int(features.token_ids.max(initial=-1)) + 1
         self.embeddings = None if embeddings is None else np.ascontiguousarray(embeddings, np.float32)
 
     def cheap(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iou, ratio) as float64 and length as int32 for pairs (first[p], second[p]) of sentence rows."""
+        metrics, _ = self.fused(first, second, *_NO_BOUNDS, kernels.COSINE_OFF)
+        return metrics["iou"], metrics["ratio"], metrics["length"]
+
+    def fused(
+        self, first: np.ndarray, second: np.ndarray, low: np.ndarray, high: np.ndarray, cosine_mode: int
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Every metric (the cosine NaN where not computed) and the failed-criteria bits of every pair in one
+        compiled pass (`kernels.fused_kernel`); low/high bound CRITERIA in order, +-inf where off."""
         n = len(first)
-        iou, ratio, length = np.empty(n), np.empty(n), np.empty(n, np.int32)
+        iou, ratio, cosine = np.empty(n), np.empty(n), np.empty(n)
+        length, bits = np.empty(n, np.int32), np.empty(n, np.uint8)
+        embeddings = self.embeddings if self.embeddings is not None and cosine_mode else _NO_EMBEDDINGS
         f = self.features
-        _cheap_kernel(
-            np.asarray(first, np.int64), np.asarray(second, np.int64), f.token_offsets, f.token_ids, f.words,
-            f.chars, iou, ratio, length,
+        kernels.fused_kernel(
+            np.asarray(first, np.int64), np.asarray(second, np.int64), f.token_offsets, f.token_ids,
+            self.vocabulary, f.words, f.chars, embeddings, np.asarray(low, np.float64),
+            np.asarray(high, np.float64), cosine_mode, iou, ratio, length, cosine, bits,
         )  # fmt: skip
-        return iou, ratio, length
+        return {"length": length, "ratio": ratio, "iou": iou, "simcse_cosine": cosine}, bits
 
     def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
         """Dot products of the unit embeddings, accumulated in float64."""
         out = np.empty(len(first))
-        _cosine_kernel(np.asarray(first, np.int64), np.asarray(second, np.int64), self.embeddings, out)
+        kernels.cosine_kernel(np.asarray(first, np.int64), np.asarray(second, np.int64), self.embeddings, out)
         return out
 
 

@@ -34,6 +34,7 @@ from pipeline.schemas import (
 from pipeline.shards import read_shards, read_table, write_table
 from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
 from stages.filter.criteria import Criteria
+from stages.filter.lookup import CaptionLookup
 
 log = logging.getLogger(__name__)
 STAGE = "filter"
@@ -55,27 +56,6 @@ def _check_upstream(manifest: Manifest, record: dict) -> None:
     embed_record = read_record(manifest.work_dir / "embed")
     if embed_record is not None and record.get("inputs", {}).get("embed") != embed_record.get("fingerprint"):
         raise UserError(f"{mine_dir}: older than the embed output it should come from; rerun `csts-pipeline mine`")
-
-
-class _CaptionLookup:
-    """caption_id -> row of the captions table, by binary search over the sorted ids."""
-
-    def __init__(self, caption_ids: np.ndarray, source: Path):
-        self.order = np.argsort(caption_ids, kind="stable")
-        self.sorted_ids = caption_ids[self.order]
-        self.source = source
-
-    def rows(self, caption_ids: np.ndarray, shard: Path) -> np.ndarray:
-        if not len(self.sorted_ids):
-            raise UserError(f"{self.source}: no captions")
-        position = np.searchsorted(self.sorted_ids, caption_ids).clip(max=len(self.sorted_ids) - 1)
-        unknown = self.sorted_ids[position] != caption_ids
-        if unknown.any():
-            raise UserError(
-                f"{shard}: caption_id {int(caption_ids[unknown][0])} is not in {self.source} "
-                f"({int(unknown.sum())} such pairs); rerun `csts-pipeline mine`"
-            )
-        return self.order[position]
 
 
 class FilterStage(Stage):
@@ -122,8 +102,8 @@ class FilterStage(Stage):
         if not {"caption_id", "caption"} <= set(captions.column_names):
             raise UserError(f"{captions_dir}: needs the columns caption_id and caption")
         self.caption_texts = captions.column("caption").combine_chunks()
-        self.lookup = _CaptionLookup(captions.column("caption_id").to_numpy(), captions_dir)
-        sentences, self.sentence_of_caption = unique_texts(self.caption_texts.to_pylist())
+        sentences, sentence_of_caption = unique_texts(self.caption_texts.to_pylist())
+        self.lookup = CaptionLookup(captions.column("caption_id").to_numpy(), sentence_of_caption, captions_dir)
         self.device = resolve_device(self.manifest.run.device)
         embeddings, self.encoder_info = None, {}
         if self.criteria.needs_encoder:
@@ -132,18 +112,21 @@ class FilterStage(Stage):
         self.backend = pair_metrics_backend(TextFeatures.build(sentences), embeddings, self.device)
         self.caption_count, self.sentence_count = captions.num_rows, len(sentences)
 
+    def _read(self, unit: Unit) -> tuple[Path, pa.Table]:
+        source = self.work_dir / UPSTREAM / unit.payload["candidates"]
+        return source, check_columns(read_table(source), CANDIDATES_SCHEMA, source)
+
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
+        return self._score(unit, *self._read(unit), staging)
+
+    def _score(self, unit: Unit, source: Path, candidates: pa.Table, staging: Path) -> dict[str, Any]:
         from stages.filter.criteria import score_pairs
         from stages.filter.funnel import Funnel
         from stages.filter.scoring import output_table
 
-        source = self.work_dir / UPSTREAM / unit.payload["candidates"]
-        candidates = check_columns(read_table(source), CANDIDATES_SCHEMA, source)
-        rows = (
-            self.lookup.rows(candidates.column("caption_id_1").to_numpy(), source),
-            self.lookup.rows(candidates.column("caption_id_2").to_numpy(), source),
-        )
-        first, second = self.sentence_of_caption[rows[0]], self.sentence_of_caption[rows[1]]
+        rows_1, first = self.lookup.rows(candidates.column("caption_id_1").to_numpy(), source)
+        rows_2, second = self.lookup.rows(candidates.column("caption_id_2").to_numpy(), source)
+        rows = (rows_1, rows_2)
         config, funnel = self.config, Funnel(self.criteria)
         kept_parts, rejected_parts = [], []
         for lo in range(0, max(candidates.num_rows, 1), config.pairs_per_chunk):
