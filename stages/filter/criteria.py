@@ -30,6 +30,14 @@ class PairMetrics(Protocol):
     def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray: ...
 
 
+class FusedPairMetrics(PairMetrics, Protocol):
+    """A backend that also scores and decides in one compiled pass (stages.filter.metrics.NumbaPairMetrics)."""
+
+    def fused(
+        self, first: np.ndarray, second: np.ndarray, low: np.ndarray, high: np.ndarray, cosine_mode: int
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]: ...
+
+
 PAD_ID = np.iinfo(np.int32).max  # pads token-id rows for torch; above every real id, so rows stay sorted
 
 
@@ -165,7 +173,7 @@ _FIRST_BIT = np.array([-1, 0, 1, 0, 2, 0, 1, 0, 3, 0, 1, 0, 2, 0, 1, 0], np.int8
 
 
 def _score_fused(
-    backend: NumbaPairMetrics, criteria: Criteria, first: np.ndarray, second: np.ndarray, cosine_for_all: bool
+    backend: FusedPairMetrics, criteria: Criteria, first: np.ndarray, second: np.ndarray, cosine_for_all: bool
 ) -> ScoredPairs:
     """score_pairs in one compiled pass; the kernel returns bit c set where CRITERIA[c] fails."""
     mode = (2 if cosine_for_all else 1) if criteria.needs_encoder else 0  # kernels.COSINE_*
