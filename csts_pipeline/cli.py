@@ -58,6 +58,17 @@ def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> M
     return loaded
 
 
+def _executor(manifest: Manifest) -> Any:
+    """The executor the manifest's `run.executor` names; Ray is imported only when asked for."""
+    if manifest.run.executor == "ray":
+        from pipeline.ray_executor import RayExecutor
+
+        return RayExecutor(address=manifest.run.ray_address)
+    from pipeline.executor import LocalExecutor
+
+    return LocalExecutor()
+
+
 def _data_stages() -> dict[str, Any]:
     from stages.embed.stage import EmbedStage
     from stages.filter.stage import FilterStage
@@ -68,9 +79,7 @@ def _data_stages() -> dict[str, Any]:
 
 def _run_stage(loaded: Manifest, name: str, force: bool) -> None:
     """One data stage through the manifest's executor (run.executor), then its summary."""
-    from pipeline.executor import make_executor
-
-    executor = make_executor(loaded.run.executor, loaded.run.ray_address)
+    executor = _executor(loaded)
     _report(executor.run(_data_stages()[name](loaded), force=force), loaded)
 
 
@@ -151,11 +160,9 @@ def run(
     ray_address: RayAddressOpt = None,
 ) -> None:
     """Run every data stage in order (embed, mine, ...); finished stages with unchanged inputs are skipped."""
-    from pipeline.executor import make_executor
-
     overrides = {"run.device": device, "work_dir": out, "run.executor": executor, "run.ray_address": ray_address}
     loaded = _manifest(dataset, manifest, **overrides)
-    runner = make_executor(loaded.run.executor, loaded.run.ray_address)
+    runner = _executor(loaded)
     for stage in _data_stages().values():
         _report(runner.run(stage(loaded), force=force), loaded)
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.errors import UserError
 from pipeline.locks import stage_lock
 from pipeline.records import (
     RECORD,
@@ -268,14 +267,3 @@ class LocalExecutor:
 
 def _unit_fingerprint(stage_key: str, unit: Unit) -> str:
     return fingerprint({"stage": stage_key, "unit": unit.key, "payload": unit.payload})
-
-
-def make_executor(kind: str = "local", ray_address: str | None = None) -> LocalExecutor:
-    """The executor a manifest's `run.executor` names; Ray is imported only when asked for."""
-    if kind == "ray":
-        from pipeline.ray_executor import RayExecutor
-
-        return RayExecutor(address=ray_address)
-    if kind != "local":
-        raise UserError(f"executor {kind!r}: expected local or ray")
-    return LocalExecutor()
