@@ -67,7 +67,19 @@ class MineConfig(_Section):
         "faiss", description="exact search by FAISS IndexFlatIP (GPU index on CUDA) or chunked torch.mm + topk"
     )
     candidates_per_shard: int = Field(4_000_000, gt=0)
-    query_batch: int = Field(8192, gt=0, description="queries per FAISS search call")
+    query_batch: int = Field(8192, gt=0, description="queries per search call, and images per image-pairs shard")
+    index: Literal["auto", "exact", "ivf", "hnsw"] = Field(
+        "auto",
+        description="exact; ivf (FAISS IVF-Flat, GPU on CUDA) or hnsw (FAISS HNSW), tuned to recall_target; "
+        "auto: exact below exact_below images, else ivf (docs/mine.md)",
+    )
+    exact_below: int = Field(200_000, gt=0, description="auto: exact search below this many images")
+    recall_target: float = Field(0.95, gt=0, le=1, description="approximate: minimum recall@k on the sample")
+    recall_sample: int = Field(1000, gt=0, description="approximate: query images whose recall is measured")
+    seed: int = Field(0, description="approximate: seed of the training and recall samples")
+    ivf_lists: int | None = Field(None, gt=0, description="ivf: inverted lists (default about sqrt(N))")
+    hnsw_m: int = Field(32, gt=1, description="hnsw: graph links per node")
+    hnsw_ef_construction: int = Field(80, gt=0, description="hnsw: candidate list size while building")
 
 
 class FilterConfig(_Section):
