@@ -24,7 +24,10 @@ def bundled_manifest_dir() -> Path:
     return _PACKAGE_MANIFESTS if _PACKAGE_MANIFESTS.is_dir() else _SOURCE_MANIFESTS
 
 
-DatasetFormat = Literal["coco", "flickr30k-token", "flickr30k-csv", "flickr30k-karpathy", "sample"]
+DatasetFormat = Literal[
+    "coco", "flickr30k-token", "flickr30k-csv", "flickr30k-karpathy", "sample", "webdataset", "parquet"
+]
+ARCHIVE_FORMATS = ("webdataset", "parquet")  # the images folder holds the captions too
 
 
 class _Section(BaseModel):
@@ -33,9 +36,22 @@ class _Section(BaseModel):
 
 class DataConfig(_Section):
     format: DatasetFormat
-    captions: Path = Field(description="caption file (COCO JSON, Flickr30K .token/.csv or Karpathy JSON)")
-    images: Path = Field(description="folder holding the image files")
+    captions: Path | None = Field(
+        None, description="caption file (COCO JSON, Flickr30K .token/.csv or Karpathy JSON); not for webdataset/parquet"
+    )
+    images: Path = Field(
+        description="folder holding the image files (webdataset: the .tar shards; parquet: the .parquet files)"
+    )
     split: str | None = Field(None, description="Karpathy JSON only: keep this split (train/val/test)")
+    image_column: str = Field("jpg", description="parquet: the column of image bytes")
+    caption_columns: list[str] = Field(["txt"], min_length=1, description="parquet: caption column(s)")
+    key_column: str | None = Field("key", description="parquet: the sample key column (null: file and row)")
+
+    @model_validator(mode="after")
+    def _caption_file_needed(self) -> DataConfig:
+        if self.captions is None and self.format not in ARCHIVE_FORMATS:
+            raise ValueError(f"data.captions is required for format {self.format}")
+        return self
 
 
 class EmbedConfig(_Section):
@@ -304,7 +320,8 @@ def load_manifest(path: Path, overrides: dict[str, Any] | None = None, base: Pat
         folder = path.resolve().parent
         base = folder.parent if folder.name == "manifests" else folder
     manifest.work_dir = _resolve(base, manifest.work_dir)
-    manifest.data.captions = _resolve(base, manifest.data.captions)
+    if manifest.data.captions is not None:
+        manifest.data.captions = _resolve(base, manifest.data.captions)
     manifest.data.images = _resolve(base, manifest.data.images)
     if manifest.embed.model_config_path is not None:
         manifest.embed.model_config_path = _resolve(base, manifest.embed.model_config_path)

@@ -41,7 +41,8 @@ class EmbedStage(Stage):
         if self._corpus is None:
             self._corpus = read_dataset(self.manifest.data)
             if not self._corpus.image_ids:
-                raise UserError(f"{self.manifest.data.captions}: no images with captions and files found")
+                data = self.manifest.data
+                raise UserError(f"{data.captions or data.images}: no images with captions and files found")
         return self._corpus
 
     def plan(self) -> StagePlan:
@@ -59,15 +60,24 @@ class EmbedStage(Stage):
             "precision": config.precision,
             "images_per_shard": config.images_per_shard,
         }
-        stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
-        listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
-        inputs = {"captions": file_fingerprint(self.manifest.data.captions), "images": fingerprint(listing)}
+        inputs = self._inputs(corpus)
         per_shard, n = config.images_per_shard, len(corpus.image_ids)
         units = [
             Unit(f"{EMBEDDINGS}/{shard_name(s)}", {"shard": s}, size=min(per_shard, n - s * per_shard))
             for s in range((n + per_shard - 1) // per_shard)
         ]
         return StagePlan(params, inputs, units)
+
+    def _inputs(self, corpus: Corpus) -> dict[str, str]:
+        """Fingerprints of the caption file and the image files (name, size, mtime); for archive formats, of
+        every shard (they hold both)."""
+        if corpus.members is not None:
+            shards = sorted({member.path for member in corpus.members})
+            listing = [(path, Path(path).stat().st_size, Path(path).stat().st_mtime_ns) for path in shards]
+            return {"archives": fingerprint(listing), "images": fingerprint(corpus.file_names)}
+        stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
+        listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
+        return {"captions": file_fingerprint(self.manifest.data.captions), "images": fingerprint(listing)}
 
     def setup(self) -> None:
         from pipeline.device import resolve_device
@@ -76,7 +86,9 @@ class EmbedStage(Stage):
         self.device = resolve_device(self.manifest.run.device)
         self.encoder = load_clip(self.config, self.device)
         corpus = self.corpus
-        self.images = ImageList(corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard)
+        self.images = ImageList(
+            corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard, corpus.members
+        )
 
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
         captions = staging / CAPTIONS / shard_name(0)
