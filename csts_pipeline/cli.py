@@ -32,6 +32,10 @@ DecodeOpt = Annotated[
 ]
 WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (overrides embed.num_workers).")]
 KnnOpt = Annotated[str | None, typer.Option(help="Exact search backend: faiss or torch (overrides mine.knn).")]
+IndexOpt = Annotated[
+    str | None,
+    typer.Option(help="Neighbour index: auto, exact, ivf or hnsw (overrides mine.index; docs/mine.md)."),
+]
 
 
 def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
@@ -105,14 +109,16 @@ def mine(
     manifest: ManifestOpt = None,
     k: KOpt = None,
     knn: KnnOpt = None,
+    index: IndexOpt = None,
     device: DeviceOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
 ) -> None:
-    """Exact top-k image neighbours (FAISS) expanded to candidate caption pairs (<out>/mine/)."""
+    """Top-k image neighbours (exact, or approximate with measured recall) expanded to caption pairs (<out>/mine/)."""
     from stages.mine import stage
 
-    loaded = _manifest(dataset, manifest, **{"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out})
+    overrides = {"mine.k": k, "mine.knn": knn, "mine.index": index, "run.device": device, "work_dir": out}
+    loaded = _manifest(dataset, manifest, **overrides)
     _report(stage.run(loaded, force=force), loaded)
 
 
