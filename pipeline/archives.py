@@ -14,6 +14,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.errors import UserError
@@ -125,4 +126,36 @@ def read_parquet_images(
             key = str(keys[row]) if keys else f"{path.stem}#{row}"
             member = Member(str(path), row=row, column=image_column)
             rows.append((key, f"{path.name}#{row}", member, [column[row] for column in texts]))
+    return sorted(rows, key=lambda row: row[0])
+
+
+def _numbered(folder: Path, pattern: str) -> list[Path]:
+    """Files like `img_emb_10.npy` in numeric order (clip-retrieval numbers its parts)."""
+    digits = [(int("".join(ch for ch in path.stem if ch.isdigit()) or 0), path) for path in folder.glob(pattern)]
+    return [path for _, path in sorted(digits)]
+
+
+def read_clip_retrieval(
+    folder: Path, caption_columns: list[str], key_column: str | None
+) -> list[tuple[str, str, Member, list]]:
+    """clip-retrieval's output: `img_emb/img_emb_N.npy` and `metadata/metadata_N.parquet`, row i of one the
+    embedding of row i of the other. Members point at an embedding row, which replaces the image."""
+    embeddings, metadata = _numbered(folder / "img_emb", "*.npy"), _numbered(folder / "metadata", "*.parquet")
+    if not embeddings or len(embeddings) != len(metadata):
+        raise UserError(f"{folder}: needs img_emb/*.npy and as many metadata/*.parquet files (clip-retrieval layout)")
+    rows = []
+    for npy, meta in zip(embeddings, metadata):
+        count = np.load(npy, mmap_mode="r").shape[0]
+        table = pq.read_table(meta)
+        wanted = caption_columns + ([key_column] if key_column else [])
+        missing = [name for name in wanted if name not in table.column_names]
+        if missing:
+            raise UserError(f"{meta}: no column(s) {', '.join(missing)} (found: {', '.join(table.column_names)})")
+        if table.num_rows != count:
+            raise UserError(f"{meta}: {table.num_rows} rows, but {npy.name} holds {count} embeddings")
+        keys = table.column(key_column).to_pylist() if key_column else None
+        texts = [table.column(name).to_pylist() for name in caption_columns]
+        for row in range(count):
+            key = str(keys[row]) if keys else f"{npy.stem}#{row:09d}"
+            rows.append((key, f"{npy.name}#{row}", Member(str(npy), row=row, column="npy"), [t[row] for t in texts]))
     return sorted(rows, key=lambda row: row[0])

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pyarrow as pa
 
-from pipeline.archives import Member, read_parquet_images, read_webdataset
+from pipeline.archives import Member, read_clip_retrieval, read_parquet_images, read_webdataset
 from pipeline.errors import UserError
 from pipeline.manifest import DataConfig
 
@@ -70,7 +70,7 @@ class Corpus:
 
 def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
     """Read the manifest's dataset; with `check_files`, images whose file is missing are skipped (reported)."""
-    if config.format in ("webdataset", "parquet"):
+    if config.format in ("webdataset", "parquet", "clip-retrieval"):
         return _read_archive(config)
     if config.format == "sample":
         from pipeline.sample_data import ensure_sample
@@ -97,11 +97,13 @@ def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
 
 
 def _read_archive(config: DataConfig) -> Corpus:
-    """WebDataset shards or Parquet files holding the images (pipeline.archives)."""
+    """WebDataset shards, Parquet files holding the images, or clip-retrieval embeddings (pipeline.archives)."""
     if not config.images.exists():
         raise UserError(f"{config.images}: not found")
     if config.format == "webdataset":
         rows, no_image = read_webdataset(config.images)
+    elif config.format == "clip-retrieval":
+        rows, no_image = read_clip_retrieval(config.images, config.caption_columns, config.key_column), []
     else:
         rows = read_parquet_images(config.images, config.image_column, config.caption_columns, config.key_column)
         no_image = []

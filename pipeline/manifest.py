@@ -25,9 +25,16 @@ def bundled_manifest_dir() -> Path:
 
 
 DatasetFormat = Literal[
-    "coco", "flickr30k-token", "flickr30k-csv", "flickr30k-karpathy", "sample", "webdataset", "parquet"
+    "coco",
+    "flickr30k-token",
+    "flickr30k-csv",
+    "flickr30k-karpathy",
+    "sample",
+    "webdataset",
+    "parquet",
+    "clip-retrieval",
 ]
-ARCHIVE_FORMATS = ("webdataset", "parquet")  # the images folder holds the captions too
+ARCHIVE_FORMATS = ("webdataset", "parquet", "clip-retrieval")  # the images folder holds the captions too
 
 
 class _Section(BaseModel):
@@ -40,7 +47,8 @@ class DataConfig(_Section):
         None, description="caption file (COCO JSON, Flickr30K .token/.csv or Karpathy JSON); not for webdataset/parquet"
     )
     images: Path = Field(
-        description="folder holding the image files (webdataset: the .tar shards; parquet: the .parquet files)"
+        description="folder holding the image files (webdataset: the .tar shards; parquet: the .parquet files; "
+        "clip-retrieval: the folder with img_emb/ and metadata/, whose embeddings replace embed's model)"
     )
     split: str | None = Field(None, description="Karpathy JSON only: keep this split (train/val/test)")
     image_column: str = Field("jpg", description="parquet: the column of image bytes")

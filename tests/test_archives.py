@@ -132,3 +132,26 @@ def test_embed_mine_filter_end_to_end(tmp_path: Path, kind: str, request, sample
     filtered = filter_stage.run(manifest)
     assert filtered["status"] == "done"
     assert read_shards(manifest.work_dir / "filter" / "kept").num_rows == filtered["counts"]["kept"]
+
+
+def test_precomputed_clip_retrieval_embeddings_replace_embed(tmp_path: Path):
+    """img_emb/img_emb_N.npy + metadata/metadata_N.parquet, row for row; embed only copies (normalised)."""
+    folder = tmp_path / "clip"
+    (folder / "img_emb").mkdir(parents=True)
+    (folder / "metadata").mkdir()
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((50, 8)).astype(np.float32) * 3
+    for part, (lo, hi) in enumerate([(0, 30), (30, 50)]):
+        np.save(folder / "img_emb" / f"img_emb_{part}.npy", vectors[lo:hi])
+        keys = [f"{i:06d}" for i in range(lo, hi)]
+        table = pa.table({"key": keys, "caption": [f"caption number {i}" for i in range(lo, hi)]})
+        pq.write_table(table, folder / "metadata" / f"metadata_{part}.parquet")
+    data = {"format": "clip-retrieval", "images": str(folder), "caption_columns": ["caption"]}
+    manifest = _manifest(tmp_path, data)
+    record = embed.run(manifest)
+    assert record["counts"]["images_embedded"] == 50 and record["params"]["model"] == "precomputed"
+    table = read_shards(manifest.work_dir / "embed" / "embeddings")
+    assert table.column("image_id").to_pylist() == list(range(50))
+    expected = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected, rtol=1e-5)
+    assert mine.run(manifest)["counts"]["image_pairs"] > 0

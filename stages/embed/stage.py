@@ -35,6 +35,7 @@ class EmbedStage(Stage):
         self.manifest = manifest
         self.config = manifest.embed
         self._corpus: Corpus | None = None
+        self.precomputed = manifest.data.format == "clip-retrieval"  # embeddings given: no model
 
     @property
     def corpus(self) -> Corpus:
@@ -53,8 +54,9 @@ class EmbedStage(Stage):
             if config.model_config_path is not None and config.model_config_path.is_file()
             else None
         )
+        model = config.model if model_config is None else config.model_config_path.stem
         params = {
-            "model": config.model if model_config is None else config.model_config_path.stem,
+            "model": "precomputed" if self.precomputed else model,
             "pretrained": config.pretrained if model_config is None else None,
             "model_config": model_config,
             "precision": config.precision,
@@ -83,12 +85,19 @@ class EmbedStage(Stage):
         from pipeline.device import resolve_device
         from stages.embed.encoder import ImageList, load_clip
 
-        self.device = resolve_device(self.manifest.run.device)
-        self.encoder = load_clip(self.config, self.device)
         corpus = self.corpus
         self.images = ImageList(
             corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard, corpus.members
         )
+        if self.precomputed:
+            from stages.embed.precomputed import precomputed_dim
+
+            self.device, self.encoder = "none", None
+            self.dim, self.model_name = precomputed_dim(self.images), "precomputed"
+            return
+        self.device = resolve_device(self.manifest.run.device)
+        self.encoder = load_clip(self.config, self.device)
+        self.dim, self.model_name = self.encoder.dim, self.encoder.name
 
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
         captions = staging / CAPTIONS / shard_name(0)
@@ -99,6 +108,13 @@ class EmbedStage(Stage):
     def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
         from stages.embed.encoder import write_embedding_shards
 
+        if self.precomputed:
+            from stages.embed.precomputed import precomputed_shard
+
+            for unit in units:
+                write_table(precomputed_shard(self.images, unit.payload["shard"]), staging / unit.key)
+                yield unit, {"images": unit.size, "embedded": unit.size, "skipped": []}
+            return
         by_shard = {unit.payload["shard"]: unit for unit in units}
         written = write_embedding_shards(
             self.encoder, self.images, list(by_shard), staging / EMBEDDINGS, self.device, self.config
@@ -116,10 +132,10 @@ class EmbedStage(Stage):
             "images_skipped": len(skipped),
             "captions": len(corpus.caption_ids),
             "shards": len(stats),
-            "dim": self.encoder.dim,
+            "dim": self.dim,
         }
         extra = {
-            "model": self.encoder.name,
+            "model": self.model_name,
             "device": str(self.device),
             "skipped_images": skipped,
             "reader_skips": [vars(s) for s in corpus.skips],
