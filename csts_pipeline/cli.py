@@ -32,6 +32,9 @@ DecodeOpt = Annotated[
 ]
 WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (overrides embed.num_workers).")]
 KnnOpt = Annotated[str | None, typer.Option(help="Exact search backend: faiss or torch (overrides mine.knn).")]
+ByOpt = Annotated[
+    str | None, typer.Option(help="Neighbours by image (CLIP) or text (caption sentence embeddings); mine.by.")
+]
 IndexOpt = Annotated[
     str | None,
     typer.Option(help="Neighbour index: auto, exact, ivf or hnsw (overrides mine.index; docs/mine.md)."),
@@ -110,6 +113,7 @@ def mine(
     k: KOpt = None,
     knn: KnnOpt = None,
     index: IndexOpt = None,
+    by: ByOpt = None,
     device: DeviceOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
@@ -117,7 +121,14 @@ def mine(
     """Top-k image neighbours (exact, or approximate with measured recall) expanded to caption pairs (<out>/mine/)."""
     from stages.mine import stage
 
-    overrides = {"mine.k": k, "mine.knn": knn, "mine.index": index, "run.device": device, "work_dir": out}
+    overrides = {
+        "mine.k": k,
+        "mine.knn": knn,
+        "mine.index": index,
+        "mine.by": by,
+        "run.device": device,
+        "work_dir": out,
+    }
     loaded = _manifest(dataset, manifest, **overrides)
     _report(stage.run(loaded, force=force), loaded)
 

@@ -97,6 +97,11 @@ class MineConfig(_Section):
         description="exact; ivf (FAISS IVF-Flat, GPU on CUDA) or hnsw (FAISS HNSW), tuned to recall_target; "
         "auto: exact below exact_below images, else ivf (docs/mine.md)",
     )
+    by: Literal["image", "text"] = Field(
+        "image",
+        description="image: neighbours by CLIP image embedding; text: by the mean sentence embedding of each "
+        "image's captions (filter.text_encoder), after SemEval-2017's pair selection",
+    )
     exact_below: int = Field(200_000, gt=0, description="auto: exact search below this many images")
     recall_target: float = Field(0.95, gt=0, le=1, description="approximate: minimum recall@k on the sample")
     recall_sample: int = Field(1000, gt=0, description="approximate: query images whose recall is measured")

@@ -123,3 +123,35 @@ def test_exact_mine_is_the_same_whatever_the_query_blocks(tmp_path: Path):
     record, folder = _mine(tmp_path, vectors, index="exact", k=6, query_batch=100)
     assert record["search"]["index"] == "exact" and "index" not in record["params"]
     assert [_rows(read_shards(folder / table)) for table in ("image_pairs", "candidates")] == one_block
+
+
+TOPICS = [
+    "A brown dog runs across a grassy park chasing a ball.",
+    "A red car is parked on a busy city street.",
+    "Two people are cooking dinner together in a small kitchen.",
+    "A sailboat floats on calm blue water under a clear sky.",
+]
+
+
+def test_mine_by_text_pairs_images_whose_captions_agree(tmp_path: Path):
+    """Image vectors are noise; the captions fall in four topics, so text neighbours stay within a topic."""
+    manifest = load_manifest(write_manifest(tmp_path, tmp_path / "c.json", tmp_path, mine={"k": 3, "by": "text"}))
+    n = 40
+    image_ids = np.arange(n, dtype=np.int64) + 500
+    folder = manifest.work_dir / "embed"
+    write_table(
+        embeddings_table(image_ids, [f"{i}.jpg" for i in image_ids], _clustered(n, seed=9)),
+        folder / EMBEDDINGS / "part-00000.parquet",
+    )
+    owners = np.repeat(image_ids, 2)
+    texts = [TOPICS[(owner - 500) % 4] if j == 0 else f"Photo {owner}." for owner, j in zip(owners, [0, 1] * n)]
+    captions = {"caption_id": np.arange(2 * n, dtype=np.int64), "image_id": owners, "caption": texts}
+    write_table(pa.table(captions), folder / CAPTIONS / "part-00000.parquet")
+    StageRun("embed", folder, {"n": n}, {}).finish({"images_embedded": n})
+    record = mine.run(manifest)
+    assert record["search"]["by"] == "text" and record["params"]["by"] == "text"
+    pairs = read_shards(manifest.work_dir / "mine" / "image_pairs")
+    topic_1 = (pairs.column("image_id_1").to_numpy() - 500) % 4
+    topic_2 = (pairs.column("image_id_2").to_numpy() - 500) % 4
+    assert pairs.num_rows >= n * 3 / 2 and np.all(topic_1 == topic_2)
+    assert not {"_knn", "_text"} & {path.name for path in (manifest.work_dir / "mine").iterdir()}

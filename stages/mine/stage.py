@@ -60,6 +60,9 @@ class MineStage(Stage):
         if self.index != "exact":  # exact runs keep the fingerprint they had before approximate search existed
             params |= {"index": self.index, "recall_target": config.recall_target, "seed": config.seed}
             params |= {"ivf_lists": config.ivf_lists} if self.index == "ivf" else {"hnsw_m": config.hnsw_m}
+        if config.by == "text":
+            text = self.manifest.filter
+            params |= {"by": "text", "text_encoder": text.text_encoder, "text_pooling": text.text_pooling}
         return StagePlan(params, {UPSTREAM: upstream["fingerprint"]})
 
     def setup(self) -> None:
@@ -69,6 +72,11 @@ class MineStage(Stage):
         if self.config.knn == "faiss" or self.config.index in ("ivf", "hnsw"):
             require_faiss()
         self.device = resolve_device(self.manifest.run.device)
+        if self.config.by == "text":
+            from pipeline.text_encoder import load_text_encoder
+
+            text = self.manifest.filter
+            self.text_model = load_text_encoder(text.text_encoder, text.text_pooling, self.device)
 
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
         """Search and image pairs (deterministic, so recomputed on resume), streamed block by block, then one unit
@@ -82,6 +90,12 @@ class MineStage(Stage):
         if self.index != "exact" and self.config.k >= len(image_ids):
             raise UserError(f"mine.k={self.config.k} needs more than {self.config.k} embedded images")
         self.captions, self.caption_count = copy_captions(embed_dir / CAPTIONS, staging / CAPTIONS, image_ids)
+        if self.config.by == "text":
+            from stages.mine.text import TEXT_DIR, caption_vectors
+
+            batch = self.manifest.filter.text_batch_size
+            copied = staging / CAPTIONS / shard_name(0)
+            shards = EmbeddingShards(caption_vectors(copied, image_ids, self.text_model, batch, staging / TEXT_DIR))
         started = time.perf_counter()
         searcher, self.search = build_searcher(self.index, shards, self.config, self.device)
         neighbours, scores = search_all(searcher, shards, self.config.k, self.config.query_batch, staging / KNN_DIR)
@@ -90,6 +104,7 @@ class MineStage(Stage):
         units, self.pair_count = write_pairs(neighbours, scores, image_ids, self.captions, self.config, staging)
         del neighbours, scores
         shutil.rmtree(staging / KNN_DIR)
+        shutil.rmtree(staging / "_text", ignore_errors=True)
         self.image_count = len(image_ids)
         self._block: tuple[int, pa.Table] | None = None
         return units
@@ -116,7 +131,7 @@ class MineStage(Stage):
             "knn_seconds": round(self.knn_seconds, 3),
             "knn_backend": self.config.knn if self.index == "exact" else "faiss",
             "device": str(self.device),
-            "search": self.search,
+            "search": self.search | {"by": self.config.by},
         }
         return StageResult(counts, extra)
 
