@@ -10,6 +10,7 @@ one line per (size, index): wall seconds and the search record (recall, nprobe, 
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ def main() -> None:
             search_all(searcher, shards, 64, 8192, folder / kind)
             info.pop("tried", None)
             print(f"{n:>9} {kind:<5} {time.perf_counter() - started:8.1f}s {info}", flush=True)
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":
