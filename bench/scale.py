@@ -2,11 +2,13 @@
 
     python bench/scale.py                        # 82,783 synthetic images, k=64, at 10%, 30% and 100%
     python bench/scale.py --fractions 0.1 --images 82783
+    python bench/scale.py --images 1000000 --fractions 1 --stages mine --captions-per-image 1   # approximate
 
 Synthetic image embeddings (512-d, clustered so neighbours are meaningful) stand in for CLIP's; each synthetic
 image carries the 5 real captions of a COCO val2017 image (../shared/data/coco/captions_val2017.json). Each
 stage runs in its own process, so its peak memory (max RSS) is its own. Prints, per fraction and stage: wall
-time, peak memory, candidate pairs and pairs/s, then the growth between fractions.
+time, peak memory, candidate pairs and pairs/s (and for mine the index, its parameter and the measured recall@k),
+then the growth between fractions. Vectors are generated shard by shard, so the bench itself stays small.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from bench.mine import clustered_unit_vectors
 from pipeline.datasets import read_coco
 from pipeline.records import StageRun
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
@@ -33,29 +34,38 @@ REPO = Path(__file__).resolve().parents[1]
 COCO_VAL = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
 
 
-def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0) -> None:
-    """An embed folder as the embed stage writes it (docs/schemas.md), for `n_images` synthetic images."""
+def clustered_shard(n: int, dim: int, seed: int, shard: int) -> np.ndarray:
+    """Image-embedding-like rows around 1,000 seeded centres (as bench.mine), L2-normalised, one shard's worth."""
+    centres = np.random.default_rng(seed).standard_normal((1000, dim)).astype(np.float32)
+    rng = np.random.default_rng([seed, shard])
+    vectors = centres[rng.integers(0, 1000, n)] + 0.6 * rng.standard_normal((n, dim), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0, per_image: int = 5) -> None:
+    """An embed folder as the embed stage writes it (docs/schemas.md), for `n_images` synthetic images with
+    `per_image` real captions each."""
     corpus = read_coco(COCO_VAL)
     by_image: dict[int, list[str]] = {}
     for image_id, text in zip(corpus.caption_image_ids, corpus.captions):
         by_image.setdefault(image_id, []).append(text)
-    sources = [texts[:5] for texts in by_image.values() if len(texts) >= 5]
+    sources = [texts[:per_image] for texts in by_image.values() if len(texts) >= per_image]
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(sources), n_images)
     image_ids = np.arange(n_images, dtype=np.int64)
     folder = work_dir / "embed"
-    vectors = clustered_unit_vectors(n_images, dim, seed)
     per_shard = 10_000
     for shard, lo in enumerate(range(0, n_images, per_shard)):
         hi = min(n_images, lo + per_shard)
-        table = embeddings_table(image_ids[lo:hi], [f"{i:012d}.jpg" for i in image_ids[lo:hi]], vectors[lo:hi])
+        vectors = clustered_shard(hi - lo, dim, seed, shard)
+        table = embeddings_table(image_ids[lo:hi], [f"{i:012d}.jpg" for i in image_ids[lo:hi]], vectors)
         write_table(table, folder / EMBEDDINGS / shard_name(shard))
     texts = [text for pick in picks for text in sources[pick]]
     write_table(
         pa.table(
             {
                 "caption_id": np.arange(len(texts), dtype=np.int64),
-                "image_id": np.repeat(image_ids, 5),
+                "image_id": np.repeat(image_ids, per_image),
                 "caption": texts,
             }
         ),
@@ -75,7 +85,15 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
     record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=True)
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    queue.put({"seconds": seconds, "peak_mib": peak_mib, "counts": record["counts"], "timings": record["timings"]})
+    queue.put(
+        {
+            "seconds": seconds,
+            "peak_mib": peak_mib,
+            "counts": record["counts"],
+            "timings": record["timings"],
+            "search": record.get("search"),
+        }
+    )
 
 
 def run_stage(stage: str, manifest_path: Path) -> dict:
@@ -106,6 +124,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=64)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--work", type=Path, default=Path("runs/bench-scale"))
+    parser.add_argument("--stages", nargs="+", default=["mine", "filter"], choices=["mine", "filter"])
+    parser.add_argument("--captions-per-image", type=int, default=5)
+    parser.add_argument("--index", default="auto", choices=["auto", "exact", "ivf", "hnsw"])
     args = parser.parse_args()
 
     rows = []
@@ -113,14 +134,14 @@ def main() -> None:
     for fraction in args.fractions:
         n_images = round(args.images * fraction)
         work_dir = (args.work / f"{n_images}").resolve()
-        synthetic_embed_stage(work_dir, n_images, args.dim)
+        synthetic_embed_stage(work_dir, n_images, args.dim, per_image=args.captions_per_image)
         manifest = {
             "name": f"scale-{n_images}",
             "demo_encoders": True,
             "work_dir": str(work_dir),
             "data": {"format": "coco", "captions": str(COCO_VAL), "images": str(work_dir)},
             "run": {"device": "auto"},
-            "mine": {"k": args.k},
+            "mine": {"k": args.k, "index": args.index},
             "filter": {
                 "max_iou": 0.12,
                 "min_cosine": 0.4,
@@ -132,7 +153,7 @@ def main() -> None:
         }
         manifest_path = work_dir / "manifest.yaml"
         manifest_path.write_text(yaml.safe_dump(manifest))
-        for stage in ("mine", "filter"):
+        for stage in args.stages:
             result = run_stage(stage, manifest_path)
             candidates = result["counts"].get("candidate_pairs") or result["counts"].get("candidates")
             rows.append(
@@ -146,9 +167,11 @@ def main() -> None:
             )
             if stage == "filter":
                 print_pair_pass(fraction, n_images, result["timings"], candidates)
+            if result.get("search"):
+                print(f"       search: {_describe_search(result['search'])}", flush=True)
     print(f"total wall time {time.perf_counter() - total_started:.0f}s")
     base = {row["stage"]: row for row in rows if row["fraction"] == args.fractions[0]}
-    for row in rows[2:]:
+    for row in rows[len(args.stages) :]:
         first = base[row["stage"]]
         print(
             f"growth {row['stage']:<6} {first['fraction']:.0%} -> {row['fraction']:.0%}: pairs x"
@@ -156,6 +179,17 @@ def main() -> None:
             f"peak memory x{row['peak_mib'] / first['peak_mib']:.2f}"
         )
     (args.work / "scale.json").write_text(json.dumps(rows, indent=2, default=str))
+
+
+def _describe_search(search: dict) -> str:
+    """One line of mine's `search` record: index, tuned parameter, recall@k against exact on the sample."""
+    if search.get("index") == "exact":
+        return f"exact ({search.get('knn_backend')})"
+    knob = "nprobe" if "nprobe" in search else "efSearch"
+    return (
+        f"{search['index']} {knob}={search[knob]} recall@k={search['recall_at_k']} on {search['recall_sample']} "
+        f"queries (build {search['build_seconds']}s, tune {search['tune_seconds']}s)"
+    )
 
 
 if __name__ == "__main__":

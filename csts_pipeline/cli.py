@@ -45,6 +45,13 @@ RayAddressOpt = Annotated[
         help="With --executor ray: auto joins this machine's Ray cluster, or an address; default: a new local Ray."
     ),
 ]
+ByOpt = Annotated[
+    str | None, typer.Option(help="Neighbours by image (CLIP) or text (caption sentence embeddings); mine.by.")
+]
+IndexOpt = Annotated[
+    str | None,
+    typer.Option(help="Neighbour index: auto, exact, ivf or hnsw (overrides mine.index; docs/mine.md)."),
+]
 
 
 def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
@@ -136,14 +143,23 @@ def mine(
     manifest: ManifestOpt = None,
     k: KOpt = None,
     knn: KnnOpt = None,
+    index: IndexOpt = None,
+    by: ByOpt = None,
     device: DeviceOpt = None,
     out: OutOpt = None,
     force: ForceOpt = False,
     executor: ExecutorOpt = None,
     ray_address: RayAddressOpt = None,
 ) -> None:
-    """Exact top-k image neighbours (FAISS) expanded to candidate caption pairs (<out>/mine/)."""
-    overrides = {"mine.k": k, "mine.knn": knn, "run.device": device, "work_dir": out}
+    """Top-k image neighbours (exact, or approximate with measured recall) expanded to caption pairs (<out>/mine/)."""
+    overrides = {
+        "mine.k": k,
+        "mine.knn": knn,
+        "mine.index": index,
+        "mine.by": by,
+        "run.device": device,
+        "work_dir": out,
+    }
     overrides |= {"run.executor": executor, "run.ray_address": ray_address}
     _run_stage(_manifest(dataset, manifest, **overrides), "mine", force)
 

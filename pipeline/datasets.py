@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pyarrow as pa
 
+from pipeline.archives import Member, read_clip_retrieval, read_parquet_images, read_webdataset
 from pipeline.errors import UserError
 from pipeline.manifest import DataConfig
 
@@ -41,6 +42,7 @@ class Corpus:
     caption_image_ids: list[int] = field(default_factory=list)
     captions: list[str] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
+    members: list[Member] | None = None  # archive formats: where each image's bytes are (pipeline.archives)
 
     def images_table(self) -> pa.Table:
         return pa.table(
@@ -68,6 +70,8 @@ class Corpus:
 
 def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
     """Read the manifest's dataset; with `check_files`, images whose file is missing are skipped (reported)."""
+    if config.format in ("webdataset", "parquet", "clip-retrieval"):
+        return _read_archive(config)
     if config.format == "sample":
         from pipeline.sample_data import ensure_sample
 
@@ -89,6 +93,57 @@ def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
     if check_files:
         _drop_missing_files(corpus)
     _drop_images_without_captions(corpus)
+    return corpus
+
+
+def _read_archive(config: DataConfig) -> Corpus:
+    """WebDataset shards, Parquet files holding the images, or clip-retrieval embeddings (pipeline.archives)."""
+    if not config.images.exists():
+        raise UserError(f"{config.images}: not found")
+    if config.format == "webdataset":
+        rows, no_image = read_webdataset(config.images)
+    elif config.format == "clip-retrieval":
+        rows, no_image = read_clip_retrieval(config.images, config.caption_columns, config.key_column), []
+    else:
+        rows = read_parquet_images(config.images, config.image_column, config.caption_columns, config.key_column)
+        no_image = []
+    corpus = archive_corpus(rows)
+    corpus.skips += [Skip("line", key, "sample without an image") for key in no_image]
+    corpus.image_root = config.images
+    _drop_images_without_captions(corpus)
+    return corpus
+
+
+def archive_corpus(rows: list[tuple[str, str, Member, list]]) -> Corpus:
+    """Ids for (key, name, member, captions) rows in key order: numeric keys as image ids, else their rank;
+    caption ids are the rank of (image, caption number)."""
+    keys = [row[0] for row in rows]
+    dupes = [key for key, n in Counter(keys).items() if n > 1]
+    if dupes:
+        raise UserError(f"duplicate sample keys, e.g. {dupes[:3]}")
+    numeric = all(key.isdigit() and int(key) <= 2**62 for key in keys)
+    corpus = Corpus(members=[])
+    caption_id = 0
+    for rank, (key, name, member, texts) in enumerate(rows):
+        image_id = int(key) if numeric else rank
+        corpus.image_ids.append(image_id)
+        corpus.file_names.append(name)
+        corpus.members.append(member)
+        for n, raw in enumerate(texts):
+            text, problem = _caption_text(raw)
+            if problem:
+                corpus.skips.append(Skip("caption", f"{name}#{n}", problem))
+            else:
+                corpus.caption_ids.append(caption_id)
+                corpus.caption_image_ids.append(image_id)
+                corpus.captions.append(text)
+            caption_id += 1
+    if caption_id > MAX_CAPTION_ID:
+        raise UserError(f"{caption_id} captions: more than caption ids can hold ({MAX_CAPTION_ID})")
+    order = sorted(range(len(corpus.image_ids)), key=corpus.image_ids.__getitem__)
+    corpus.image_ids = [corpus.image_ids[i] for i in order]
+    corpus.file_names = [corpus.file_names[i] for i in order]
+    corpus.members = [corpus.members[i] for i in order]
     return corpus
 
 
@@ -303,6 +358,8 @@ def _drop_images_without_captions(corpus: Corpus) -> None:
 
 
 def _keep_images(corpus: Corpus, keep: list[bool]) -> None:
+    if corpus.members is not None:
+        corpus.members = [m for m, ok in zip(corpus.members, keep) if ok]
     corpus.image_ids = [i for i, ok in zip(corpus.image_ids, keep) if ok]
     corpus.file_names = [n for n, ok in zip(corpus.file_names, keep) if ok]
     kept = set(corpus.image_ids)

@@ -24,7 +24,17 @@ def bundled_manifest_dir() -> Path:
     return _PACKAGE_MANIFESTS if _PACKAGE_MANIFESTS.is_dir() else _SOURCE_MANIFESTS
 
 
-DatasetFormat = Literal["coco", "flickr30k-token", "flickr30k-csv", "flickr30k-karpathy", "sample"]
+DatasetFormat = Literal[
+    "coco",
+    "flickr30k-token",
+    "flickr30k-csv",
+    "flickr30k-karpathy",
+    "sample",
+    "webdataset",
+    "parquet",
+    "clip-retrieval",
+]
+ARCHIVE_FORMATS = ("webdataset", "parquet", "clip-retrieval")  # the images folder holds the captions too
 
 
 class _Section(BaseModel):
@@ -33,9 +43,23 @@ class _Section(BaseModel):
 
 class DataConfig(_Section):
     format: DatasetFormat
-    captions: Path = Field(description="caption file (COCO JSON, Flickr30K .token/.csv or Karpathy JSON)")
-    images: Path = Field(description="folder holding the image files")
+    captions: Path | None = Field(
+        None, description="caption file (COCO JSON, Flickr30K .token/.csv or Karpathy JSON); not for webdataset/parquet"
+    )
+    images: Path = Field(
+        description="folder holding the image files (webdataset: the .tar shards; parquet: the .parquet files; "
+        "clip-retrieval: the folder with img_emb/ and metadata/, whose embeddings replace embed's model)"
+    )
     split: str | None = Field(None, description="Karpathy JSON only: keep this split (train/val/test)")
+    image_column: str = Field("jpg", description="parquet: the column of image bytes")
+    caption_columns: list[str] = Field(["txt"], min_length=1, description="parquet: caption column(s)")
+    key_column: str | None = Field("key", description="parquet: the sample key column (null: file and row)")
+
+    @model_validator(mode="after")
+    def _caption_file_needed(self) -> DataConfig:
+        if self.captions is None and self.format not in ARCHIVE_FORMATS:
+            raise ValueError(f"data.captions is required for format {self.format}")
+        return self
 
 
 class EmbedConfig(_Section):
@@ -67,7 +91,24 @@ class MineConfig(_Section):
         "faiss", description="exact search by FAISS IndexFlatIP (GPU index on CUDA) or chunked torch.mm + topk"
     )
     candidates_per_shard: int = Field(4_000_000, gt=0)
-    query_batch: int = Field(8192, gt=0, description="queries per FAISS search call")
+    query_batch: int = Field(8192, gt=0, description="queries per search call, and images per image-pairs shard")
+    index: Literal["auto", "exact", "ivf", "hnsw"] = Field(
+        "auto",
+        description="exact; ivf (FAISS IVF-Flat, GPU on CUDA) or hnsw (FAISS HNSW), tuned to recall_target; "
+        "auto: exact below exact_below images, else ivf (docs/mine.md)",
+    )
+    by: Literal["image", "text"] = Field(
+        "image",
+        description="image: neighbours by CLIP image embedding; text: by the mean sentence embedding of each "
+        "image's captions (filter.text_encoder), after SemEval-2017's pair selection",
+    )
+    exact_below: int = Field(200_000, gt=0, description="auto: exact search below this many images")
+    recall_target: float = Field(0.95, gt=0, le=1, description="approximate: minimum recall@k on the sample")
+    recall_sample: int = Field(1000, gt=0, description="approximate: query images whose recall is measured")
+    seed: int = Field(0, description="approximate: seed of the training and recall samples")
+    ivf_lists: int | None = Field(None, gt=0, description="ivf: inverted lists (default about sqrt(N))")
+    hnsw_m: int = Field(32, gt=1, description="hnsw: graph links per node")
+    hnsw_ef_construction: int = Field(80, gt=0, description="hnsw: candidate list size while building")
 
 
 class FilterConfig(_Section):
@@ -353,7 +394,8 @@ def load_manifest(path: Path, overrides: dict[str, Any] | None = None, base: Pat
         folder = path.resolve().parent
         base = folder.parent if folder.name == "manifests" else folder
     manifest.work_dir = _resolve(base, manifest.work_dir)
-    manifest.data.captions = _resolve(base, manifest.data.captions)
+    if manifest.data.captions is not None:
+        manifest.data.captions = _resolve(base, manifest.data.captions)
     manifest.data.images = _resolve(base, manifest.data.images)
     if manifest.embed.model_config_path is not None:
         manifest.embed.model_config_path = _resolve(base, manifest.embed.model_config_path)

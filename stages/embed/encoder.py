@@ -116,6 +116,13 @@ class ImageList:
     file_names: list[str]
     image_root: Path
     per_shard: int
+    members: list | None = None  # archive formats: pipeline.archives.Member per image, read instead of a file
+
+    def source(self, position: int):
+        """What the loader opens for an image: its file, or its archive member."""
+        if self.members is not None:
+            return self.members[position]
+        return self.image_root / self.file_names[position]
 
     @property
     def n_shards(self) -> int:
@@ -142,7 +149,7 @@ def write_embedding_shards(
     """
     positions = np.asarray([p for s in shards for p in images.positions(s)], np.int64)
     shard_ends = np.cumsum([len(images.positions(s)) for s in shards])
-    paths = [images.image_root / images.file_names[p] for p in positions]
+    paths = [images.source(p) for p in positions]
     buffers: dict[int, tuple[list[int], list[torch.Tensor], list[tuple[int, str]]]] = {s: ([], [], []) for s in shards}
     next_to_write, consumed = 0, 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-writer") as writer:

@@ -12,6 +12,7 @@ is reported, never raised.
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +41,11 @@ def _unreadable(exc: BaseException) -> str:
     return f"unreadable image ({exc.__class__.__name__}: {str(exc)[:120]})"
 
 
+def _openable(path):
+    """A file path, or the bytes of an archive member (pipeline.archives.Member) as a file object."""
+    return path if isinstance(path, Path) else io.BytesIO(path.read())
+
+
 class _PreprocessedImages(Dataset):
     def __init__(self, paths: list[Path], preprocess: Callable):
         self.paths, self.preprocess = paths, preprocess
@@ -49,7 +55,7 @@ class _PreprocessedImages(Dataset):
 
     def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str]:
         try:
-            with Image.open(self.paths[index]) as image:
+            with Image.open(_openable(self.paths[index])) as image:
                 return index, self.preprocess(image.convert("RGB")), ""
         except _PIL_ERRORS as exc:
             return index, None, _unreadable(exc)
@@ -64,7 +70,9 @@ class _FileBytes(Dataset):
 
     def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str]:
         try:
-            data = np.fromfile(self.paths[index], dtype=np.uint8)
+            path = self.paths[index]
+            raw = np.fromfile(path, np.uint8) if isinstance(path, Path) else np.frombuffer(path.read(), np.uint8)
+            data = raw.copy() if not raw.flags.writeable else raw
         except OSError as exc:
             return index, None, _unreadable(exc)
         return index, torch.from_numpy(data), ""
@@ -108,8 +116,6 @@ class DevicePreprocess:
         except RuntimeError:
             pass
         try:
-            import io
-
             with Image.open(io.BytesIO(data.numpy().tobytes())) as image:
                 array = np.asarray(image.convert("RGB"))
             return torch.from_numpy(array.copy()).permute(2, 0, 1).to(self.device)

@@ -36,13 +36,15 @@ class EmbedStage(Stage):
         self.manifest = manifest
         self.config = manifest.embed
         self._corpus: Corpus | None = None
+        self.precomputed = manifest.data.format == "clip-retrieval"  # embeddings given: no model
 
     @property
     def corpus(self) -> Corpus:
         if self._corpus is None:
             self._corpus = read_dataset(self.manifest.data)
             if not self._corpus.image_ids:
-                raise UserError(f"{self.manifest.data.captions}: no images with captions and files found")
+                data = self.manifest.data
+                raise UserError(f"{data.captions or data.images}: no images with captions and files found")
         return self._corpus
 
     def plan(self) -> StagePlan:
@@ -53,16 +55,15 @@ class EmbedStage(Stage):
             if config.model_config_path is not None and config.model_config_path.is_file()
             else None
         )
+        model = config.model if model_config is None else config.model_config_path.stem
         params = {
-            "model": config.model if model_config is None else config.model_config_path.stem,
+            "model": "precomputed" if self.precomputed else model,
             "pretrained": config.pretrained if model_config is None else None,
             "model_config": model_config,
             "precision": config.precision,
             "images_per_shard": config.images_per_shard,
         }
-        stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
-        listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
-        inputs = {"captions": file_fingerprint(self.manifest.data.captions), "images": fingerprint(listing)}
+        inputs = self._inputs(corpus)
         per_shard, n = config.images_per_shard, len(corpus.image_ids)
         units = [
             Unit(f"{EMBEDDINGS}/{shard_name(s)}", {"shard": s}, size=min(per_shard, n - s * per_shard))
@@ -70,14 +71,34 @@ class EmbedStage(Stage):
         ]
         return StagePlan(params, inputs, units)
 
+    def _inputs(self, corpus: Corpus) -> dict[str, str]:
+        """Fingerprints of the caption file and the image files (name, size, mtime); for archive formats, of
+        every shard (they hold both)."""
+        if corpus.members is not None:
+            shards = sorted({member.path for member in corpus.members})
+            listing = [(path, Path(path).stat().st_size, Path(path).stat().st_mtime_ns) for path in shards]
+            return {"archives": fingerprint(listing), "images": fingerprint(corpus.file_names)}
+        stats = [(corpus.image_root / name).stat() for name in corpus.file_names]
+        listing = [(name, st.st_size, st.st_mtime_ns) for name, st in zip(corpus.file_names, stats)]
+        return {"captions": file_fingerprint(self.manifest.data.captions), "images": fingerprint(listing)}
+
     def setup(self) -> None:
         from pipeline.device import resolve_device
         from stages.embed.encoder import ImageList, load_clip
 
+        corpus = self.corpus
+        self.images = ImageList(
+            corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard, corpus.members
+        )
+        if self.precomputed:
+            from stages.embed.precomputed import precomputed_dim
+
+            self.device, self.encoder = "none", None
+            self.dim, self.model_name = precomputed_dim(self.images), "precomputed"
+            return
         self.device = resolve_device(self.manifest.run.device)
         self.encoder = load_clip(self.config, self.device)
-        corpus = self.corpus
-        self.images = ImageList(corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard)
+        self.dim, self.model_name = self.encoder.dim, self.encoder.name
 
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
         captions = staging / CAPTIONS / shard_name(0)
@@ -93,6 +114,13 @@ class EmbedStage(Stage):
     def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
         from stages.embed.encoder import write_embedding_shards
 
+        if self.precomputed:
+            from stages.embed.precomputed import precomputed_shard
+
+            for unit in units:
+                write_table(precomputed_shard(self.images, unit.payload["shard"]), staging / unit.key)
+                yield unit, {"images": unit.size, "embedded": unit.size, "skipped": []}
+            return
         by_shard = {unit.payload["shard"]: unit for unit in units}
         written = write_embedding_shards(
             self.encoder, self.images, list(by_shard), staging / EMBEDDINGS, self.device, self.config
@@ -110,10 +138,10 @@ class EmbedStage(Stage):
             "images_skipped": len(skipped),
             "captions": len(corpus.caption_ids),
             "shards": len(stats),
-            "dim": self.encoder.dim,
+            "dim": self.dim,
         }
         extra = {
-            "model": self.encoder.name,
+            "model": self.model_name,
             "device": str(self.device),
             "skipped_images": skipped,
             "reader_skips": [vars(s) for s in corpus.skips],

@@ -1,5 +1,5 @@
 """Sentence-level text processing shared by the stages: the bag of words of the filter criteria (NLTK's English
-stopwords, read from the vendored copy) and the sentence encoder (sentence-transformers, loaded by name or path).
+stopwords, read from the vendored copy) and the sentence encoder (pipeline.text_encoder, re-exported here).
 """
 
 from __future__ import annotations
@@ -9,15 +9,8 @@ import logging
 import re
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
-
-from pipeline.errors import UserError
-from pipeline.packaged_models import hub_source, load_failure
-
-if TYPE_CHECKING:  # torch loads only with a model, so planning and `status` stay fast
-    import torch
+from pipeline.text_encoder import encode_texts, load_text_encoder  # noqa: F401  (their home before mine used them)
 
 log = logging.getLogger(__name__)
 
@@ -55,69 +48,3 @@ def word_count(text: str) -> int:
 def char_length(text: str) -> int:
     """Characters after stripping surrounding whitespace, as the length criterion counts them."""
     return len(text.strip())
-
-
-def _dimension(module, current: str, before_v6: str) -> int:
-    """An embedding width through the method name of sentence-transformers >= 6, or of older releases."""
-    return int((getattr(module, current, None) or getattr(module, before_v6))())
-
-
-def _pooler_layer(transformer, dimension: int, name: str):
-    """The checkpoint's own pooler (dense + tanh over the CLS state) as a sentence-transformers Dense module."""
-    try:
-        from sentence_transformers.sentence_transformer.modules import Dense
-    except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Dense
-
-    dense = getattr(getattr(transformer.auto_model, "pooler", None), "dense", None)
-    if dense is None:
-        raise UserError(f"text encoder {name!r} has no pooler layer; use text_pooling cls instead of cls_pooler")
-    import torch
-
-    weight, bias = dense.weight.detach().clone(), dense.bias.detach().clone()
-    return Dense(dimension, dimension, activation_function=torch.nn.Tanh(), init_weight=weight, init_bias=bias)
-
-
-def load_text_encoder(name: str, pooling: str, device: torch.device):
-    """A SentenceTransformer on `device` (fp16 on CUDA). `pooling` 'model' keeps the model's own pooling;
-    'cls' or 'mean' put that pooling over the raw transformer; 'cls_pooler' passes the CLS state through the
-    checkpoint's pooler layer (dense + tanh), which is how SimCSE's own tool embeds sentences (`pooler_output`)."""
-    source = hub_source(name, "text encoder", "set filter.text_encoder / --text-encoder to that local folder")
-    from sentence_transformers import SentenceTransformer  # after: offline, fail before a slow import
-
-    try:
-        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Pooling, Transformer
-
-    try:
-        if pooling == "model":
-            model = SentenceTransformer(source, device=str(device))
-        else:
-            transformer = Transformer(source)
-            dimension = _dimension(transformer, "get_embedding_dimension", "get_word_embedding_dimension")
-            modules = [transformer, Pooling(dimension, pooling_mode="cls" if pooling == "cls_pooler" else pooling)]
-            if pooling == "cls_pooler":
-                modules.append(_pooler_layer(transformer, dimension, name))
-            model = SentenceTransformer(modules=modules, device=str(device))
-    except (OSError, ValueError) as exc:
-        raise load_failure(
-            "text encoder", name, exc, "set filter.text_encoder / --text-encoder to a local folder"
-        ) from None
-    model.eval()
-    if device.type == "cuda":
-        model.half()
-    return model
-
-
-def encode_texts(model, texts: list[str], batch_size: int, progress: bool = False) -> np.ndarray:
-    """L2-normalised float32 sentence embeddings, [len(texts), D]. sentence-transformers batches the texts
-    sorted by length (little padding) and returns them in input order."""
-    if not texts:
-        dimension = _dimension(model, "get_embedding_dimension", "get_sentence_embedding_dimension")
-        return np.zeros((0, dimension), np.float32)
-    import torch
-
-    with torch.inference_mode():
-        embeddings = model.encode(texts, batch_size=batch_size, convert_to_tensor=True, show_progress_bar=progress)
-        return torch.nn.functional.normalize(embeddings.float(), dim=1).cpu().numpy()

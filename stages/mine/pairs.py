@@ -17,21 +17,43 @@ def pair_ids(caption_id_1: np.ndarray, caption_id_2: np.ndarray) -> np.ndarray:
 
 
 def image_pairs(image_ids: np.ndarray, neighbours: np.ndarray, scores: np.ndarray, mode: str) -> pa.Table:
-    """(image_id_1, image_id_2, rank, cosine); `unordered` keeps (i, j) and (j, i) once, as
-    image_id_1 < image_id_2 with the better (smaller) of the two ranks."""
-    n, k = neighbours.shape
-    first = np.repeat(image_ids, k)
-    second = image_ids[neighbours.reshape(-1)]
-    rank = np.tile(np.arange(1, k + 1, dtype=np.int32), n)
-    cosine = scores.reshape(-1)
+    """(image_id_1, image_id_2, rank, cosine) of every neighbour list at once; see `block_pairs`."""
+    return block_pairs(0, neighbours, scores, neighbours, scores, image_ids, mode)
+
+
+def block_pairs(
+    lo: int,
+    neighbours: np.ndarray,
+    scores: np.ndarray,
+    all_neighbours: np.ndarray,
+    all_scores: np.ndarray,
+    image_ids: np.ndarray,
+    mode: str,
+) -> pa.Table:
+    """Image pairs of the query rows [lo, lo + len(neighbours)), without a global sort.
+
+    `ordered` keeps every (query, neighbour). `unordered` emits each unordered pair once: from the smaller row when
+    both lists hold it, with the better of the two ranks (and that direction's cosine; the smaller row's on a
+    tie), else from whichever list holds it; image_id_1 < image_id_2. `all_neighbours` may be a memory map.
+    Missing neighbours (-1, from an approximate index) are skipped."""
+    m, k = neighbours.shape
+    query = np.repeat(np.arange(lo, lo + m, dtype=np.int64), k)
+    other = neighbours.reshape(-1).astype(np.int64)
+    rank = np.tile(np.arange(1, k + 1, dtype=np.int32), m)
+    cosine = scores.reshape(-1).astype(np.float32)
+    valid = other >= 0
+    query, other, rank, cosine = query[valid], other[valid], rank[valid], cosine[valid]
+    first, second = image_ids[query], image_ids[other]
     if mode == "unordered":
-        lo, hi = np.minimum(first, second), np.maximum(first, second)
-        order = np.lexsort((rank, hi, lo))  # for each unordered pair, its best rank first
-        lo, hi, rank, cosine = lo[order], hi[order], rank[order], cosine[order]
-        first_of_pair = np.ones(len(lo), dtype=bool)
-        first_of_pair[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
-        first, second = lo[first_of_pair], hi[first_of_pair]
-        rank, cosine = rank[first_of_pair], cosine[first_of_pair]
+        back = reverse_rank(query, other, all_neighbours)
+        keep = (query < other) | (back == 0)
+        query, other, rank, cosine, back = query[keep], other[keep], rank[keep], cosine[keep], back[keep]
+        better = (back > 0) & (back < rank)
+        if better.any():
+            cosine[better] = np.asarray(all_scores[other[better], back[better] - 1], np.float32)
+            rank[better] = back[better]
+        first, second = image_ids[query], image_ids[other]
+        first, second = np.minimum(first, second), np.maximum(first, second)
     return pa.table(
         {
             "image_id_1": pa.array(first, pa.int64()),
@@ -41,6 +63,17 @@ def image_pairs(image_ids: np.ndarray, neighbours: np.ndarray, scores: np.ndarra
         },
         schema=IMAGE_PAIRS_SCHEMA,
     )
+
+
+def reverse_rank(query: np.ndarray, other: np.ndarray, all_neighbours: np.ndarray, chunk: int = 65_536) -> np.ndarray:
+    """For each (query, other): the 1-based rank of `query` in `other`'s neighbour list, 0 when absent. Gathers
+    `chunk` lists at a time, so memory stays at chunk * k ids."""
+    back = np.zeros(len(query), np.int32)
+    for lo in range(0, len(query), chunk):
+        lists = np.asarray(all_neighbours[other[lo : lo + chunk]])
+        hit = lists == query[lo : lo + chunk, None]
+        back[lo : lo + chunk] = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0)
+    return back
 
 
 @dataclass

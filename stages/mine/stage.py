@@ -1,29 +1,36 @@
-"""mine: exact top-k image neighbours, expanded to candidate caption pairs.
+"""mine: top-k image neighbours (exact, or approximate with measured recall), expanded to candidate caption pairs.
 
-`prepare` reads the embed output, runs the kNN search (stages.mine.knn) and writes the image pairs and the
-captions of the embedded images; each unit then expands one range of image pairs into the Cartesian product of
-their captions (stages.mine.pairs), one candidates shard per unit, cut at image-pair boundaries so that each
-holds about `mine.candidates_per_shard` caption pairs. Schemas: pipeline.schemas.
+`prepare` streams the embed output: it copies the captions of the embedded images, builds the searcher (exact:
+stages.mine.knn; IVF or HNSW tuned to `mine.recall_target`: stages.mine.ann), searches query block by query block
+and writes one image-pairs shard per block (stages.mine.search). Each unit then expands one range of image pairs
+into the Cartesian product of their captions (stages.mine.pairs), one candidates shard per unit, cut at
+image-pair boundaries so that each holds about `mine.candidates_per_shard` caption pairs. Schemas:
+pipeline.schemas.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
+import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import Manifest
 from pipeline.records import require_record
-from pipeline.schemas import CANDIDATES, CAPTIONS, EMBEDDINGS, IMAGE_PAIRS
-from pipeline.shards import read_shards, shard_name, write_table
+from pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
+from pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
 from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
+from stages.mine.ann import resolve_index
+
+if TYPE_CHECKING:
+    from stages.mine.pairs import CaptionIndex
 
 log = logging.getLogger(__name__)
 STAGE = "mine"
@@ -47,55 +54,68 @@ class MineStage(Stage):
             raise UserError(
                 f"mine.k={self.config.k} needs more than {self.config.k} embedded images; there are {embedded}"
             )
-        params = {
-            "k": self.config.k,
-            "pairs": self.config.pairs,
-            "candidates_per_shard": self.config.candidates_per_shard,
-        }
+        config = self.config
+        params = {"k": config.k, "pairs": config.pairs, "candidates_per_shard": config.candidates_per_shard}
+        self.index = resolve_index(config, embedded or 0)
+        if self.index != "exact":  # exact runs keep the fingerprint they had before approximate search existed
+            params |= {"index": self.index, "recall_target": config.recall_target, "seed": config.seed}
+            params |= {"ivf_lists": config.ivf_lists} if self.index == "ivf" else {"hnsw_m": config.hnsw_m}
+        if config.by == "text":
+            text = self.manifest.filter
+            params |= {"by": "text", "text_encoder": text.text_encoder, "text_pooling": text.text_pooling}
         return StagePlan(params, {UPSTREAM: upstream["fingerprint"]})
 
     def setup(self) -> None:
         from pipeline.device import resolve_device
         from stages.mine.knn import require_faiss
 
-        if self.config.knn == "faiss":
+        if self.config.knn == "faiss" or self.config.index in ("ivf", "hnsw"):
             require_faiss()
         self.device = resolve_device(self.manifest.run.device)
+        if self.config.by == "text":
+            from pipeline.text_encoder import load_text_encoder
+
+            text = self.manifest.filter
+            self.text_model = load_text_encoder(text.text_encoder, text.text_pooling, self.device)
 
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
-        """kNN search and image pairs (deterministic, so recomputed on resume), then one unit per candidate shard."""
-        from stages.mine.knn import exact_knn
-        from stages.mine.pairs import CaptionIndex, candidate_shard_bounds, image_pairs
+        """Search and image pairs (deterministic, so recomputed on resume), streamed block by block, then one unit
+        per candidate shard."""
+        from stages.mine.search import KNN_DIR, build_searcher, search_all, write_pairs
+        from stages.mine.vectors import EmbeddingShards
 
         embed_dir = self.work_dir / UPSTREAM
-        embedded = read_shards(embed_dir / EMBEDDINGS, ["image_id", "embedding"])
-        image_ids = embedded.column("image_id").to_numpy()
-        dim = embedded.schema.field("embedding").type.list_size
-        vectors = embedded.column("embedding").combine_chunks().flatten().to_numpy().reshape(-1, dim)
-        all_captions = read_shards(embed_dir / CAPTIONS)
-        captions = all_captions.filter(pa.array(np.isin(all_captions.column("image_id").to_numpy(), image_ids)))
-        write_table(captions, staging / CAPTIONS / shard_name(0))
-        self.captions = CaptionIndex.build(
-            image_ids, captions.column("caption_id").to_numpy(), captions.column("image_id").to_numpy()
-        )
+        shards = EmbeddingShards(embed_dir / EMBEDDINGS)
+        image_ids = shards.image_ids
+        if self.index != "exact" and self.config.k >= len(image_ids):
+            raise UserError(f"mine.k={self.config.k} needs more than {self.config.k} embedded images")
+        self.captions, self.caption_count = copy_captions(embed_dir / CAPTIONS, staging / CAPTIONS, image_ids)
+        if self.config.by == "text":
+            from stages.mine.text import TEXT_DIR, caption_vectors
+
+            batch = self.manifest.filter.text_batch_size
+            copied = staging / CAPTIONS / shard_name(0)
+            shards = EmbeddingShards(caption_vectors(copied, image_ids, self.text_model, batch, staging / TEXT_DIR))
         started = time.perf_counter()
-        config = self.config
-        neighbours, scores = exact_knn(vectors, config.k, self.device, config.query_batch, config.knn)
+        searcher, self.search = build_searcher(self.index, shards, self.config, self.device)
+        neighbours, scores = search_all(searcher, shards, self.config.k, self.config.query_batch, staging / KNN_DIR)
+        del searcher  # the index's memory is not needed for the pairs
         self.knn_seconds = time.perf_counter() - started
-        self.pairs = image_pairs(image_ids, neighbours, scores, config.pairs)
-        write_table(self.pairs, staging / IMAGE_PAIRS / shard_name(0))
-        self.image_count, self.caption_count = len(image_ids), captions.num_rows
-        bounds, _ = candidate_shard_bounds(self.pairs, self.captions, config.candidates_per_shard)
-        return [
-            Unit(f"{CANDIDATES}/{shard_name(shard)}", {"lo": int(lo), "hi": int(hi)}, size=int(hi - lo))
-            for shard, (lo, hi) in enumerate(itertools.pairwise(bounds))
-        ]
+        units, self.pair_count = write_pairs(neighbours, scores, image_ids, self.captions, self.config, staging)
+        del neighbours, scores
+        shutil.rmtree(staging / KNN_DIR)
+        shutil.rmtree(staging / "_text", ignore_errors=True)
+        self.image_count = len(image_ids)
+        self._block: tuple[int, pa.Table] | None = None
+        return units
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
         from stages.mine.pairs import expand
 
-        lo, hi = unit.payload["lo"], unit.payload["hi"]
-        candidates = expand(self.pairs.slice(lo, hi - lo), self.captions)
+        block, lo, hi = unit.payload["pairs"], unit.payload["lo"], unit.payload["hi"]
+        if self._block is None or self._block[0] != block:
+            self._block = (block, read_table(staging / IMAGE_PAIRS / shard_name(block)))
+        candidates = expand(self._block[1].slice(lo, hi - lo), self.captions)
         write_table(candidates, staging / unit.key)
         return {"image_pairs": hi - lo, "candidate_pairs": candidates.num_rows}
 
@@ -103,12 +123,49 @@ class MineStage(Stage):
         counts = {
             "images": self.image_count,
             "captions": self.caption_count,
-            "image_pairs": self.pairs.num_rows,
+            "image_pairs": self.pair_count,
             "candidate_pairs": sum(unit["candidate_pairs"] for unit in stats),
             "candidate_shards": len(stats),
         }
-        extra = {"knn_seconds": round(self.knn_seconds, 3), "knn_backend": self.config.knn, "device": str(self.device)}
+        extra = {
+            "knn_seconds": round(self.knn_seconds, 3),
+            "knn_backend": self.config.knn if self.index == "exact" else "faiss",
+            "device": str(self.device),
+            "search": self.search | {"by": self.config.by},
+        }
         return StageResult(counts, extra)
+
+
+def copy_captions(source: Path, folder: Path, image_ids: np.ndarray) -> tuple[CaptionIndex, int]:
+    """The captions of the embedded images, copied batch by batch into `folder` (one shard), and their index."""
+    from stages.mine.pairs import CaptionIndex
+
+    wanted = np.sort(image_ids)
+    caption_ids, owners = [], []
+
+    def write(handle) -> None:
+        with pq.ParquetWriter(handle, CAPTIONS_SCHEMA, compression="zstd") as writer:
+            for path in paths:
+                for batch in pq.ParquetFile(path).iter_batches(batch_size=262_144):
+                    owner = batch.column("image_id").to_numpy()
+                    keep = _contains(wanted, owner)
+                    kept = pa.Table.from_batches([batch]).filter(pa.array(keep)).select(CAPTIONS_SCHEMA.names)
+                    writer.write_table(kept.cast(CAPTIONS_SCHEMA))
+                    caption_ids.append(kept.column("caption_id").to_numpy())
+                    owners.append(owner[keep])
+
+    paths = list_shards(source)
+    if not paths:
+        raise UserError(f"{source}: no Parquet shards found (run `csts-pipeline embed` first)")
+    write_atomic(folder / shard_name(0), write)
+    ids, owner_ids = np.concatenate(caption_ids), np.concatenate(owners)
+    return CaptionIndex.build(image_ids, ids, owner_ids), len(ids)
+
+
+def _contains(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """np.isin for a sorted haystack, without isin's sort of both arrays."""
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[at] == values
 
 
 def run(manifest: Manifest, force: bool = False) -> dict:

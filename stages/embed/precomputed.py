@@ -1,0 +1,31 @@
+"""Precomputed CLIP image embeddings (clip-retrieval's `img_emb/*.npy`) in place of the model: each shard's rows
+are read from the memory-mapped arrays, L2-normalised as the embed stage's own output is, and written as shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from stages.embed.encoder import ImageList, embeddings_table
+
+
+def precomputed_dim(images: ImageList) -> int:
+    return int(np.load(images.members[0].path, mmap_mode="r").shape[1])
+
+
+def precomputed_shard(images: ImageList, shard: int) -> pa.Table:
+    """The embeddings table of one shard: rows grouped by their .npy file, read with one gather per file."""
+    positions = np.asarray(images.positions(shard), np.int64)
+    members = [images.members[p] for p in positions]
+    paths = np.asarray([member.path for member in members])
+    rows = np.asarray([member.row for member in members], np.int64)
+    vectors = np.empty((len(members), precomputed_dim(images)), np.float32)
+    for path in np.unique(paths):
+        mine = paths == path
+        vectors[mine] = np.load(Path(path), mmap_mode="r")[rows[mine]]
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors /= np.where(norms > 0, norms, 1)
+    ids = np.asarray([images.image_ids[p] for p in positions], np.int64)
+    return embeddings_table(ids, [images.file_names[p] for p in positions], vectors)

@@ -1,0 +1,92 @@
+"""mine's whole-stage work in bounded memory: build the searcher, measure its recall, search every query block
+into neighbour lists on disk, then turn each block into an image-pairs shard and its candidate units.
+
+Memory beyond the index: one query block of vectors and results, one embedding shard, the image and caption ids
+(O(N) integers); the neighbour lists (N x k ids and cosines) live in memory maps in the staging folder, read back
+block by block when the pairs are made.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.manifest import MineConfig
+from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
+from pipeline.shards import shard_name, write_table
+from pipeline.stage import Unit
+from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
+from stages.mine.vectors import EmbeddingShards
+
+KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
+
+
+def build_searcher(kind: str, shards: EmbeddingShards, config: MineConfig, device: torch.device):
+    """(searcher, record fields): the exact searcher, or an approximate index tuned to the recall target."""
+    started = time.perf_counter()
+    if kind == "exact":
+        from stages.mine.knn import exact_searcher
+
+        searcher = exact_searcher(shards.dim, device, config.knn)
+        for vectors in shards.shards():
+            searcher.add(vectors)
+        return searcher, {"index": "exact", "knn_backend": config.knn, "build_seconds": _since(started)}
+    from stages.mine.ann import build_index, tune
+
+    searcher = build_index(kind, shards, config, device)
+    built = _since(started)
+    return searcher, {"build_seconds": built} | tune(searcher, kind, shards, config)
+
+
+def search_all(searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`."""
+    from stages.mine.knn import drop_self
+
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(shards)
+    neighbours = np.lib.format.open_memmap(folder / "neighbours.npy", "w+", np.int32, (n, k))
+    scores = np.lib.format.open_memmap(folder / "scores.npy", "w+", np.float32, (n, k))
+    for lo, queries in shards.blocks(batch):
+        found_scores, found = searcher.search(queries, k + 1)
+        ids, cosines = drop_self(found, found_scores, np.arange(lo, lo + len(queries)), k)
+        neighbours[lo : lo + len(queries)], scores[lo : lo + len(queries)] = ids, cosines
+    neighbours.flush()
+    scores.flush()
+    return neighbours, scores
+
+
+def write_pairs(
+    neighbours: np.ndarray,
+    scores: np.ndarray,
+    image_ids: np.ndarray,
+    captions: CaptionIndex,
+    config: MineConfig,
+    staging: Path,
+) -> tuple[list[Unit], int]:
+    """One image-pairs shard per query block, and the candidate units cut from it (about
+    `candidates_per_shard` caption pairs each, at image-pair boundaries). Returns (units, image pairs)."""
+    units: list[Unit] = []
+    total = 0
+    for block, lo in enumerate(range(0, len(image_ids), config.query_batch)):
+        hi = min(len(image_ids), lo + config.query_batch)
+        pairs = block_pairs(lo, neighbours[lo:hi], scores[lo:hi], neighbours, scores, image_ids, config.pairs)
+        write_table(pairs, staging / IMAGE_PAIRS / shard_name(block))
+        total += pairs.num_rows
+        bounds, _ = candidate_shard_bounds(pairs, captions, config.candidates_per_shard)
+        for start, stop in itertools.pairwise(bounds):
+            key = f"{CANDIDATES}/{shard_name(len(units))}"
+            units.append(Unit(key, {"pairs": block, "lo": int(start), "hi": int(stop)}, size=int(stop - start)))
+    return units, total
+
+
+def _since(started: float) -> float:
+    return round(time.perf_counter() - started, 3)
+
+
+def search_record(info: dict[str, Any], knn_seconds: float) -> dict[str, Any]:
+    return info | {"search_seconds": round(knn_seconds, 3)}

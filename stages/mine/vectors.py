@@ -1,0 +1,66 @@
+"""The embed output read in blocks: query blocks of fixed global row ranges, assembled across shards, so that
+memory holds one block (plus one shard) whatever the number of images."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipeline.errors import UserError
+from pipeline.shards import list_shards, read_table
+
+
+def _vectors(table, dim: int) -> np.ndarray:
+    """float32 rows of an embeddings table, contiguous (FAISS and BLAS want them so)."""
+    flat = table.column("embedding").combine_chunks().flatten().to_numpy()
+    return np.ascontiguousarray(flat.reshape(-1, dim), dtype=np.float32)
+
+
+class EmbeddingShards:
+    """`embed/embeddings/part-*.parquet`: image ids up front (small), vectors only block by block."""
+
+    def __init__(self, folder: Path):
+        self.paths = list_shards(folder)
+        if not self.paths:
+            raise UserError(f"{folder}: no Parquet shards found (run the stage that writes them first)")
+        ids = [read_table(path, ["image_id"]).column("image_id").to_numpy() for path in self.paths]
+        self.image_ids = np.concatenate(ids).astype(np.int64)
+        self.dim = pq.read_schema(self.paths[0]).field("embedding").type.list_size
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def shards(self) -> Iterator[np.ndarray]:
+        for path in self.paths:
+            yield _vectors(read_table(path, ["embedding"]), self.dim)
+
+    def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, vectors) of the global row ranges [0, size), [size, 2 size), ... whatever the shards."""
+        pending: list[np.ndarray] = []
+        held, lo = 0, 0
+        for vectors in self.shards():
+            pending.append(vectors)
+            held += len(vectors)
+            while held >= size:
+                joined = np.concatenate(pending) if len(pending) > 1 else pending[0]
+                yield lo, joined[:size]
+                lo += size
+                rest = joined[size:]
+                pending, held = ([rest] if len(rest) else []), len(rest)
+        if held:
+            yield lo, np.concatenate(pending) if len(pending) > 1 else pending[0]
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of the given global rows, in the given order (reads every shard once)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), np.float32)
+        lo = 0
+        for vectors in self.shards():
+            hi = lo + len(vectors)
+            inside = (rows >= lo) & (rows < hi)
+            out[inside] = vectors[rows[inside] - lo]
+            lo = hi
+        return out
