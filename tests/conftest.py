@@ -70,3 +70,23 @@ def reseal(folder: Path) -> None:
     from pipeline.records import describe_files, read_record, write_json
 
     write_json(folder / "_stage.json", read_record(folder) | {"output_files": describe_files(folder)})
+
+
+STAGES = ("embed", "mine", "filter")
+
+
+def contents(work: Path, stages: tuple[str, ...] = STAGES) -> dict[str, object]:
+    """Every table's rows (sorted, hashed) and every record's counts: what two equal runs share."""
+    import hashlib
+    import json
+
+    import pyarrow.dataset as ds
+
+    found: dict[str, object] = {}
+    for stage in stages:
+        folder = work / stage
+        for table in sorted(p for p in folder.iterdir() if p.is_dir()):
+            rows = sorted(map(repr, ds.dataset(table, format="parquet").to_table().to_pylist()))
+            found[f"{stage}/{table.name}"] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+        found[f"{stage}/counts"] = json.loads((folder / "_stage.json").read_text())["counts"]
+    return found

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.records import write_json
+from pipeline.schemas import KEPT_SCHEMA
 from pipeline.shards import shard_name, write_atomic, write_table
 from stages import annotate
 from stages.annotate.agreement import aggregate, fleiss_kappa
@@ -31,22 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 COCO_CAPTIONS = REPO / "tests" / "data" / "coco" / "captions_val2017_sample.json"
 STOPWORDS = REPO / "stages" / "filter" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
 
-KEPT_SCHEMA = pa.schema(
-    [
-        ("pair_id", pa.int64()),
-        ("image_id_1", pa.int64()),
-        ("image_id_2", pa.int64()),
-        ("caption_id_1", pa.int64()),
-        ("caption_id_2", pa.int64()),
-        ("sentence1", pa.string()),
-        ("sentence2", pa.string()),
-        ("image_cosine", pa.float32()),
-        ("iou", pa.float32()),
-        ("simcse_cosine", pa.float32()),
-        ("ratio", pa.float32()),
-        ("length", pa.int32()),
-    ]
-)
 CONDITIONS = ["The type of animal.", "The color of the vehicle.", "The number of people.", "The location."]
 CONDITIONS += ["The activity being performed.", "The weather.", "The food on the table.", "The time of day."]
 

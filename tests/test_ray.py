@@ -3,7 +3,6 @@ inside a unit, and a one-line error without Ray. One local Ray serves the module
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -11,7 +10,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
@@ -19,20 +17,7 @@ from csts_pipeline.cli import app
 from pipeline.executor import FAILPOINT
 from pipeline.ray_executor import LOOPBACK_ONLY
 from pipeline.stage import Stage
-
-STAGES = ("embed", "mine", "filter")
-
-
-def contents(work: Path, stages: tuple[str, ...] = STAGES) -> dict[str, object]:
-    """Every table's rows (sorted, hashed) and every record's counts."""
-    found: dict[str, object] = {}
-    for stage in stages:
-        folder = work / stage
-        for table in sorted(p for p in folder.iterdir() if p.is_dir()):
-            rows = sorted(map(repr, ds.dataset(table, format="parquet").to_table().to_pylist()))
-            found[f"{stage}/{table.name}"] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
-        found[f"{stage}/counts"] = json.loads((folder / "_stage.json").read_text())["counts"]
-    return found
+from tests.conftest import STAGES, contents
 
 
 def record(work: Path, stage: str) -> dict:

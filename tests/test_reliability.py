@@ -3,8 +3,6 @@ killed at any moment resume to the content of a clean run, and two runs on one f
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import shutil
@@ -20,27 +18,15 @@ from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
 from pipeline.executor import FAILPOINT
+from tests.conftest import STAGES, contents
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("embed", "mine", "filter")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "csts_pipeline", *args]
     return subprocess.run(command, cwd=REPO, env=env or ENV, capture_output=True, text=True, check=False)
-
-
-def contents(work: Path) -> dict[str, object]:
-    """Every table's rows (sorted, hashed) and every record's counts: what two equal runs share."""
-    found: dict[str, object] = {}
-    for stage in STAGES:
-        folder = work / stage
-        for table in sorted(p for p in folder.iterdir() if p.is_dir()):
-            rows = sorted(map(repr, ds.dataset(table, format="parquet").to_table().to_pylist()))
-            found[f"{stage}/{table.name}"] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
-        found[f"{stage}/counts"] = json.loads((folder / "_stage.json").read_text())["counts"]
-    return found
 
 
 def leftovers(work: Path) -> list[Path]:
