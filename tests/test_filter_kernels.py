@@ -11,8 +11,7 @@ import pytest
 
 from pipeline.errors import UserError
 from stages.filter import kernels
-from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
-from stages.filter.funnel import BIN_EDGES
+from stages.filter.criteria import CRITERIA, HISTOGRAM_EDGES, Criteria, reference_pair_metrics, score_pairs
 from stages.filter.kernels import histograms
 from stages.filter.lookup import CaptionLookup
 from stages.filter.metrics import NumbaPairMetrics, TextFeatures
@@ -76,6 +75,12 @@ def test_fused_kernel_equals_the_two_step_path(pairs, criteria, cosine_for_all):
     for name in CRITERIA:
         np.testing.assert_array_equal(fused.metrics[name], plain.metrics[name], err_msg=name)
         assert fused.metrics[name].dtype == plain.metrics[name].dtype
+        # the histograms counted inside the fused kernel, bin for bin, against np.histogram of its metrics
+        edges, values = HISTOGRAM_EDGES[name], fused.metrics[name].astype(np.float64)
+        for row, select in enumerate([~np.isnan(values), ~np.isnan(values) & fused.kept]):
+            expected = np.histogram(np.clip(values[select], edges[0], edges[-1]), bins=edges)[0]
+            np.testing.assert_array_equal(fused.histograms[name][row], expected, err_msg=f"{name} {row}")
+            np.testing.assert_array_equal(plain.histograms[name][row], expected, err_msg=f"{name} {row}")
 
 
 def test_fused_kernel_equals_the_reference_on_edge_captions(pairs):
@@ -153,10 +158,10 @@ def test_ids_too_wide_or_negative_take_the_binary_search():
 # --- funnel histograms ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(BIN_EDGES))
+@pytest.mark.parametrize("name", list(HISTOGRAM_EDGES))
 def test_histograms_bin_as_numpy_does(name):
     """Every edge exactly, values beyond the range (clipped into the end bins), NaN (not counted), ints."""
-    edges = BIN_EDGES[name]
+    edges = HISTOGRAM_EDGES[name]
     rng = np.random.default_rng(1)
     spread = rng.uniform(edges[0] - 1, edges[-1] + 1, 50_000)
     values = np.concatenate(

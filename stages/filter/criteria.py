@@ -21,6 +21,24 @@ from stages.filter.text import bag_of_words, char_length, word_count
 CRITERIA = ("length", "ratio", "iou", "simcse_cosine")
 CHEAP_CRITERIA = CRITERIA[:-1]
 
+# Fixed histogram bins per metric, so shards' counts add up; values beyond the range count in the end bins.
+HISTOGRAM_EDGES = {
+    "length": np.arange(0, 202, 2, dtype=np.float64),  # characters; the last bin holds 198 and longer
+    "ratio": np.linspace(0, 1, 51),
+    "iou": np.linspace(0, 1, 51),
+    "simcse_cosine": np.linspace(-1, 1, 101),
+}
+
+
+def padded_edges() -> tuple[np.ndarray, np.ndarray]:
+    """HISTOGRAM_EDGES in CRITERIA order as one [4, most edges] array (padded with +inf) and the bin counts:
+    the form the fused kernel takes."""
+    bins = np.array([len(HISTOGRAM_EDGES[name]) - 1 for name in CRITERIA], np.int64)
+    edges = np.full((len(CRITERIA), int(bins.max()) + 1), np.inf)
+    for row, name in enumerate(CRITERIA):
+        edges[row, : bins[row] + 1] = HISTOGRAM_EDGES[name]
+    return edges, bins
+
 
 class PairMetrics(Protocol):
     """What `score_pairs` needs of a backend (stages.filter.metrics: numba on the CPU, torch on a GPU)."""
@@ -35,7 +53,7 @@ class FusedPairMetrics(PairMetrics, Protocol):
 
     def fused(
         self, first: np.ndarray, second: np.ndarray, low: np.ndarray, high: np.ndarray, cosine_mode: int
-    ) -> tuple[dict[str, np.ndarray], np.ndarray]: ...
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]: ...
 
 
 PAD_ID = np.iinfo(np.int32).max  # pads token-id rows for torch; above every real id, so rows stay sorted
@@ -121,12 +139,14 @@ class Criteria:
 @dataclass
 class ScoredPairs:
     """Metrics and decisions for a batch of pairs. `simcse_cosine` is NaN where it was not computed (criterion
-    off, or the pair failed a cheaper criterion first); `first_failed` indexes CRITERIA, -1 for a kept pair."""
+    off, or the pair failed a cheaper criterion first); `first_failed` indexes CRITERIA, -1 for a kept pair.
+    `histograms[name]` is [2, bins] over HISTOGRAM_EDGES[name]: every pair with a value, then the kept ones."""
 
     metrics: dict[str, np.ndarray]
     failed: dict[str, np.ndarray]
     first_failed: np.ndarray
     cosine_computed: np.ndarray
+    histograms: dict[str, np.ndarray]
 
     @property
     def kept(self) -> np.ndarray:
@@ -166,7 +186,14 @@ def score_pairs(
     for code in reversed(range(len(CRITERIA))):
         if CRITERIA[code] in failed:
             first_failed[failed[CRITERIA[code]]] = code
-    return ScoredPairs(metrics, failed, first_failed, computed)
+    return ScoredPairs(metrics, failed, first_failed, computed, _histograms(metrics, first_failed < 0))
+
+
+def _histograms(metrics: dict[str, np.ndarray], kept: np.ndarray) -> dict[str, np.ndarray]:
+    """Histogram counts for a backend without the fused kernel: one compiled pass per metric."""
+    from stages.filter.kernels import histograms
+
+    return {name: histograms(metrics[name], HISTOGRAM_EDGES[name], kept) for name in CRITERIA}
 
 
 _FIRST_BIT = np.array([-1, 0, 1, 0, 2, 0, 1, 0, 3, 0, 1, 0, 2, 0, 1, 0], np.int8)  # lowest set bit of 0..15
@@ -177,7 +204,7 @@ def _score_fused(
 ) -> ScoredPairs:
     """score_pairs in one compiled pass; the kernel returns bit c set where CRITERIA[c] fails."""
     mode = (2 if cosine_for_all else 1) if criteria.needs_encoder else 0  # kernels.COSINE_*
-    metrics, bits = backend.fused(first, second, *criteria.bound_arrays(), mode)
+    metrics, bits, counts = backend.fused(first, second, *criteria.bound_arrays(), mode)
     active = criteria.active()
     failed = {name: (bits & (1 << code)) != 0 for code, name in enumerate(CRITERIA) if name in active}
     if mode == 2:
@@ -186,7 +213,7 @@ def _score_fused(
         computed = (bits & 7) == 0
     else:
         computed = np.zeros(len(bits), bool)
-    return ScoredPairs(metrics, failed, _FIRST_BIT[bits], computed)
+    return ScoredPairs(metrics, failed, _FIRST_BIT[bits], computed, counts)
 
 
 def reference_pair_metrics(

@@ -2,8 +2,7 @@
 histograms of every metric before and after filtering, so a user can see where the thresholds cut.
 
 Counts add up shard by shard (a `Funnel` serialises to JSON and merges), so a resumed run reports the same figures
-as an uninterrupted one. Histogram bins are fixed in advance for the same reason; values beyond the range fall
-into the first or last bin.
+as an uninterrupted one. Histogram bins are fixed in advance for the same reason (criteria.HISTOGRAM_EDGES).
 """
 
 from __future__ import annotations
@@ -15,14 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.shards import write_atomic
-from stages.filter.criteria import CHEAP_CRITERIA, CRITERIA, Criteria, ScoredPairs
-
-BIN_EDGES = {
-    "length": np.arange(0, 202, 2, dtype=np.float64),  # characters; the last bin holds 198 and longer
-    "ratio": np.linspace(0, 1, 51),
-    "iou": np.linspace(0, 1, 51),
-    "simcse_cosine": np.linspace(-1, 1, 101),
-}
+from stages.filter.criteria import CHEAP_CRITERIA, CRITERIA, HISTOGRAM_EDGES, Criteria, ScoredPairs
 
 
 @dataclass
@@ -36,17 +28,14 @@ class Funnel:
     rejected_alone: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CRITERIA, 0))
     rejected_in_order: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CRITERIA, 0))
     before: dict[str, np.ndarray] = field(
-        default_factory=lambda: {name: np.zeros(len(edges) - 1, np.int64) for name, edges in BIN_EDGES.items()}
+        default_factory=lambda: {name: np.zeros(len(edges) - 1, np.int64) for name, edges in HISTOGRAM_EDGES.items()}
     )
     after: dict[str, np.ndarray] = field(
-        default_factory=lambda: {name: np.zeros(len(edges) - 1, np.int64) for name, edges in BIN_EDGES.items()}
+        default_factory=lambda: {name: np.zeros(len(edges) - 1, np.int64) for name, edges in HISTOGRAM_EDGES.items()}
     )
 
     def add(self, scored: ScoredPairs) -> None:
-        """Counts by one bincount and histograms by one compiled pass per metric: no sort of the values."""
-        from stages.filter.kernels import histograms
-
-        kept = scored.kept
+        """Counts by one bincount; the histograms come counted with the scores (criteria.ScoredPairs)."""
         self.candidates += len(scored)
         first_failed = np.bincount(scored.first_failed.astype(np.int64) + 1, minlength=len(CRITERIA) + 1)
         self.kept += int(first_failed[0])
@@ -56,9 +45,8 @@ class Funnel:
                 self.rejected_alone[name] += int(np.count_nonzero(scored.failed[name]))
                 self.rejected_in_order[name] += int(first_failed[code + 1])
         for name in CRITERIA:
-            before, after = histograms(scored.metrics[name], BIN_EDGES[name], kept)
-            self.before[name] += before
-            self.after[name] += after
+            self.before[name] += scored.histograms[name][0]
+            self.after[name] += scored.histograms[name][1]
 
     def merge(self, other: Funnel) -> None:
         self.candidates += other.candidates
@@ -119,7 +107,7 @@ class Funnel:
     def histograms_json(self) -> dict[str, Any]:
         return {
             name: {
-                "edges": BIN_EDGES[name].tolist(),
+                "edges": HISTOGRAM_EDGES[name].tolist(),
                 "before": self.before[name].tolist(),
                 "after": self.after[name].tolist(),
                 "rule": self.criteria.rule(name),
@@ -166,7 +154,7 @@ class Funnel:
 
         figure, axes = plt.subplots(2, 2, figsize=(11, 7.5))
         for axis, name in zip(axes.flat, CRITERIA):
-            edges = BIN_EDGES[name]
+            edges = HISTOGRAM_EDGES[name]
             before_label = (
                 "before"
                 if name != "simcse_cosine" or self.cosine_scope == "all candidates"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.filter import kernels
-from stages.filter.criteria import PAD_ID
+from stages.filter.criteria import CRITERIA, PAD_ID, padded_edges
 from stages.filter.text import bag_of_words, char_length, word_count
 
 
@@ -55,6 +55,7 @@ class TextFeatures:
 
 _NO_EMBEDDINGS = np.zeros((1, 1), np.float32)
 _NO_BOUNDS = np.full(4, -np.inf), np.full(4, np.inf)
+_EDGES, _BINS = padded_edges()
 
 
 class NumbaPairMetrics:
@@ -67,25 +68,29 @@ class NumbaPairMetrics:
 
     def cheap(self, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iou, ratio) as float64 and length as int32 for pairs (first[p], second[p]) of sentence rows."""
-        metrics, _ = self.fused(first, second, *_NO_BOUNDS, kernels.COSINE_OFF)
+        metrics, _, _ = self.fused(first, second, *_NO_BOUNDS, kernels.COSINE_OFF)
         return metrics["iou"], metrics["ratio"], metrics["length"]
 
     def fused(
         self, first: np.ndarray, second: np.ndarray, low: np.ndarray, high: np.ndarray, cosine_mode: int
-    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Every metric (the cosine NaN where not computed) and the failed-criteria bits of every pair in one
-        compiled pass (`kernels.fused_kernel`); low/high bound CRITERIA in order, +-inf where off."""
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
+        """Every metric (the cosine NaN where not computed), the failed-criteria bits and the histogram counts
+        (criteria.ScoredPairs) of every pair in one compiled pass (`kernels.fused_kernel`); low/high bound
+        CRITERIA in order, +-inf where off."""
         n = len(first)
         iou, ratio, cosine = np.empty(n), np.empty(n), np.empty(n)
         length, bits = np.empty(n, np.int32), np.empty(n, np.uint8)
+        counts = np.zeros((kernels.fused_blocks(n), len(CRITERIA), 2, _EDGES.shape[1] - 1), np.int64)
         embeddings = self.embeddings if self.embeddings is not None and cosine_mode else _NO_EMBEDDINGS
         f = self.features
         kernels.fused_kernel(
             np.asarray(first, np.int64), np.asarray(second, np.int64), f.token_offsets, f.token_ids,
             self.vocabulary, f.words, f.chars, embeddings, np.asarray(low, np.float64),
-            np.asarray(high, np.float64), cosine_mode, iou, ratio, length, cosine, bits,
+            np.asarray(high, np.float64), cosine_mode, _EDGES, _BINS, iou, ratio, length, cosine, bits, counts,
         )  # fmt: skip
-        return {"length": length, "ratio": ratio, "iou": iou, "simcse_cosine": cosine}, bits
+        total = counts.sum(axis=0)
+        histograms = {name: total[code, :, : _BINS[code]] for code, name in enumerate(CRITERIA)}
+        return {"length": length, "ratio": ratio, "iou": iou, "simcse_cosine": cosine}, bits, histograms
 
     def cosine(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
         """Dot products of the unit embeddings, accumulated in float64."""
