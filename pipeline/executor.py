@@ -11,9 +11,7 @@ swap that a crash interrupted. Progress bars and logging live here, not in the s
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +26,16 @@ from pipeline.records import (
     describe_files,
     fingerprint,
     output_problems,
+    previous_of,
     read_json,
     read_record,
+    recover_folder,
+    staging_of,
+    swap_in,
     versions,
     write_json,
 )
+from pipeline.records import failpoint as _failpoint
 from pipeline.shards import remove_tmp_files
 from pipeline.stage import Stage, StagePlan, Unit
 
@@ -40,22 +43,12 @@ log = logging.getLogger(__name__)
 UNITS = "_units"
 
 
-FAILPOINT = "CSTS_PIPELINE_FAILPOINT"
-
-
-def _failpoint(name: str) -> None:
-    """Die here, as `kill -9` would, when the environment names this point: how tests reach the narrow windows
-    of a commit that random kills rarely hit."""
-    if os.environ.get(FAILPOINT) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def staging_folder(stage: Stage) -> Path:
-    return stage.work_dir / f".{stage.name}.next"
+    return staging_of(stage.folder)
 
 
 def previous_folder(stage: Stage) -> Path:
-    return stage.work_dir / f".{stage.name}.old"
+    return previous_of(stage.folder)
 
 
 def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
@@ -63,13 +56,8 @@ def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
 
 
 def recover(stage: Stage) -> None:
-    """Finish a commit that a crash cut short (its record is in the staging folder), or undo a half swap."""
-    old, staging = previous_folder(stage), staging_folder(stage)
-    if (staging / RECORD).is_file():
-        _swap(stage.folder, staging, old)
-    elif old.exists() and not stage.folder.exists():
-        old.rename(stage.folder)
-    shutil.rmtree(old, ignore_errors=True)
+    """Finish a commit that a crash cut short, or undo a half swap (pipeline.records.recover_folder)."""
+    recover_folder(stage.folder, staging_folder(stage), previous_folder(stage))
     _drop_run_state(stage.folder)
 
 
@@ -77,16 +65,6 @@ def _drop_run_state(folder: Path) -> None:
     """Completion markers and the started marker are of no use once their run is committed."""
     shutil.rmtree(folder / UNITS, ignore_errors=True)
     (folder / STARTED).unlink(missing_ok=True)
-
-
-def _swap(folder: Path, staging: Path, old: Path) -> None:
-    """The committed staging folder replaces `folder`; between the two renames `recover` can tell what to do."""
-    if folder.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        folder.rename(old)
-        _failpoint(f"{folder.name}:between-renames")
-    staging.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
@@ -261,7 +239,7 @@ class LocalExecutor:
         _failpoint(f"{stage.name}:before-record")
         write_json(staging / RECORD, record)
         _failpoint(f"{stage.name}:before-swap")
-        _swap(stage.folder, staging, previous_folder(stage))
+        swap_in(stage.folder, staging, previous_folder(stage))
         _drop_run_state(stage.folder)
 
 

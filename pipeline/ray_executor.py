@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.executor import FAILPOINT, LocalExecutor, _failpoint
+from pipeline.executor import LocalExecutor
+from pipeline.records import FAILPOINT, failpoint
 from pipeline.stage import Stage, Unit
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class StageWorker:
         stage.setup()
 
     def process(self, unit: Unit, staging: str) -> dict[str, Any]:
-        _failpoint(f"{self.stage.name}:unit:{unit.key}")  # tests: a worker dies inside a unit
+        failpoint(f"{self.stage.name}:unit:{unit.key}")  # tests: a worker dies inside a unit
         return self.stage.process(unit, Path(staging))
 
 
@@ -112,7 +113,7 @@ class RayExecutor(LocalExecutor):
         options = self.actor_options(stage)
         size = self.pool_size(options, len(pending))
         log.info("%s: %d units on %d Ray actors (%s each)", stage.name, len(pending), size, options)
-        worker = ray.remote(StageWorker).options(**options, **_forwarded_failpoint())
+        worker = ray.remote(StageWorker).options(**options, **_forwardedfailpoint())
         stage_ref = ray.put(stage)
         actors = [worker.remote(stage_ref) for _ in range(size)]
         self.actors_used = size
@@ -154,7 +155,7 @@ class RayExecutor(LocalExecutor):
             raise
 
 
-def _forwarded_failpoint() -> dict[str, Any]:
+def _forwardedfailpoint() -> dict[str, Any]:
     """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
     name = os.environ.get(FAILPOINT)
     return {"runtime_env": {"env_vars": {FAILPOINT: name}}} if name else {}

@@ -2,17 +2,20 @@
 
 `_stage.json` records a stage's parameters, input fingerprints, counts, skips, package versions, timings and
 every output file with its size (and row count for Parquet). It is written last: it is the commit point, and a
-reader checks the listed files before trusting the folder (`require_record`). The executor
-(pipeline.executor) writes records for the data stages; `StageRun` serves the single-folder steps (train,
-annotate) that keep their own folder.
+reader checks the listed files before trusting the folder (`require_record`). Every output is built in a hidden
+staging folder beside its own, which two renames swap in once its record is written (`swap_in`; `recover_folder`
+completes or undoes a swap a crash cut), so a failed run never touches the committed output. The executor
+(pipeline.executor) does this for the data stages; `StageRun` for the single-folder steps (train, annotate).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -24,6 +27,7 @@ from pipeline.shards import parquet_rows, remove_tmp_files, write_atomic
 
 RECORD = "_stage.json"
 STARTED = "_started.json"
+FAILPOINT = "CSTS_PIPELINE_FAILPOINT"
 _VERSIONED = (
     "csts-pipeline",
     "torch",
@@ -133,9 +137,47 @@ def require_record(folder: Path, stage: str) -> dict[str, Any]:
     return record
 
 
+def failpoint(name: str) -> None:
+    """Die here, as `kill -9` would, when the environment names this point: how tests reach the narrow windows
+    of a commit that random kills rarely hit."""
+    if os.environ.get(FAILPOINT) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def staging_of(folder: Path) -> Path:
+    """Where the next output of `folder` is built: hidden beside it, on the same filesystem (renames are atomic)."""
+    return folder.with_name(f".{folder.name}.next")
+
+
+def previous_of(folder: Path) -> Path:
+    """Where the committed output waits during a swap."""
+    return folder.with_name(f".{folder.name}.old")
+
+
+def swap_in(folder: Path, staging: Path, old: Path) -> None:
+    """The committed staging folder replaces `folder`; between the two renames `recover_folder` can tell what to
+    do."""
+    if folder.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        folder.rename(old)
+        failpoint(f"{folder.name}:between-renames")
+    staging.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_folder(folder: Path, staging: Path, old: Path) -> None:
+    """Finish a commit that a crash cut short (its record is in the staging folder), or undo a half swap."""
+    if (staging / RECORD).is_file():
+        swap_in(folder, staging, old)
+    elif old.exists() and not folder.exists():
+        old.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 @dataclass
 class StageRun:
-    """One execution of a stage in `folder`, identified by the fingerprint of `params` and `inputs`."""
+    """One execution of a single-folder step into `folder`, identified by the fingerprint of `params` and
+    `inputs`. The step writes into `staging` (kept across a crash for resuming) and `finish` swaps it in whole."""
 
     stage: str
     folder: Path
@@ -147,28 +189,37 @@ class StageRun:
     def fingerprint(self) -> str:
         return fingerprint({"stage": self.stage, "params": self.params, "inputs": self.inputs})
 
+    @property
+    def staging(self) -> Path:
+        return staging_of(self.folder)
+
+    def recover(self) -> None:
+        recover_folder(self.folder, self.staging, previous_of(self.folder))
+
     def is_done(self) -> bool:
+        self.recover()
         record = read_record(self.folder)
         return record is not None and record.get("fingerprint") == self.fingerprint
 
     def begin(self, force: bool = False) -> bool:
-        """Prepare the folder; True when finished shards of an interrupted run with this fingerprint remain."""
-        started = self.folder / STARTED
+        """Prepare the staging folder; True when an interrupted run with this fingerprint left work there."""
+        self.recover()
+        started = self.staging / STARTED
         resumable = False
         if started.is_file() and not force:
             try:
                 resumable = json.loads(started.read_text()).get("fingerprint") == self.fingerprint
             except json.JSONDecodeError:
                 resumable = False
-        if not resumable and self.folder.exists():
-            shutil.rmtree(self.folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        remove_tmp_files(self.folder)
-        (self.folder / RECORD).unlink(missing_ok=True)
+        if not resumable and self.staging.exists():
+            shutil.rmtree(self.staging)
+        self.staging.mkdir(parents=True, exist_ok=True)
+        remove_tmp_files(self.staging)
         write_json(started, {"fingerprint": self.fingerprint, "params": self.params, "inputs": self.inputs})
         return resumable
 
-    def finish(self, counts: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    def finish(self, counts: dict[str, Any], record_copy: str | None = None, **extra: Any) -> dict[str, Any]:
+        """Write the record (and a visible copy named `record_copy`) into the staging folder, then swap it in."""
         finished = time.time()
         record = {
             "stage": self.stage,
@@ -185,7 +236,10 @@ class StageRun:
             },
             **extra,
         }
-        record["output_files"] = describe_files(self.folder)
-        write_json(self.folder / RECORD, record)
-        (self.folder / STARTED).unlink(missing_ok=True)
+        (self.staging / STARTED).unlink(missing_ok=True)
+        if record_copy is not None:
+            write_json(self.staging / record_copy, record)  # all but output_files, which lists this copy
+        record["output_files"] = describe_files(self.staging)
+        write_json(self.staging / RECORD, record)
+        swap_in(self.folder, self.staging, previous_of(self.folder))
         return record

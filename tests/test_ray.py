@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.executor import FAILPOINT
 from pipeline.ray_executor import LOOPBACK_ONLY
+from pipeline.records import FAILPOINT
 from pipeline.stage import Stage
 from tests.conftest import STAGES, contents
 

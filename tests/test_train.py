@@ -25,6 +25,7 @@ from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.manifest import TrainConfig, load_manifest, train_config
 from pipeline.packaged_models import resolve_model_path
+from pipeline.records import output_problems, read_record
 from stages.train import evaluate as evaluate_stage
 from stages.train import train as train_stage
 from stages.train.batches import quad_loss
@@ -521,16 +522,33 @@ def test_interrupted_training_resumes_after_the_last_epoch(
     monkeypatch.setattr(train_stage, "_save_checkpoint", crash_after_first_epoch)
     with pytest.raises(KeyboardInterrupt):
         train_stage.run(options)
-    interrupted = load_checkpoint(tmp_path / "run" / train_stage.CHECKPOINT)["state"]
+    assert not (tmp_path / "run").exists()  # the interrupted run lives in its staging folder only
+    interrupted = load_checkpoint(tmp_path / ".run.next" / train_stage.CHECKPOINT)["state"]
     monkeypatch.setattr(train_stage, "_save_checkpoint", save)
-    legacy = tmp_path / "run" / train_stage.LEGACY_CHECKPOINT  # an old pickle checkpoint is never loaded
-    legacy.write_bytes(b"not a pickle")
 
     record = train_stage.run(options)
-    assert not legacy.exists()
+    assert not (tmp_path / ".run.next").exists() and not (tmp_path / "run" / train_stage.CHECKPOINT).exists()
     assert record["resumed"] and [e["epoch"] for e in record["history"]] == [1, 2]
     assert record["history"][0] == interrupted["history"][0]
     assert record["counts"]["optimizer_steps"] == 2 * 6
+
+
+def test_a_failed_retrain_leaves_the_previous_output_untouched(
+    tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    train_stage.run(_options(tiny_bert, csts_files, out, max_steps=2))
+    before = {path.relative_to(out): path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_stage, "write_outputs", crash)  # dies after training, while writing its outputs
+    with pytest.raises(KeyboardInterrupt):
+        train_stage.run(_options(tiny_bert, csts_files, out, max_steps=3))
+    after = {path.relative_to(out): path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert after == before and read_record(out)["counts"]["optimizer_steps"] == 2
+    assert output_problems(out, read_record(out)) == []
 
 
 def test_checkpoint_round_trip_without_pickle(tmp_path: Path) -> None:

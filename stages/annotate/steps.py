@@ -93,7 +93,9 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
     strata = strata_summary(sample, bins)
 
     stage.begin(force=True)
-    files = tasks.write_task_files(stage.folder, hits, records)
+    files = {
+        key: str(stage.folder / name) for key, name in tasks.write_task_files(stage.staging, hits, records).items()
+    }
     counts = {"kept_rows": numeric.num_rows, "unique_pairs": len(candidates), "tasks": len(records)}
     return stage.finish(
         counts | {"strata": len(strata)},
@@ -127,8 +129,8 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool) -> d
     triplets = _triplets(condition_tasks, answers)
 
     stage.begin(force=True)
-    screen.write_report(stage.folder / REPORT)
-    write_parquet(pa.Table.from_pylist(triplets, schema=TRIPLET_SCHEMA), stage.folder / TRIPLETS)
+    screen.write_report(stage.staging / REPORT)
+    write_parquet(pa.Table.from_pylist(triplets, schema=TRIPLET_SCHEMA), stage.staging / TRIPLETS)
     counts = {
         "tasks": len(condition_tasks),
         "rows_read": screen.rows_read,
@@ -183,7 +185,9 @@ def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
 
     stage.begin(force=True)
     hits = triplets.select(["item_id", "sentence1", "sentence2", "condition"])
-    files = tasks.write_task_files(stage.folder, hits, records)
+    files = {
+        key: str(stage.folder / name) for key, name in tasks.write_task_files(stage.staging, hits, records).items()
+    }
     counts = {"items": len(records), "pairs": len({r["pair_id"] for r in records})}
     return stage.finish(counts, files=files)
 
@@ -219,10 +223,10 @@ def import_ratings(
     agreement = agreement_summary(ratings, labels.status)
 
     stage.begin(force=True)
-    screen.write_report(stage.folder / REPORT)
-    write_parquet(_item_table(items, labels), stage.folder / ITEMS)
-    write_parquet(_individual_table(items, accepted), stage.folder / INDIVIDUAL_RATINGS)
-    write_json(stage.folder / AGREEMENT, agreement)
+    screen.write_report(stage.staging / REPORT)
+    write_parquet(_item_table(items, labels), stage.staging / ITEMS)
+    write_parquet(_individual_table(items, accepted), stage.staging / INDIVIDUAL_RATINGS)
+    write_json(stage.staging / AGREEMENT, agreement)
     status = labels.status
     counts = {
         "items": len(items),
@@ -311,8 +315,8 @@ def split(annotate_dir: Path, seed: int, ratios: tuple[float, float, float], for
         "sentence_pairs": sentence_pairs,
     }
     for name, part in parts.items():
-        write_parquet(part, stage.folder / f"{name}.parquet")
-        write_csv(part, stage.folder / f"{name}.csv")
+        write_parquet(part, stage.staging / f"{name}.parquet")
+        write_csv(part, stage.staging / f"{name}.csv")
         counts[f"{name}_rows"] = part.num_rows
         counts[f"{name}_pairs"] = len(np.unique(part.column("pair_id").to_numpy()))
         if part.num_rows == 0:

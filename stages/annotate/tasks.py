@@ -63,4 +63,4 @@ def write_task_files(folder: Path, hits: pa.Table, tasks: list[dict[str, Any]]) 
     """`hits.csv` and `tasks.jsonl`, each written atomically; their paths for the stage record."""
     write_csv(hits, folder / HITS)
     write_jsonl(tasks, folder / TASKS)
-    return {"hits": str(folder / HITS), "tasks": str(folder / TASKS)}
+    return {"hits": HITS, "tasks": TASKS}

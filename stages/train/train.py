@@ -26,7 +26,7 @@ from pipeline.device import resolve_device
 from pipeline.errors import UserError
 from pipeline.manifest import TrainConfig
 from pipeline.packaged_models import resolve_model_path
-from pipeline.records import STARTED, StageRun, file_fingerprint, fingerprint, read_record, write_json
+from pipeline.records import StageRun, file_fingerprint, fingerprint, read_record
 from pipeline.shards import SHARD_GLOB
 from stages.train.batches import batch_loss, epoch_batches, probe_batches, total_steps
 from stages.train.checkpoint import load_checkpoint, restore_rng, rng_states, save_checkpoint
@@ -46,7 +46,6 @@ from stages.train.splits import Splits, check_task, read_splits, split_label_sca
 log = logging.getLogger(__name__)
 STAGE = "train"
 CHECKPOINT = "checkpoint.safetensors"
-LEGACY_CHECKPOINT = "checkpoint.pt"  # the pickle of earlier versions: never loaded, removed when a run begins
 NOT_FINGERPRINTED = {"eval_batch_size"}  # scoring batch size: no effect on the trained model
 
 
@@ -124,7 +123,7 @@ def _check_out_folder(out: Path) -> None:
     record = read_record(out)
     if record is not None and record.get("stage") != STAGE:
         raise UserError(f"--out {out}: holds the output of stage {record.get('stage')!r}; choose another folder")
-    if record is None and not (out / STARTED).is_file() and any(out.iterdir()):
+    if record is None and any(out.iterdir()):
         raise UserError(f"--out {out}: exists and is not a train output folder; choose a new or empty folder")
 
 
@@ -398,11 +397,9 @@ def finish(
     """Score the best epoch; write metrics.json, the predictions and the stage record; drop the checkpoint."""
     device, dtype = job.device, job.dtype
     del job.model, job.optimizer, job.scheduler  # free the training copy before loading best/
-    results = score_best(stage.folder, splits, device, job.config, dtype)
-    document = write_outputs(results, stage.folder / "metrics.json")
-    if options.metrics_out is not None:
-        write_metrics(options.metrics_out, document)
-    (stage.folder / CHECKPOINT).unlink(missing_ok=True)
+    results = score_best(stage.staging, splits, device, job.config, dtype)
+    document = write_outputs(results, stage.staging / "metrics.json")
+    (stage.staging / CHECKPOINT).unlink(missing_ok=True)
     counts = {
         "train_rows": len(splits.train),
         "train_pairs": None if job.pairs is None else len(job.pairs),
@@ -413,6 +410,7 @@ def finish(
     }
     record = stage.finish(
         counts,
+        record_copy="train_record.json",
         metrics=document,
         split_metrics={name: metrics for name, (_, _, metrics) in results.items()},
         history=progress["history"],
@@ -427,7 +425,8 @@ def finish(
         train_seconds=round(progress["seconds"], 3),
         examples_per_second=round(progress["rows"] / max(progress["seconds"], 1e-9), 2),
     )
-    write_json(stage.folder / "train_record.json", record)
+    if options.metrics_out is not None:
+        write_metrics(options.metrics_out, document)
     return record
 
 
@@ -454,7 +453,6 @@ def run(options: TrainOptions, force: bool = False) -> dict:
     _set_seed(config.seed)
     job = build_job(config, load_model(config.model, spec).to(device), splits, scale, device, dtype)
     resumed = stage.begin(force=force)
-    (stage.folder / LEGACY_CHECKPOINT).unlink(missing_ok=True)
-    progress = start_or_resume(job, stage.folder / CHECKPOINT, resumed)
-    train_epochs(job, progress, stage.folder)
+    progress = start_or_resume(job, stage.staging / CHECKPOINT, resumed)
+    train_epochs(job, progress, stage.staging)
     return finish(stage, options, splits, job, progress, resumed)
