@@ -106,7 +106,8 @@ def import_bws(annotate_dir: Path, results: list[Path], repeats: int, seed: int,
         "items_unanswered": int((scores.seen == 0).sum()),
         "workers": len(np.unique(annotations.worker)),
     }
-    files = {name: str(stage.folder / name) for name in (ITEMS, ANNOTATIONS, RELIABILITY, REPORT)}
+    files = {name: str(stage.folder / name) for name in (ITEMS, ANNOTATIONS, RELIABILITY)}
+    files["report"] = str(stage.folder / REPORT)
     return stage.finish(counts, problems=screen.summary(), reliability=reliability, files=files)
 
 
