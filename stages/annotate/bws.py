@@ -13,6 +13,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from pipeline.errors import UserError
+from stages.annotate.sampling import hash64
 
 TUPLE_SIZE = 4
 _PAIRS = np.array([(a, b) for a in range(TUPLE_SIZE) for b in range(a + 1, TUPLE_SIZE)])
@@ -25,15 +26,15 @@ def design_tuples(n_items: int, seed: int, appearances: int = 8, tries: int = 20
     """About `appearances * n_items / 4` (2N by default) 4-tuples of item indices: `appearances` rounds, each a
     seeded permutation of all items cut into fours, so every item appears `appearances` times (one more for a
     few when N*appearances is not a multiple of 4). Of `tries` designs, the one whose most frequent pair of
-    items shares the fewest tuples is kept, so no two items are compared mostly with each other."""
+    items shares the fewest tuples is kept, so no two items are compared mostly with each other. Permutations
+    come from a hash of (item, round, seed), so a seed gives the same tuples with any numpy version."""
     if n_items < TUPLE_SIZE:
         raise UserError(f"Best-Worst Scaling needs at least {TUPLE_SIZE} items (got {n_items})")
     if appearances < 1:
         raise UserError(f"--appearances must be at least 1 (got {appearances})")
-    rng = np.random.default_rng(seed)
     best, best_key = None, None
-    for _ in range(max(tries, 1)):
-        tuples = _one_design(n_items, appearances, rng)
+    for attempt in range(max(tries, 1)):
+        tuples = _one_design(n_items, appearances, seed, attempt)
         pairs = cooccurrence(tuples, n_items)
         key = (int(pairs.max()), int((pairs == pairs.max()).sum()))
         if best_key is None or key < best_key:
@@ -41,14 +42,18 @@ def design_tuples(n_items: int, seed: int, appearances: int = 8, tries: int = 20
     return best
 
 
-def _one_design(n_items: int, appearances: int, rng: np.random.Generator) -> np.ndarray:
+def _permutation(n_items: int, seed: int, stream: int) -> np.ndarray:
+    return np.argsort(hash64(np.arange(n_items, dtype=np.int64) + stream * n_items, seed), kind="stable")
+
+
+def _one_design(n_items: int, appearances: int, seed: int, attempt: int) -> np.ndarray:
     """`appearances` permutations laid end to end, padded with the first items of a further one, cut into fours;
     a tuple that holds an item twice (where two permutations meet) is repaired by swaps."""
-    sequence = np.concatenate([rng.permutation(n_items) for _ in range(appearances)])
-    pad = -len(sequence) % TUPLE_SIZE
-    sequence = np.concatenate([sequence, rng.permutation(n_items)[:pad]])
+    first = attempt * (appearances + 1)
+    sequence = np.concatenate([_permutation(n_items, seed, first + r) for r in range(appearances + 1)])
+    sequence = sequence[: n_items * appearances + (-n_items * appearances) % TUPLE_SIZE]
     tuples = sequence.reshape(-1, TUPLE_SIZE)
-    _repair(tuples, rng)
+    _repair(tuples, seed)
     return tuples
 
 
@@ -57,9 +62,9 @@ def _has_repeat(tuples: np.ndarray) -> np.ndarray:
     return (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
 
 
-def _repair(tuples: np.ndarray, rng: np.random.Generator) -> None:
-    """Swap each repeated item with one of another tuple where neither swap creates a repeat; only the few
-    tuples at permutation seams can need it, so the loop is over those."""
+def _repair(tuples: np.ndarray, seed: int) -> None:
+    """Swap each repeated item with one of another tuple where neither swap creates a repeat (the partner picked
+    by a seeded hash); only the few tuples at permutation seams can need it, so the loop is over those."""
     for t in np.flatnonzero(_has_repeat(tuples)):
         row = tuples[t]
         _, first = np.unique(row, return_index=True)
@@ -68,11 +73,11 @@ def _repair(tuples: np.ndarray, rng: np.random.Generator) -> None:
             # tuples without `value`, and positions in them holding an item not in row t
             free = ~(tuples == value).any(axis=1)
             free[t] = False
-            fits = free[:, None] & ~np.isin(tuples, row)
-            candidates = np.argwhere(fits)
+            candidates = np.argwhere(free[:, None] & ~np.isin(tuples, row))
             if len(candidates) == 0:
                 raise UserError(f"cannot build 4-tuples without repeats from {len(np.unique(tuples))} items")
-            u, q = candidates[rng.integers(len(candidates))]
+            pick = int(hash64(np.array([t * TUPLE_SIZE + p]), seed)[0] % np.uint64(len(candidates)))
+            u, q = candidates[pick]
             row[p], tuples[u, q] = tuples[u, q], value
 
 
