@@ -28,6 +28,48 @@ AnnotateOutOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the sample, the task order, the 4-tuples or the split.")]
 
+ResultsOpt = Annotated[
+    list[Path],
+    typer.Option(
+        "--results",
+        help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
+    ),
+]
+AggregateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--aggregate",
+        "--label-policy",
+        help="ratings: an item's label, mean, median, or round (the median rounded to an integer, as the "
+        "paper's released labels); default mean.",
+    ),
+]
+AgreementSampleOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--agreement-sample",
+        help="ratings: also measure agreement on this many random items with three random ratings each "
+        "(the paper: 100).",
+    ),
+]
+RepeatsOpt = Annotated[
+    int | None,
+    typer.Option("--repeats", help="bws: random split-halves averaged for the reliability (default 1000)."),
+]
+ImportSeedOpt = Annotated[
+    int, typer.Option("--seed", help="ratings: seed of the agreement sample; bws: seed of the random halves.")
+]
+NotPertinentOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--not-pertinent-share",
+        help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
+    ),
+]
+MinRatingsOpt = Annotated[
+    int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
+]
+
 
 def _annotate_dir(dataset: str | None, manifest: Path | None, out: Path | None) -> tuple[Path, Path | None]:
     """The annotate folder and the manifest's work_dir (None when only --out is given)."""
@@ -94,49 +136,15 @@ def annotate_export(
 @user_errors
 def annotate_import(
     stage: AnnotateStageOpt,
-    results: Annotated[
-        list[Path],
-        typer.Option(
-            "--results",
-            help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
-        ),
-    ],
+    results: ResultsOpt,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
-    aggregate: Annotated[
-        str | None,
-        typer.Option(
-            "--aggregate",
-            "--label-policy",
-            help="ratings: an item's label, mean, median, or round (the median rounded to an integer, as the "
-            "paper's released labels); default mean.",
-        ),
-    ] = None,
-    agreement_sample: Annotated[
-        int | None,
-        typer.Option(
-            "--agreement-sample",
-            help="ratings: also measure agreement on this many random items with three random ratings each "
-            "(the paper: 100).",
-        ),
-    ] = None,
-    repeats: Annotated[
-        int | None,
-        typer.Option("--repeats", help="bws: random split-halves averaged for the reliability (default 1000)."),
-    ] = None,
-    seed: Annotated[
-        int, typer.Option("--seed", help="ratings: seed of the agreement sample; bws: seed of the random halves.")
-    ] = 0,
-    not_pertinent_share: Annotated[
-        float | None,
-        typer.Option(
-            "--not-pertinent-share",
-            help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
-        ),
-    ] = None,
-    min_ratings: Annotated[
-        int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
-    ] = None,
+    aggregate: AggregateOpt = None,
+    agreement_sample: AgreementSampleOpt = None,
+    repeats: RepeatsOpt = None,
+    seed: ImportSeedOpt = 0,
+    not_pertinent_share: NotPertinentOpt = None,
+    min_ratings: MinRatingsOpt = None,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:

@@ -137,3 +137,14 @@ def test_export_refusals_and_the_annotate_folder_alone(tmp_path: Path, work: Pat
     header, body = card_of(tmp_path / "alone")
     assert header["pretty_name"] == "C-STS pairs from mine" and header["license"] == "other"
     assert "Filter funnel" not in body and "the filter funnel is not included" in body
+
+
+def test_export_loads_with_datasets_where_installed(tmp_path: Path, work: Path):
+    datasets = pytest.importorskip("datasets", reason="not a dependency; loaded where it is installed")
+    out = tmp_path / "hf"
+    cli("export", "-m", tmp_path / "pub.yaml", "--out", out)
+    loaded = datasets.load_dataset(str(out))
+    for split in ("train", "validation", "test"):
+        expected = pq.read_table(work / "annotate" / "csts" / f"{split}.parquet")
+        assert loaded[split].num_rows == expected.num_rows
+        assert loaded[split]["label"] == expected.column("label").to_pylist()

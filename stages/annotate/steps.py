@@ -214,7 +214,7 @@ def import_ratings(
     tasks_dir = annotate_dir / RATINGS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage ratings")
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
-    params |= {"agreement_sample": agreement_sample, "seed": seed}
+    params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     stage = StageRun("annotate-import-ratings", annotate_dir / RATINGS, params, inputs)
     if stage.is_done() and not force:
