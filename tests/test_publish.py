@@ -137,6 +137,11 @@ def test_export_refusals_and_the_annotate_folder_alone(tmp_path: Path, work: Pat
     header, body = card_of(tmp_path / "alone")
     assert header["pretty_name"] == "C-STS pairs from mine" and header["license"] == "other"
     assert "Filter funnel" not in body and "the filter funnel is not included" in body
+    # a manifest whose run has no filter record (the kept pairs came from --input): no funnel, said so
+    shutil.rmtree(work / "filter")
+    cli("export", "-m", manifest, "--out", tmp_path / "nofilter")
+    _, body = card_of(tmp_path / "nofilter")
+    assert "Filter funnel" not in body and f"no filter record with a funnel in {work / 'filter'}" in body
 
 
 def test_export_loads_with_datasets_where_installed(tmp_path: Path, work: Path):

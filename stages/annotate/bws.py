@@ -173,16 +173,15 @@ def split_half(tuples: np.ndarray, annotations: Annotations, n_items: int, repea
         result["note"] = "no tuple has two or more annotations: nothing to split"
         return result
     rng = np.random.default_rng(seed)
-    order_base = annotations.tuple_index
+    owner = annotations.tuple_index
+    starts = np.cumsum(per_tuple) - per_tuple
     rhos = np.empty(repeats)
     for r in range(repeats):
-        key = rng.random(len(annotations))
-        order = np.lexsort((key, order_base))
-        starts = np.cumsum(per_tuple) - per_tuple
-        position = np.empty(len(annotations), np.int64)
-        position[order] = np.arange(len(annotations)) - starts[order_base[order]]
+        order = np.lexsort((rng.random(len(annotations)), owner))  # by tuple, then at random
+        position = np.empty(len(annotations), np.int64)  # each answer's random rank within its tuple
+        position[order] = np.arange(len(annotations)) - starts[owner[order]]
         coin = rng.integers(0, 2, len(tuples))
-        first = position < (per_tuple + coin)[order_base] // 2
+        first = position < (per_tuple + coin)[owner] // 2
         half_a = counting_scores(tuples, annotations.take(first), n_items).score
         half_b = counting_scores(tuples, annotations.take(~first), n_items).score
         both = ~np.isnan(half_a) & ~np.isnan(half_b)

@@ -49,7 +49,7 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
     items = tasks.rating_tasks(triplets)
     design = bws.design_tuples(len(items), seed, appearances)
     item_ids = np.array([item["item_id"] for item in items], dtype=object)
-    tuple_ids = [bws_tuple_id(list(row)) for row in item_ids[design]]
+    tuple_ids = [bws_tuple_id(index, list(row)) for index, row in enumerate(item_ids[design])]
     hits: dict[str, Any] = {"tuple_id": tuple_ids}
     for position in range(bws.TUPLE_SIZE):
         rows = pa.array(design[:, position])

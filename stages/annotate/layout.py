@@ -48,10 +48,11 @@ def rating_item_id(pair_id: int, condition_type: str) -> str:
     return f"r-{pair_id & _MASK64:016x}-{condition_type}"
 
 
-def bws_tuple_id(item_ids: list[str]) -> str:
-    """`b-` and 16 hex digits of a hash of the tuple's item ids in order: the same tuple has the same id in any
-    export, and results of another design name ids this one does not know."""
-    return "b-" + hashlib.blake2b("|".join(item_ids).encode(), digest_size=8).hexdigest()
+def bws_tuple_id(index: int, item_ids: list[str]) -> str:
+    """`b-` and 16 hex digits of a hash of the tuple's place in the design and its item ids in order: ids are
+    unique within a design (even when, with very few items, two tuples show the same items in the same order),
+    and results of another design name ids this one does not know."""
+    return "b-" + hashlib.blake2b(f"{index}|{'|'.join(item_ids)}".encode(), digest_size=8).hexdigest()
 
 
 REPORT_SCHEMA = pa.schema(

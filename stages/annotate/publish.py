@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UserError
-from pipeline.records import read_json, require_record
+from pipeline.records import read_json, read_record, require_record
 from pipeline.shards import read_table, write_atomic, write_table
 from stages.annotate.card import render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
@@ -78,11 +78,13 @@ def gather(annotate_dir: Path, work_dir: Path | None, name: str, license: str) -
         release.design = design.get("design")
     else:
         release.agreement = _optional_json(annotate_dir / RATINGS / AGREEMENT, release)
+    filter_record = None if work_dir is None else read_record(work_dir / "filter")
     if work_dir is None:
         release.notes.append("no manifest given: the filter funnel is not included")
+    elif filter_record is None or "funnel" not in filter_record:
+        release.notes.append(f"no filter record with a funnel in {work_dir / 'filter'}: the funnel is not included")
     else:
-        filter_record = require_record(work_dir / "filter", "filter")
-        release.funnel = filter_record.get("funnel")
+        release.funnel = filter_record["funnel"]
     return release
 
 
