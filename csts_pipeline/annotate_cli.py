@@ -17,12 +17,58 @@ annotate_app = typer.Typer(
     no_args_is_help=True,
 )
 AnnotateStageOpt = Annotated[
-    str, typer.Option("--stage", help="conditions (writing a high and a low condition per pair) or ratings (1-5).")
+    str,
+    typer.Option(
+        "--stage",
+        help="conditions (writing a high and a low condition per pair), ratings (1-5) or bws (best-worst 4-tuples).",
+    ),
 ]
 AnnotateOutOpt = Annotated[
     Path | None, typer.Option("--out", help="Folder of the annotate files (default: <work_dir>/annotate/).")
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the sample, the task order or the split.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the sample, the task order, the 4-tuples or the split.")]
+
+ResultsOpt = Annotated[
+    list[Path],
+    typer.Option(
+        "--results",
+        help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
+    ),
+]
+AggregateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--aggregate",
+        "--label-policy",
+        help="ratings: an item's label, mean, median, or round (the median rounded to an integer, as the "
+        "paper's released labels); default mean.",
+    ),
+]
+AgreementSampleOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--agreement-sample",
+        help="ratings: also measure agreement on this many random items with three random ratings each "
+        "(the paper: 100).",
+    ),
+]
+RepeatsOpt = Annotated[
+    int | None,
+    typer.Option("--repeats", help="bws: random split-halves averaged for the reliability (default 1000)."),
+]
+ImportSeedOpt = Annotated[
+    int, typer.Option("--seed", help="ratings: seed of the agreement sample; bws: seed of the random halves.")
+]
+NotPertinentOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--not-pertinent-share",
+        help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
+    ),
+]
+MinRatingsOpt = Annotated[
+    int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
+]
 
 
 def _annotate_dir(dataset: str | None, manifest: Path | None, out: Path | None) -> tuple[Path, Path | None]:
@@ -56,6 +102,9 @@ def annotate_export(
         ),
     ] = None,
     n: Annotated[int | None, typer.Option("--n", help="conditions: pairs to sample (default 1000).")] = None,
+    appearances: Annotated[
+        int | None, typer.Option("--appearances", help="bws: 4-tuples each item appears in (default 8: 2N tuples).")
+    ] = None,
     bins: Annotated[
         int | None, typer.Option("--bins", help="conditions: quantile bins per axis of image cosine x iou (default 4).")
     ] = None,
@@ -69,14 +118,17 @@ def annotate_export(
     from stages import annotate
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
+    _only_for(stage, "bws", appearances=appearances)
     folder, work_dir = _annotate_dir(dataset, manifest, out)
     if stage == "conditions":
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
     elif stage == "ratings":
         record = annotate.export_ratings(folder, seed, force)
+    elif stage == "bws":
+        record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:
-        raise UserError(f"--stage {stage!r}: expected conditions or ratings")
+        raise UserError(f"--stage {stage!r}: expected conditions, ratings or bws")
     typer.echo(annotate.describe(record))
 
 
@@ -84,43 +136,41 @@ def annotate_export(
 @user_errors
 def annotate_import(
     stage: AnnotateStageOpt,
-    results: Annotated[
-        list[Path],
-        typer.Option(
-            "--results",
-            help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
-        ),
-    ],
+    results: ResultsOpt,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
-    aggregate: Annotated[
-        str | None, typer.Option("--aggregate", help="ratings: mean or median of an item's ratings (default mean).")
-    ] = None,
-    not_pertinent_share: Annotated[
-        float | None,
-        typer.Option(
-            "--not-pertinent-share",
-            help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
-        ),
-    ] = None,
-    min_ratings: Annotated[
-        int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
-    ] = None,
+    aggregate: AggregateOpt = None,
+    agreement_sample: AgreementSampleOpt = None,
+    repeats: RepeatsOpt = None,
+    seed: ImportSeedOpt = 0,
+    not_pertinent_share: NotPertinentOpt = None,
+    min_ratings: MinRatingsOpt = None,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
     from stages import annotate
 
-    _only_for(stage, "ratings", aggregate=aggregate, not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)
+    _only_for(
+        stage,
+        "ratings",
+        aggregate=aggregate,
+        not_pertinent_share=not_pertinent_share,
+        min_ratings=min_ratings,
+        agreement_sample=agreement_sample,
+    )
+    _only_for(stage, "bws", repeats=repeats)
     folder, _ = _annotate_dir(dataset, manifest, out)
     if stage == "conditions":
         record = annotate.import_conditions(folder, results, force)
     elif stage == "ratings":
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
-        record = annotate.import_ratings(folder, results, aggregate or "mean", share, min_ratings or 1, force)
+        how = aggregate or "mean"
+        record = annotate.import_ratings(folder, results, how, share, min_ratings or 1, force, agreement_sample, seed)
+    elif stage == "bws":
+        record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force)
     else:
-        raise UserError(f"--stage {stage!r}: expected conditions or ratings")
+        raise UserError(f"--stage {stage!r}: expected conditions, ratings or bws")
     typer.echo(annotate.describe(record))
 
 
@@ -130,12 +180,18 @@ def annotate_split(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
     ratios: Annotated[str, typer.Option("--ratios", help="train:validation:test proportions.")] = "60:15:25",
+    labels: Annotated[
+        str,
+        typer.Option(
+            "--labels", help="likert (the rating import's labels) or bws (best-worst scores mapped linearly to 1-5)."
+        ),
+    ] = "likert",
     seed: SeedOpt = 0,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:
-    """Train/validation/test C-STS files (Parquet and CSV) from the kept rated items (<annotate>/csts/)."""
+    """Train/validation/test C-STS files (Parquet and CSV) from the kept labelled items (<annotate>/csts/)."""
     from stages import annotate
 
     folder, _ = _annotate_dir(dataset, manifest, out)
-    typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force)))
+    typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels)))

@@ -3,9 +3,12 @@
 The package, by responsibility:
 
 - `steps`: the five steps (export conditions, import conditions, export ratings, import ratings, split);
+- `bws_steps`, `bws`: Best-Worst Scaling instead of ratings (4-tuple design, counting scores, split-half
+  reliability);
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
 - `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
-- `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `splits`: train/validation/test;
+- `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `krippendorff`: alpha;
+  `splits`: train/validation/test;
 - `summary`: what a step did, as the command line prints it;
 - `layout`: folder and file names, ids and schemas; `files`: atomic writes.
 
@@ -13,6 +16,7 @@ File formats and the answer fields a results file must carry: docs/annotate.md.
 """
 
 from pipeline.schemas import CSTS_SCHEMA
+from stages.annotate.bws_steps import export_bws, import_bws
 from stages.annotate.kept import KeptSource, kept_source
 from stages.annotate.layout import SPLITS
 from stages.annotate.splits import parse_ratios
@@ -24,8 +28,10 @@ __all__ = [
     "SPLITS",
     "KeptSource",
     "describe",
+    "export_bws",
     "export_conditions",
     "export_ratings",
+    "import_bws",
     "import_conditions",
     "import_ratings",
     "kept_source",

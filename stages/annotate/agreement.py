@@ -14,10 +14,13 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from pipeline.errors import UserError
+from stages.annotate import krippendorff
 from stages.annotate.crowd import Rating
 from stages.annotate.layout import RATING_SCALE
 
-AGGREGATES = ("mean", "median")
+AGGREGATES = ("mean", "median", "round")
+# a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
+FLAG_BELOW = 0.3
 
 
 class FleissKappa(NamedTuple):
@@ -42,18 +45,21 @@ def fleiss_kappa(counts: np.ndarray) -> FleissKappa:
 
 
 def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-item label (mean or median of its ratings; nan without any) and number of ratings."""
+    """Per-item label and number of ratings: the mean or median of its ratings, or `round`, the median rounded to
+    an integer with halves up (3.5 -> 4), as the paper's released integer labels; nan without any rating."""
     count = np.bincount(item, minlength=n_items)
     label = np.full(n_items, np.nan)
     has = count > 0
     if how == "mean":
         label[has] = np.bincount(item, weights=rating, minlength=n_items)[has] / count[has]
-    elif how == "median":
+    elif how in ("median", "round"):
         ordered = rating[np.lexsort((rating, item))]
         starts = np.cumsum(count) - count
         label[has] = (ordered[(starts + (count - 1) // 2)[has]] + ordered[(starts + count // 2)[has]]) / 2
+        if how == "round":
+            label = np.floor(label + 0.5)
     else:
-        raise UserError(f"--aggregate must be mean or median (got {how!r})")
+        raise UserError(f"--aggregate must be mean, median or round (got {how!r})")
     return label, count
 
 
@@ -108,34 +114,70 @@ def label_items(
     return ItemLabels(label, n_ratings, answers, flags, status)
 
 
-def agreement_summary(ratings: RatingArrays, status: np.ndarray) -> dict[str, Any]:
-    """Fleiss' kappa (categories 1-5) and per-worker agreement over the kept items with two or more ratings."""
+def agreement_summary(
+    ratings: RatingArrays, status: np.ndarray, sample: int | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Fleiss' kappa (categories 1-5), Krippendorff's alpha (ordinal, interval) and per-worker agreement over
+    the kept items with two or more ratings; with `sample`, also the paper's protocol: the same figures on a
+    seeded random sample of `sample` kept items with three or more ratings, three (seeded) ratings each."""
     rated = ratings.rated
     item, worker, rating = ratings.item[rated], ratings.worker[rated], ratings.rating[rated]
     kept = status[item] == "kept"
     item, worker, rating = item[kept], worker[kept], rating[kept]
     shared = np.bincount(item)[item] >= 2
+    result = agreement_figures(item[shared], rating[shared])
+    result["scope"] = "kept items with two or more ratings; Fleiss' kappa with per-item rater counts"
+    result["workers"] = worker_agreement(item, worker, rating)
+    result["flag_below"] = FLAG_BELOW
+    if sample is not None:
+        result["sample"] = sample_agreement(item, rating, sample, seed)
+    return result
+
+
+def agreement_figures(item: np.ndarray, rating: np.ndarray) -> dict[str, Any]:
+    """Kappa and alpha of ratings (item codes may have gaps; every item is expected to have 2+ ratings)."""
     low, high = RATING_SCALE
-    codes, rows = np.unique(item[shared], return_inverse=True)
+    codes, rows = np.unique(item, return_inverse=True)
     counts = np.zeros((len(codes), high - low + 1), np.int64)
-    np.add.at(counts, (rows, rating[shared].astype(np.int64) - low), 1)
+    np.add.at(counts, (rows, rating.astype(np.int64) - low), 1)
     result: dict[str, Any] = {
         "fleiss_kappa": None,
+        "alpha_ordinal": None,
+        "alpha_interval": None,
         "observed_agreement": None,
         "chance_agreement": None,
         "items": len(codes),
-        "ratings": int(shared.sum()),
+        "ratings": len(rating),
         "ratings_per_item": {str(k): int(v) for k, v in sorted(Counter(counts.sum(axis=1).tolist()).items())},
         "categories": list(range(low, high + 1)),
-        "scope": "kept items with two or more ratings; Fleiss' kappa with per-item rater counts",
     }
     if len(codes):
         kappa = fleiss_kappa(counts)
-        if not np.isnan(kappa.kappa):
-            result["fleiss_kappa"] = round(kappa.kappa, 4)
+        result["fleiss_kappa"] = None if np.isnan(kappa.kappa) else round(kappa.kappa, 4)
         result["observed_agreement"] = round(kappa.observed, 4)
         result["chance_agreement"] = round(kappa.expected, 4)
-    result["workers"] = worker_agreement(item, worker, rating)
+        for metric in ("ordinal", "interval"):
+            value = krippendorff.alpha(counts, np.arange(low, high + 1), metric)
+            result[f"alpha_{metric}"] = None if np.isnan(value) else round(value, 4)
+    return result
+
+
+def sample_agreement(item: np.ndarray, rating: np.ndarray, sample: int, seed: int, per_item: int = 3) -> dict:
+    """The paper's protocol (agreement on 100 instances with three ratings each): `sample` kept items drawn at
+    random among those with `per_item` or more ratings, `per_item` of each item's ratings drawn at random."""
+    if sample < 1:
+        raise UserError(f"--agreement-sample must be at least 1 (got {sample})")
+    rng = np.random.default_rng(seed)
+    count = np.bincount(item)
+    eligible = np.flatnonzero(count >= per_item)
+    chosen = rng.choice(eligible, min(sample, len(eligible)), replace=False)
+    rows = np.flatnonzero(np.isin(item, chosen))
+    order = rows[np.lexsort((rng.random(len(rows)), item[rows]))]
+    rank = np.arange(len(order)) - np.searchsorted(item[order], item[order])  # position within the item
+    take = order[rank < per_item]
+    result = agreement_figures(item[take], rating[take])
+    result |= {"asked": sample, "seed": seed, "ratings_each": per_item, "eligible_items": len(eligible)}
+    result["scope"] = f"{len(chosen)} random kept items with {per_item}+ ratings, {per_item} random ratings each"
     return result
 
 
@@ -163,6 +205,7 @@ def worker_agreement(item: np.ndarray, worker: np.ndarray, rating: np.ndarray) -
                 "spearman": None if rho is None else round(rho, 4),
                 "mean_abs_diff": round(float(difference.mean()), 4),
                 "within_1": round(float((difference <= 1).mean()), 4),
+                "flagged": rho is not None and rho < FLAG_BELOW,
             }
         )
     return sorted(rows, key=lambda r: (r["spearman"] is not None, r["spearman"] or 0.0, -r["items"]))

@@ -23,6 +23,8 @@ from stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")
+BWS_FIELDS = ("tuple_id", "worker_id", "best", "worst")
+BWS_POSITIONS = 4
 _MTURK_FIELDS = {
     "WorkerId": "worker_id",
     "AssignmentId": "assignment_id",
@@ -305,3 +307,71 @@ def parse_rating(value: Any) -> int | None:
         return None
     low, high = RATING_SCALE
     return int(number) if number.is_integer() and low <= number <= high else None
+
+
+# --------------------------------------------------------------------------------------------- best-worst results
+
+
+class Choice(NamedTuple):
+    """One accepted best/worst answer: the tuple's index and the chosen positions (0-3) in it."""
+
+    tuple_index: int
+    worker: str
+    assignment: str
+    best: int
+    worst: int
+
+
+def screen_bws(tuples: list[dict[str, Any]], results: list[Path], tasks_file: Path) -> tuple[Screen, list[Choice]]:
+    """Every best-worst results row checked; the accepted answers, at most one per worker and tuple."""
+    screen = Screen({t["tuple_id"]: i for i, t in enumerate(tuples)}, "tuple_id", tasks_file)
+    accepted: list[Choice] = []
+    seen: dict[tuple[int, str], str] = {}
+    for path in results:
+        rows, problems = read_results(path, BWS_FIELDS)
+        screen.problems.extend(problems)
+        for row in rows:
+            choice = _bws_answer(screen, row)
+            if choice is None:
+                continue
+            if (choice.tuple_index, choice.worker) in seen:
+                where = seen[choice.tuple_index, choice.worker]
+                screen.add(row, "duplicate_answer", f"worker {choice.worker} already answered this tuple at {where}")
+                continue
+            seen[choice.tuple_index, choice.worker] = row.where()
+            accepted.append(choice)
+    return screen, accepted
+
+
+def _bws_answer(screen: Screen, row: ResultRow) -> Choice | None:
+    """The row's choice, or None with every problem of the row recorded."""
+    found = screen.check(row)
+    worker = row.text("worker_id")
+    if not worker:
+        found.append("missing_worker")
+        screen.add(row, "missing_worker", "no worker_id")
+    picks = {}
+    for name in ("best", "worst"):
+        given = row.text(name)
+        picks[name] = parse_position(given)
+        if picks[name] is None:
+            found.append(name)
+            if given:
+                screen.add(row, f"bad_{name}", f"{name} {given!r} is not a position 1-4")
+            else:
+                screen.add(row, f"missing_{name}", f"no {name} item chosen")
+    if picks["best"] is not None and picks["best"] == picks["worst"]:
+        found.append("same_best_worst")
+        screen.add(row, "same_best_worst", f"item {picks['best'] + 1} chosen as both best and worst")
+    if found:
+        return None
+    return Choice(screen.known[row.text("tuple_id")], worker, row.text("assignment_id"), picks["best"], picks["worst"])
+
+
+def parse_position(value: str) -> int | None:
+    """A position in the 4-tuple as the HIT sends it (1-4, `2.0` read as 2), as an index 0-3; None otherwise."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) - 1 if number.is_integer() and 1 <= number <= BWS_POSITIONS else None

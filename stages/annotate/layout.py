@@ -4,6 +4,8 @@ One place for these, so the steps, the readers and the docs (docs/annotate.md, d
 
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 
 from pipeline.schemas import PROVENANCE
@@ -14,6 +16,8 @@ CONDITIONS = "conditions"
 RATINGS_TASKS = "ratings_tasks"
 RATINGS = "ratings"
 CSTS = "csts"
+BWS_TASKS = "bws_tasks"
+BWS = "bws"
 # files inside them
 HITS = "hits.csv"
 TASKS = "tasks.jsonl"
@@ -22,11 +26,15 @@ TRIPLETS = "conditions.parquet"
 ITEMS = "items.parquet"
 INDIVIDUAL_RATINGS = "ratings.parquet"
 AGREEMENT = "agreement.json"
+BWS_ITEMS = "items.jsonl"  # bws_tasks/: the items the tuples index
+ANNOTATIONS = "annotations.parquet"  # bws/: the accepted best/worst answers
+RELIABILITY = "reliability.json"  # bws/: split-half reliability
 
 KEPT_COLUMNS = (*PROVENANCE, "sentence1", "sentence2", "image_cosine", "iou")
 CONDITION_TYPES = ("high", "low")
 RATING_SCALE = (1, 5)
 SPLITS = ("train", "validation", "test")
+LABEL_SOURCES = ("likert", "bws")
 _MASK64 = (1 << 64) - 1
 
 
@@ -38,6 +46,13 @@ def condition_task_id(pair_id: int) -> str:
 def rating_item_id(pair_id: int, condition_type: str) -> str:
     """`r-`, the pair id's 16 hex digits and the condition type: one rating item per written condition."""
     return f"r-{pair_id & _MASK64:016x}-{condition_type}"
+
+
+def bws_tuple_id(index: int, item_ids: list[str]) -> str:
+    """`b-` and 16 hex digits of a hash of the tuple's place in the design and its item ids in order: ids are
+    unique within a design (even when, with very few items, two tuples show the same items in the same order),
+    and results of another design name ids this one does not know."""
+    return "b-" + hashlib.blake2b(f"{index}|{'|'.join(item_ids)}".encode(), digest_size=8).hexdigest()
 
 
 REPORT_SCHEMA = pa.schema(
@@ -78,5 +93,31 @@ RATING_SCHEMA = pa.schema(
         ("assignment_id", pa.string()),
         ("rating", pa.int8()),
         ("not_pertinent", pa.bool_()),
+    ]
+)
+BWS_ITEM_SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        *((name, pa.int64()) for name in PROVENANCE),
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("condition", pa.string()),
+        ("condition_type", pa.string()),
+        ("label", pa.float64()),  # the score mapped onto 1-5: 1 + 4 * score_unit
+        ("score", pa.float64()),  # (best - worst) / seen, in [-1, 1]
+        ("score_unit", pa.float64()),  # the score rescaled to [0, 1]
+        ("best", pa.int64()),
+        ("worst", pa.int64()),
+        ("seen", pa.int64()),
+        ("status", pa.string()),  # kept (seen in an annotated tuple) or unanswered
+    ]
+)
+ANNOTATION_SCHEMA = pa.schema(
+    [
+        ("tuple_id", pa.string()),
+        ("worker_id", pa.string()),
+        ("assignment_id", pa.string()),
+        ("best_item_id", pa.string()),
+        ("worst_item_id", pa.string()),
     ]
 )

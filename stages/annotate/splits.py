@@ -5,13 +5,16 @@ order) never spans two splits, so a model is never tested on sentences it was tr
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UserError
 from pipeline.schemas import CSTS_SCHEMA
-from stages.annotate.layout import SPLITS
+from stages.annotate.layout import RATING_SCALE, SPLITS
 from stages.annotate.sampling import hash64
 
 
@@ -90,3 +93,21 @@ def csts_table(complete: pa.Table, seed: int, ratios: tuple[float, float, float]
     columns = {name: table.column(name) for name in CSTS_SCHEMA.names if name != "split"}
     table = pa.table({**columns, "split": pa.array(names, pa.string())}, schema=CSTS_SCHEMA)
     return table, int(groups.max()) + 1
+
+
+def label_description(labels: str, upstream_params: dict[str, Any]) -> dict[str, Any]:
+    """What the labels are, for the split's record and its Parquet metadata: the scale (always the C-STS 1-5,
+    so `train` never infers it from the labels seen) and how they were made."""
+    low, high = RATING_SCALE
+    if labels == "bws":
+        how = "Best-Worst Scaling counting scores (best - worst) / seen in [-1, 1], mapped linearly to 1-5"
+        return {"source": "bws", "scale": [low, high], "policy": "1 + 4 * (score + 1) / 2", "description": how}
+    policy = upstream_params.get("aggregate", "mean")
+    how = f"{policy} of the 1-5 Likert ratings" + (" (median rounded to an integer)" if policy == "round" else "")
+    return {"source": "likert", "scale": [low, high], "policy": policy, "description": how}
+
+
+def label_metadata(described: dict[str, Any]) -> dict[bytes, bytes]:
+    """The Parquet schema metadata of a C-STS split: `csts.label_range` ("1 5") and `csts.labels` (JSON)."""
+    low, high = described["scale"]
+    return {b"csts.label_range": f"{low} {high}".encode(), b"csts.labels": json.dumps(described).encode()}

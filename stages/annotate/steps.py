@@ -27,6 +27,7 @@ from stages.annotate.files import read_jsonl, write_csv, write_json, write_parqu
 from stages.annotate.kept import KeptSource
 from stages.annotate.layout import (
     AGREEMENT,
+    BWS,
     CONDITION_TYPES,
     CONDITIONS,
     CONDITIONS_TASKS,
@@ -34,6 +35,7 @@ from stages.annotate.layout import (
     INDIVIDUAL_RATINGS,
     ITEM_SCHEMA,
     ITEMS,
+    LABEL_SOURCES,
     PROVENANCE,
     RATING_SCHEMA,
     RATINGS,
@@ -46,7 +48,7 @@ from stages.annotate.layout import (
     rating_item_id,
 )
 from stages.annotate.sampling import hash64, strata_summary, stratified_sample, unique_pairs
-from stages.annotate.splits import complete_pairs, csts_table
+from stages.annotate.splits import complete_pairs, csts_table, label_description, label_metadata
 
 log = logging.getLogger(__name__)
 
@@ -202,14 +204,21 @@ def import_ratings(
     not_pertinent_share: float = 0.5,
     min_ratings: int = 1,
     force: bool = False,
+    agreement_sample: int | None = None,
+    seed: int = 0,
 ) -> dict:
-    """Validate rating results; aggregate each item's ratings (`how`: mean or median); drop items that more than
-    `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than `min_ratings` ratings;
-    report Fleiss' kappa and per-worker agreement over the kept items with two or more ratings."""
+    """Validate rating results; label each item by the policy `how` (mean, median, or round: the median rounded
+    to an integer); drop items that more than `not_pertinent_share` of their raters flag as not pertinent, or
+    that have fewer than `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker
+    agreement over the kept items with two or more ratings, and with `agreement_sample` on a seeded sample of
+    that many items with three ratings each (the paper's protocol)."""
     _check_rating_options(how, not_pertinent_share, min_ratings)
+    if agreement_sample is not None and agreement_sample < 1:
+        raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
     tasks_dir = annotate_dir / RATINGS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage ratings")
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
+    params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     stage = StageRun("annotate-import-ratings", annotate_dir / RATINGS, params, inputs)
     if stage.is_done() and not force:
@@ -220,7 +229,7 @@ def import_ratings(
         raise screen.nothing_valid(results, "ratings")
     ratings = RatingArrays.of(accepted)
     labels = label_items(ratings, len(items), how, not_pertinent_share, min_ratings)
-    agreement = agreement_summary(ratings, labels.status)
+    agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
 
     stage.begin(force=True)
     screen.write_report(stage.staging / REPORT)
@@ -238,12 +247,13 @@ def import_ratings(
     }
     files = {name: str(stage.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT)}
     files["report"] = str(stage.folder / REPORT)
-    return stage.finish(counts, problems=screen.summary(), fleiss_kappa=agreement["fleiss_kappa"], files=files)
+    figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
+    return stage.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 
 
 def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
     if how not in AGGREGATES:
-        raise UserError(f"--aggregate must be mean or median (got {how!r})")
+        raise UserError(f"--aggregate must be mean, median or round (got {how!r})")
     if not 0 <= not_pertinent_share < 1:
         raise UserError(f"--not-pertinent-share must be in [0, 1) (got {not_pertinent_share})")
     if min_ratings < 1:
@@ -285,16 +295,22 @@ def _individual_table(items: list[dict], accepted: list[crowd.Rating]) -> pa.Tab
 # ----------------------------------------------------------------------------------------------------- 5: split
 
 
-def split(annotate_dir: Path, seed: int, ratios: tuple[float, float, float], force: bool) -> dict:
-    """Train/validation/test from the kept rated items: only pairs whose high and low conditions were both kept,
-    grouped by sentence pair; written as C-STS Parquet and CSV (docs/schemas.md)."""
-    ratings_dir = annotate_dir / RATINGS
-    upstream = require_record(ratings_dir, "annotate import --stage ratings")
+def split(
+    annotate_dir: Path, seed: int, ratios: tuple[float, float, float], force: bool, labels: str = "likert"
+) -> dict:
+    """Train/validation/test from the kept labelled items (`labels`: likert ratings, or bws scores mapped to
+    1-5): only pairs whose high and low conditions were both kept, grouped by sentence pair; written as C-STS
+    Parquet and CSV (docs/schemas.md), the Parquet carrying the label scale and source in its metadata."""
+    if labels not in LABEL_SOURCES:
+        raise UserError(f"--labels must be likert or bws (got {labels!r})")
+    ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
+    step = "annotate import --stage ratings" if labels == "likert" else "annotate import --stage bws"
+    upstream = require_record(ratings_dir, step)
     stage = StageRun(
         "annotate-split",
         annotate_dir / CSTS,
-        {"seed": seed, "ratios": [round(r, 6) for r in ratios]},
-        {"ratings": upstream["fingerprint"]},
+        {"seed": seed, "ratios": [round(r, 6) for r in ratios], "labels": labels},
+        {labels: upstream["fingerprint"]},
     )
     if stage.is_done() and not force:
         return _up_to_date(stage)
@@ -306,6 +322,8 @@ def split(annotate_dir: Path, seed: int, ratios: tuple[float, float, float], for
             f"{ratings_dir / ITEMS}: no sentence pair has both its high and its low condition kept; nothing to split"
         )
     table, sentence_pairs = csts_table(complete, seed, ratios)
+    described = label_description(labels, upstream["params"])
+    table = table.replace_schema_metadata(label_metadata(described))
     parts = {name: table.filter(pc.equal(table.column("split"), name)) for name in SPLITS}
 
     stage.begin(force=True)
@@ -321,4 +339,5 @@ def split(annotate_dir: Path, seed: int, ratios: tuple[float, float, float], for
         counts[f"{name}_pairs"] = len(np.unique(part.column("pair_id").to_numpy()))
         if part.num_rows == 0:
             log.warning("annotate split: %s is empty (%d sentence pairs in all)", name, sentence_pairs)
-    return stage.finish(counts, files={name: str(stage.folder / f"{name}.parquet") for name in SPLITS})
+    files = {name: str(stage.folder / f"{name}.parquet") for name in SPLITS}
+    return stage.finish(counts, labels=described, files=files)

@@ -21,9 +21,13 @@ def describe(record: dict[str, Any]) -> str:
     if stage == "annotate-export-ratings":
         return _export_ratings(record["counts"], record["files"])
     if stage == "annotate-split":
-        return _split(record["counts"], record["files"])
+        return _split(record["counts"], record["files"], record.get("labels"))
     if stage == "annotate-import-conditions":
         return _import_conditions(record)
+    if stage == "annotate-export-bws":
+        return _export_bws(record["counts"], record["design"], record["files"])
+    if stage == "annotate-import-bws":
+        return _import_bws(record)
     return _import_ratings(record)
 
 
@@ -41,11 +45,46 @@ def _export_ratings(counts: dict[str, Any], files: dict[str, str]) -> str:
     )
 
 
-def _split(counts: dict[str, Any], files: dict[str, str]) -> str:
+def _export_bws(counts: dict[str, Any], design: dict[str, Any], files: dict[str, str]) -> str:
+    appearances = f"{design['appearances_min']}" + (
+        f"-{design['appearances_max']}" if design["appearances_max"] != design["appearances_min"] else ""
+    )
+    return (
+        f"{counts['tuples']} best-worst 4-tuples of {counts['items']} items (each item in {appearances} tuples; "
+        f"no two items share more than {design['max_cooccurrence']})\n"
+        f"  upload: {files['hits']}\n  ids:    {files['tasks']}"
+    )
+
+
+def _import_bws(record: dict[str, Any]) -> str:
+    counts, files, reliability = record["counts"], record["files"], record["reliability"]
+    spread = ", ".join(f"{n} with {k}" for k, n in reliability["annotations_per_tuple"].items())
+    if reliability["spearman"] is None:
+        half = "split-half reliability n/a (no tuple has two or more answers)"
+    else:
+        half = (
+            f"split-half reliability (Spearman, mean of {reliability['repeats']} random splits, seed "
+            f"{reliability['seed']}) {reliability['spearman']:.3f}; Spearman-Brown corrected "
+            f"{reliability['spearman_brown']:.3f}"
+        )
+    return "\n".join(
+        [
+            _screening(record),
+            f"{counts['tuples_answered']} of {counts['tuples']} tuples answered ({spread} answers) by "
+            f"{counts['workers']} workers",
+            f"items: {counts['items_scored']} scored, {counts['items_unanswered']} unanswered -> {files[ITEMS]}",
+            half,
+        ]
+    )
+
+
+def _split(counts: dict[str, Any], files: dict[str, str], labels: dict[str, Any] | None) -> str:
     lines = [
         f"{counts['sentence_pairs']} sentence pairs split; {counts['incomplete_pairs_dropped']} pair(s) left out "
         "(not both conditions kept)"
     ]
+    if labels is not None:
+        lines.append(f"labels: {labels['description']}")
     lines += [f"  {name:<10} {counts[f'{name}_rows']:>6} rows  {files[name]}" for name in SPLITS]
     return "\n".join(lines)
 
@@ -69,29 +108,49 @@ def _import_conditions(record: dict[str, Any]) -> str:
 def _import_ratings(record: dict[str, Any]) -> str:
     counts, files = record["counts"], record["files"]
     agreement = json.loads(Path(files[AGREEMENT]).read_text())
-    kappa = "n/a" if agreement["fleiss_kappa"] is None else f"{agreement['fleiss_kappa']:.3f}"
     spread = ", ".join(f"{n} with {k} ratings" for k, n in agreement["ratings_per_item"].items()) or "none"
-    return "\n".join(
-        [
-            _screening(record),
-            f"items: {counts['items_kept']} kept, {counts['items_not_pertinent']} not pertinent, "
-            f"{counts['items_too_few_ratings']} too few ratings, {counts['items_unanswered']} unanswered "
-            f"-> {files[ITEMS]}",
-            f"Fleiss' kappa {kappa} over {agreement['items']} items with 2+ ratings ({spread}); {files[AGREEMENT]}",
-            agreement_table(agreement),
-        ]
+    lines = [
+        _screening(record),
+        f"items: {counts['items_kept']} kept, {counts['items_not_pertinent']} not pertinent, "
+        f"{counts['items_too_few_ratings']} too few ratings, {counts['items_unanswered']} unanswered "
+        f"-> {files[ITEMS]} (labels: {agreement['label_policy']})",
+        f"{_figures(agreement)} over {agreement['items']} items with 2+ ratings ({spread}); {files[AGREEMENT]}",
+    ]
+    sample = agreement.get("sample")
+    if sample is not None:
+        lines.append(
+            f"sample of {sample['items']} items (asked {sample['asked']}, seed {sample['seed']}), "
+            f"{sample['ratings_each']} ratings each: {_figures(sample)}"
+        )
+    return "\n".join([*lines, agreement_table(agreement)])
+
+
+def _figures(agreement: dict[str, Any]) -> str:
+    """Fleiss' kappa and Krippendorff's alpha (ordinal, interval), `n/a` where undefined."""
+
+    def show(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return (
+        f"Fleiss' kappa {show(agreement['fleiss_kappa'])}, Krippendorff's alpha ordinal "
+        f"{show(agreement['alpha_ordinal'])}, interval {show(agreement['alpha_interval'])}"
     )
 
 
 def agreement_table(agreement: dict[str, Any], limit: int = 20) -> str:
-    """The per-worker agreement as a printable table, least agreeing workers first."""
+    """The per-worker agreement as a printable table, least agreeing workers first; `low` marks a worker whose
+    leave-one-out Spearman is below the flag threshold."""
     workers = agreement["workers"]
-    lines = [f"{'worker':<20} {'items':>6} {'spearman':>9} {'mean|diff|':>11} {'within 1':>9}"]
+    lines = [f"{'worker':<20} {'items':>6} {'spearman':>9} {'mean|diff|':>11} {'within 1':>9}  flag"]
     for w in workers[:limit]:
         rho = "-" if w["spearman"] is None else f"{w['spearman']:.3f}"
+        flag = f"  < {agreement['flag_below']}" if w["flagged"] else ""
         lines.append(
             f"{w['worker_id'][:20]:<20} {w['items']:>6} {rho:>9} {w['mean_abs_diff']:>11.3f} {w['within_1']:>9.3f}"
+            + flag
         )
     if len(workers) > limit:
         lines.append(f"... {len(workers) - limit} more workers in agreement.json")
+    flagged = sum(w["flagged"] for w in workers)
+    lines.append(f"{flagged} worker(s) flagged (leave-one-out Spearman below {agreement['flag_below']})")
     return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The dataset card (`README.md`) of a published C-STS dataset: YAML metadata that the Hugging Face Hub and
+`datasets` read (licence, task, splits, sizes, which files hold which split), then the data statistics a C-STS
+paper reports, in Markdown."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from pipeline.schemas import CSTS_SCHEMA
+
+if TYPE_CHECKING:
+    from stages.annotate.publish import Histogram, Release
+
+_SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
+
+
+def size_category(rows: int) -> str:
+    return next((name for limit, name in _SIZES if rows < limit), "1M<n<10M")
+
+
+def metadata(release: Release, files: dict[str, str]) -> dict[str, Any]:
+    """The card's YAML header: `configs` maps each split to its Parquet files, as `load_dataset(DIR)` expects."""
+    total = sum(table.num_rows for table in release.tables.values())
+    return {
+        "license": release.license,
+        "language": ["en"],
+        "task_categories": ["sentence-similarity"],
+        "task_ids": ["semantic-similarity-scoring"],
+        "pretty_name": f"C-STS pairs from {release.name}",
+        "size_categories": [size_category(total)],
+        "tags": ["conditional-semantic-textual-similarity", "c-sts"],
+        "configs": [
+            {
+                "config_name": "default",
+                "data_files": [{"split": split, "path": f"{path.split('-')[0]}-*"} for split, path in files.items()],
+            }
+        ],
+        "dataset_info": {
+            "features": [{"name": f.name, "dtype": str(f.type).replace("double", "float64")} for f in CSTS_SCHEMA],
+            "splits": [
+                {"name": split, "num_bytes": int(table.nbytes), "num_examples": table.num_rows}
+                for split, table in release.tables.items()
+            ],
+            "dataset_size": int(sum(table.nbytes for table in release.tables.values())),
+        },
+    }
+
+
+def render_card(release: Release, stats: dict[str, Any], histogram: Histogram, png: str, files: dict[str, str]) -> str:
+    """The whole card: front matter, then the statistics, the labels, agreement and the funnel."""
+    header = yaml.safe_dump(metadata(release, files), sort_keys=False, allow_unicode=True)
+    parts = [
+        f"---\n{header}---\n",
+        f"# C-STS pairs from {release.name}\n",
+        "Conditional semantic textual similarity (C-STS): each instance is two sentences, a condition, and how "
+        "similar the sentences are under that condition, from 1 (dissimilar) to 5 (similar). Every sentence pair "
+        "comes twice, with a condition under which it is highly similar and one under which it is not. Built "
+        "with csts-pipeline from image-caption pairs.\n",
+        _statistics(stats),
+        _histogram(histogram, png),
+        _labels(release.labels),
+        _agreement(release),
+        _funnel(release.funnel),
+    ]
+    if release.notes:
+        parts.append("## Notes\n\n" + "".join(f"- {note}\n" for note in release.notes))
+    return "\n".join(part for part in parts if part)
+
+
+def _statistics(stats: dict[str, Any]) -> str:
+    lines = ["## Data statistics\n", "| split | instances | sentence pairs |", "|---|---:|---:|"]
+    lines += [f"| {split} | {n:,} | {stats['pairs'][split]:,} |" for split, n in stats["instances"].items()]
+    lines.append(f"| **all** | {stats['total']:,} | {sum(stats['pairs'].values()):,} |")
+    if stats["sentence_words"] is not None:
+        lines.append(
+            f"\nAverage length in words: sentences {stats['sentence_words']:.1f} (both sentences of every "
+            f"instance), conditions {stats['condition_words']:.1f}.\n"
+        )
+    return "\n".join(lines)
+
+
+def _histogram(histogram: Histogram, png: str) -> str:
+    splits = list(histogram.counts)
+    lines = ["## Label histogram\n", f"![Label histogram per split]({png})\n"]
+    lines += ["| label | " + " | ".join(splits) + " |", "|---|" + "---:|" * len(splits)]
+    for i, name in enumerate(histogram.labels):
+        lines.append(f"| {name} | " + " | ".join(str(int(histogram.counts[s][i])) for s in splits) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _labels(labels: dict[str, Any]) -> str:
+    low, high = labels.get("scale", [1, 5])
+    return f"## Labels\n\nScale {low}-{high}: {labels['description']}.\n"
+
+
+def _agreement(release: Release) -> str:
+    found = release.agreement
+    if found is None:
+        return ""
+    if release.labels["source"] == "bws":
+        return _reliability(found, release.design)
+    lines = ["## Agreement\n", "| measured on | items | Fleiss' kappa | alpha (ordinal) | alpha (interval) |"]
+    lines.append("|---|---:|---:|---:|---:|")
+    sample = found.get("sample")
+    rows = [("every kept item with 2+ ratings", found)]
+    if sample is not None:
+        rows.append(
+            (f"a random sample, {sample['ratings_each']} random ratings per item (seed {sample['seed']})", sample)
+        )
+    for scope, figures in rows:
+        cells = [_show(figures.get(k)) for k in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")]
+        lines.append(f"| {scope} | {figures['items']} | " + " | ".join(cells) + " |")
+    lines.append(f"\nLabels per item: {found.get('label_policy', 'mean')} of its ratings.")
+    return "\n".join(lines) + "\n"
+
+
+def _reliability(found: dict[str, Any], design: dict[str, Any] | None) -> str:
+    lines = ["## Reliability (Best-Worst Scaling)\n"]
+    if design is not None:
+        lines.append(
+            f"{design['tuples']:,} 4-tuples of {design['items']:,} items; each item in "
+            f"{design['appearances_min']}-{design['appearances_max']} tuples; no two items share more than "
+            f"{design['max_cooccurrence']}.\n"
+        )
+    lines.append(
+        f"Split-half reliability (Spearman between the scores of random halves of each tuple's answers, mean of "
+        f"{found['repeats']} splits): {_show(found['spearman'])}; Spearman-Brown corrected: "
+        f"{_show(found['spearman_brown'])}.\n"
+    )
+    return "\n".join(lines)
+
+
+def _funnel(funnel: dict[str, Any] | None) -> str:
+    """The filter's funnel: every criterion in order with what it removed and what remained."""
+    if funnel is None:
+        return ""
+    lines = ["## Filter funnel\n", f"{funnel['candidates']:,} candidate caption pairs, criteria applied in order:\n"]
+    lines += ["| criterion | rule | rejected | remaining |", "|---|---|---:|---:|"]
+    remaining = funnel["candidates"]
+    for name in funnel["order"]:
+        entry = funnel["criteria"][name]
+        if entry["rejected_in_order"] is None:
+            lines.append(f"| {name} | off | - | {remaining:,} |")
+            continue
+        remaining -= entry["rejected_in_order"]
+        lines.append(f"| {name} | {entry['rule']} | {entry['rejected_in_order']:,} | {remaining:,} |")
+    lines.append(f"| **kept** | | | {funnel['kept']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def _show(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
