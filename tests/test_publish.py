@@ -142,14 +142,3 @@ def test_export_refusals_and_the_annotate_folder_alone(tmp_path: Path, work: Pat
     cli("export", "-m", manifest, "--out", tmp_path / "nofilter")
     _, body = card_of(tmp_path / "nofilter")
     assert "Filter funnel" not in body and f"no filter record with a funnel in {work / 'filter'}" in body
-
-
-def test_export_loads_with_datasets_where_installed(tmp_path: Path, work: Path):
-    datasets = pytest.importorskip("datasets", reason="not a dependency; loaded where it is installed")
-    out = tmp_path / "hf"
-    cli("export", "-m", tmp_path / "pub.yaml", "--out", out)
-    loaded = datasets.load_dataset(str(out))
-    for split in ("train", "validation", "test"):
-        expected = pq.read_table(work / "annotate" / "csts" / f"{split}.parquet")
-        assert loaded[split].num_rows == expected.num_rows
-        assert loaded[split]["label"] == expected.column("label").to_pylist()

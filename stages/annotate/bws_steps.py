@@ -58,8 +58,9 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
     records = [{"tuple_id": t, "item_ids": list(row)} for t, row in zip(tuple_ids, item_ids[design])]
 
     stage.begin(force=True)
-    files = tasks.write_task_files(stage.folder, pa.table(hits), records)
-    write_jsonl(items, stage.folder / BWS_ITEMS)
+    written = tasks.write_task_files(stage.staging, pa.table(hits), records)
+    files = {key: str(stage.folder / name) for key, name in written.items()}
+    write_jsonl(items, stage.staging / BWS_ITEMS)
     files["items"] = str(stage.folder / BWS_ITEMS)
     stats = bws.design_stats(design, len(items))
     return stage.finish({"items": len(items), "tuples": len(records)}, design=stats, files=files)
@@ -91,10 +92,10 @@ def import_bws(annotate_dir: Path, results: list[Path], repeats: int, seed: int,
     reliability["annotations_per_tuple"] = {str(k): int(v) for k, v in zip(*spread)}
 
     stage.begin(force=True)
-    screen.write_report(stage.folder / REPORT)
-    write_parquet(_item_table(items, scores), stage.folder / ITEMS)
-    write_parquet(_annotation_table(tuple_records, items, design, accepted), stage.folder / ANNOTATIONS)
-    write_json(stage.folder / RELIABILITY, reliability)
+    screen.write_report(stage.staging / REPORT)
+    write_parquet(_item_table(items, scores), stage.staging / ITEMS)
+    write_parquet(_annotation_table(tuple_records, items, design, accepted), stage.staging / ANNOTATIONS)
+    write_json(stage.staging / RELIABILITY, reliability)
     counts = {
         "tuples": len(design),
         "items": len(items),

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UserError
-from pipeline.records import read_json, read_record, require_record
+from pipeline.records import previous_of, read_json, read_record, require_record, staging_of, swap_in
 from pipeline.shards import read_table, write_atomic, write_table
 from stages.annotate.card import render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
@@ -54,8 +54,11 @@ def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, l
     """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`)."""
     release = gather(annotate_dir, work_dir, name, license)
     _prepare(out, force)
+    staging = staging_of(out / DATA)  # data/ is swapped in whole: a failed export leaves the old one readable
+    shutil.rmtree(staging, ignore_errors=True)
     for split, table in release.tables.items():
-        write_table(table, out / shard_path(split))
+        write_table(table, staging / Path(shard_path(split)).name)
+    swap_in(out / DATA, staging, previous_of(out / DATA))
     histogram = label_histogram(release.tables)
     save_histogram(histogram, out / HISTOGRAM)
     files = {split: shard_path(split) for split in release.tables}
@@ -99,10 +102,8 @@ def _prepare(out: Path, force: bool) -> None:
     """An existing non-empty folder is replaced only with --force: it may be a checkout of a published dataset."""
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise UserError(f"{out}: folder is not empty; --force replaces its card, plot and data/ files")
-        shutil.rmtree(out / DATA, ignore_errors=True)
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"{out}: folder is not empty; --force replaces its card, plot and data/ files")
 
 
 # ------------------------------------------------------------------------------------------------ statistics
