@@ -71,7 +71,7 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
         ),
         folder / CAPTIONS / shard_name(0),
     )
-    StageRun("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).finish(
+    StageRun("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).record_in_place(
         {"images_embedded": n_images}
     )
 

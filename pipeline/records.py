@@ -220,8 +220,26 @@ class StageRun:
 
     def finish(self, counts: dict[str, Any], record_copy: str | None = None, **extra: Any) -> dict[str, Any]:
         """Write the record (and a visible copy named `record_copy`) into the staging folder, then swap it in."""
+        record = self._record(counts, extra)
+        (self.staging / STARTED).unlink(missing_ok=True)
+        if record_copy is not None:
+            write_json(self.staging / record_copy, record)  # all but output_files, which lists this copy
+        record["output_files"] = describe_files(self.staging)
+        write_json(self.staging / RECORD, record)
+        swap_in(self.folder, self.staging, previous_of(self.folder))
+        return record
+
+    def record_in_place(self, counts: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        """Record `folder` as it stands, without staging: for tests and benchmarks that fabricate a stage's
+        output file by file (bench/scale.py's synthetic embed folder)."""
+        record = self._record(counts, extra)
+        record["output_files"] = describe_files(self.folder)
+        write_json(self.folder / RECORD, record)
+        return record
+
+    def _record(self, counts: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         finished = time.time()
-        record = {
+        return {
             "stage": self.stage,
             "status": "done",
             "fingerprint": self.fingerprint,
@@ -236,10 +254,3 @@ class StageRun:
             },
             **extra,
         }
-        (self.staging / STARTED).unlink(missing_ok=True)
-        if record_copy is not None:
-            write_json(self.staging / record_copy, record)  # all but output_files, which lists this copy
-        record["output_files"] = describe_files(self.staging)
-        write_json(self.staging / RECORD, record)
-        swap_in(self.folder, self.staging, previous_of(self.folder))
-        return record

@@ -124,7 +124,7 @@ def template(tmp_path_factory) -> Path:
             owners[rows_2[part]],
             np.array(cosines[part]),
         )
-    StageRun("mine", mine_dir, MINE_PARAMS, {"embed": "test"}).finish({"candidate_pairs": len(rows_1)})
+    StageRun("mine", mine_dir, MINE_PARAMS, {"embed": "test"}).record_in_place({"candidate_pairs": len(rows_1)})
     return manifest.work_dir
 
 
@@ -419,7 +419,7 @@ def test_mine_output_from_other_parameters_is_refused(work):
 
 def test_mine_output_older_than_embed_is_refused(work):
     (work / "embed").mkdir()
-    StageRun("embed", work / "embed", {}, {}).finish({})
+    StageRun("embed", work / "embed", {}, {}).record_in_place({})
     with pytest.raises(UserError, match="older than the embed output"):
         stage.run(manifest_for(work))
 

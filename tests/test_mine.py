@@ -117,7 +117,7 @@ def _fake_embed_stage(work_dir: Path, n_images: int = 40, captions_per_image: in
         ),
         folder / CAPTIONS / "part-00000.parquet",
     )
-    StageRun("embed", folder, {"fake": True}, {}).finish({"images_embedded": n_images})
+    StageRun("embed", folder, {"fake": True}, {}).record_in_place({"images_embedded": n_images})
 
 
 def _manifest(tmp_path: Path, **mine_config):
