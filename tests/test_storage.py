@@ -120,18 +120,20 @@ def test_inputs_and_manifest_given_as_urls(manifest: Path, local: Path, small: t
 
 
 @pytest.mark.parametrize(
-    ("url", "message"),
+    ("args", "message"),
     [
         pytest.param(
-            "s3://bucket/run",
+            ["--out", "s3://bucket/run"],
             "s3fs",
             marks=pytest.mark.skipif(importlib.util.find_spec("s3fs") is not None, reason="s3fs is installed"),
         ),
-        ("nope://bucket/run", "nope://bucket/run"),
+        (["--out", "nope://bucket/run"], "nope://bucket/run"),
+        (["--manifest", "memory://nowhere/m.yaml"], "memory://nowhere/m.yaml: not found"),
     ],
 )
-def test_a_url_without_its_driver_is_a_one_line_error(manifest: Path, url: str, message: str):
-    result = runner.invoke(app, ["status", "--manifest", str(manifest), "--out", url])
+def test_a_bad_url_is_a_one_line_error(manifest: Path, args: list[str], message: str):
+    given = args if "--manifest" in args else ["--manifest", str(manifest), *args]
+    result = runner.invoke(app, ["status", *given])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -168,3 +170,33 @@ def test_a_publish_killed_before_its_record_leaves_the_store_output_whole(manife
     assert not (tmp_path / "store" / "embed" / before["generation"]).exists()
     tables = {name: rows for name, rows in contents(local, ("embed",)).items() if not name.endswith("/counts")}
     assert {name: store_contents(url, tmp_path / "new", ("embed",))[name] for name in tables} == tables
+
+
+class Crash(Exception):
+    """A failpoint reached, in this process: what a kill would leave on the store, without killing pytest."""
+
+
+def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
+    manifest: Path, local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    url = "memory://bucket/runs/cut"
+    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
+    before = remote_record(url, "embed")
+    raw = yaml.safe_load(manifest.read_text())
+    raw["embed"]["images_per_shard"] = 10
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(raw))
+
+    def crash(name: str) -> None:
+        if name == "embed:publish-after-first-file":
+            raise Crash(name)
+
+    monkeypatch.setattr("pipeline.executor._failpoint", crash)
+    cut = runner.invoke(app, ["embed", "--manifest", str(other), "--out", url])
+    assert isinstance(cut.exception, Crash)
+    generations = [
+        path for path in fsspec.filesystem("memory").ls("/bucket/runs/cut/embed", detail=False) if "gen-" in path
+    ]
+    assert len(generations) == 2  # the committed one, and the partial upload no record names
+    assert remote_record(url, "embed") == before
+    assert store_contents(url, tmp_path / "store", ("embed",)) == contents(local, ("embed",))
