@@ -26,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from pipeline import storage
+from pipeline.errors import UserError
 from pipeline.locks import stage_lock
 from pipeline.records import (
     RECORD,
@@ -101,8 +102,11 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     if remote is None:
         record = read_record(stage.folder)
     else:
-        _pull(stage, remote)
         record = storage.remote_record(remote, stage.name)
+        try:
+            _pull(stage, remote)
+        except UserError as exc:  # the store's upstream output is incomplete: this output cannot be current
+            return ("stale" if record else "missing"), record, str(exc)
     if record is None:
         partial = (staging_folder(stage) / STARTED).is_file()
         return ("partial" if partial else "missing"), None, "a run was interrupted; rerun to resume" if partial else ""

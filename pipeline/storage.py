@@ -253,6 +253,7 @@ def pull(url: str, work_dir: Path, name: str) -> None:
     problems = remote_problems(url, name, record)
     if problems:
         raise UserError(f"{problems[0]}: the {name} output on the store is incomplete; rerun `csts-pipeline {name}`")
+    clock = time.perf_counter()
     fs, root = filesystem(url)
     base = _files_base(root, name, record)
     incoming = work_dir / f".{name}.pull"
@@ -265,7 +266,8 @@ def pull(url: str, work_dir: Path, name: str) -> None:
         raise UserError(f"{problems[0]}: the {name} output changed while it was read; run again")
     shutil.rmtree(folder, ignore_errors=True)  # a crash here leaves no cached copy: the next run pulls again
     incoming.rename(folder)
-    log.info("%s: pulled %d files from %s", name, len(record["output_files"]), _display(fs, base))
+    seconds = time.perf_counter() - clock
+    log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, _display(fs, base))
 
 
 def _pull_record(url: str, work_dir: Path, name: str) -> None:
@@ -296,6 +298,7 @@ def publish(url: str, folder: Path, name: str, record: dict[str, Any]) -> dict[s
     the generation it replaced. A crash before the record leaves the store's previous output whole."""
     from pipeline.executor import _failpoint  # the executor imports this module
 
+    clock = time.perf_counter()
     fs, root = filesystem(url)
     generation = f"{GENERATION_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     published = record | {"generation": generation}
@@ -317,7 +320,16 @@ def publish(url: str, folder: Path, name: str, record: dict[str, Any]) -> dict[s
     write_json(folder / RECORD, published)  # the cache now holds this generation
     _failpoint(f"{name}:publish-before-cleanup")
     _collect(fs, f"{root}/{name}", generation, (previous or {}).get("generation"))
-    log.info("%s: published %d files to %s", name, len(record["output_files"]), _display(fs, base))
+    size = sum(entry["bytes"] for entry in record["output_files"].values()) / 1e6
+    seconds = time.perf_counter() - clock
+    log.info(
+        "%s: published %d files (%.1f MB) in %.1fs to %s",
+        name,
+        len(published["output_files"]),
+        size,
+        seconds,
+        _display(fs, base),
+    )
     return published
 
 

@@ -163,8 +163,8 @@ def test_a_publish_killed_before_its_record_leaves_the_store_output_whole(manife
     assert remote_record(url, "embed") == before and not remote_problems(url, "embed", before)
     assert store_contents(url, tmp_path / "old", ("embed",)) == contents(local, ("embed",))
 
-    resumed = cli(*args)  # the cache holds the committed run: it is published, not recomputed
-    assert resumed.returncode == 0 and "up to date" in resumed.stdout, resumed.stderr
+    resumed = runner.invoke(app, list(args))  # the cache holds the committed run: published, not recomputed
+    assert resumed.exit_code == 0 and "up to date" in resumed.output, resumed.output
     after = remote_record(url, "embed")
     assert after["fingerprint"] != before["fingerprint"] and after["counts"]["shards"] == 4
     assert not (tmp_path / "store" / "embed" / before["generation"]).exists()
