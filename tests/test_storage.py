@@ -102,6 +102,12 @@ def test_a_memory_work_dir_holds_the_local_tables_and_a_rerun_is_a_noop(manifest
     assert fresh.exit_code == 0 and fresh.output.count("up to date") == 3, fresh.output
     assert {stage: remote_record(url, stage) for stage in STAGES} == records
 
+    shard = f"/bucket/runs/a/embed/{records['embed']['generation']}/embeddings/part-00000.parquet"
+    fsspec.filesystem("memory").pipe_file(shard, b"truncated")
+    damaged = runner.invoke(app, ["status", "--manifest", str(manifest), "--out", url])
+    assert f"memory://{shard}: 9 bytes, the record says" in damaged.output, damaged.output
+    assert damaged.output.split()[:2] == ["embed", "incomplete"]
+
 
 def test_inputs_and_manifest_given_as_urls(manifest: Path, local: Path, small: tuple[Path, Path], tmp_path: Path):
     """A manifest on the store whose relative paths (work_dir, captions, images) are URLs beside it."""
