@@ -11,6 +11,7 @@ import typer
 from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, user_errors
 from pipeline.errors import UserError
 from pipeline.manifest import open_manifest
+from pipeline.storage import pull, remote_of
 
 annotate_app = typer.Typer(
     help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",
@@ -71,13 +72,18 @@ MinRatingsOpt = Annotated[
 ]
 
 
-def _annotate_dir(dataset: str | None, manifest: Path | None, out: Path | None) -> tuple[Path, Path | None]:
-    """The annotate folder and the manifest's work_dir (None when only --out is given)."""
+def _annotate_dir(dataset: str | None, manifest: str | None, out: Path | None) -> tuple[Path, Path | None]:
+    """The annotate folder and the manifest's work_dir (None when only --out is given). A URL work_dir is its
+    local working cache, with the store's filter output pulled into it (docs/storage.md); annotate's own files
+    stay in the cache."""
     if dataset is None and manifest is None:
         if out is None:
             raise UserError("give --dataset/--manifest (files under <work_dir>/annotate/) or --out DIR")
         return out, None
     work_dir = open_manifest(dataset, manifest).work_dir
+    remote = remote_of(work_dir)
+    if remote is not None:
+        pull(remote, work_dir, "filter")
     return (out if out is not None else work_dir / "annotate"), work_dir
 
 

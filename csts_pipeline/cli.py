@@ -16,6 +16,7 @@ from csts_pipeline.train_cli import register as register_train_commands
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest, open_manifest
 from pipeline.records import read_record
+from pipeline.storage import is_url, location, remote_record
 
 app = typer.Typer(
     help="Build C-STS datasets from image-caption corpora: embed -> mine -> filter -> train.",
@@ -25,7 +26,10 @@ app = typer.Typer(
 )
 log = logging.getLogger("csts-pipeline")
 
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Work folder for all stage outputs (overrides work_dir).")]
+OutOpt = Annotated[
+    str | None,
+    typer.Option("--out", help="Work folder or URL (s3://, gs://, ...) for all stage outputs (overrides work_dir)."),
+]
 BatchOpt = Annotated[int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")]
 KOpt = Annotated[int | None, typer.Option("--k", help="Neighbours per image (overrides mine.k).")]
 DecodeOpt = Annotated[
@@ -55,8 +59,11 @@ IndexOpt = Annotated[
 ]
 
 
-def _manifest(dataset: str | None, manifest: Path | None, **overrides: Any) -> Manifest:
+def _manifest(dataset: str | None, manifest: str | None, **overrides: Any) -> Manifest:
+    """The manifest with the command's overrides, its URL inputs copied into the cache (pipeline.storage)."""
+    overrides["work_dir"] = location(overrides.get("work_dir"))
     loaded = open_manifest(dataset, manifest, overrides)
+    loaded.fetch_inputs()
     if loaded.demo_encoders:
         typer.secho(
             f"note: {loaded.name} uses demo encoders (random-init CLIP, all-MiniLM-L6-v2): it shows the "
@@ -95,7 +102,8 @@ def _report(record: dict, manifest: Manifest | None = None) -> None:
     """One summary per stage run: what it did (or that it was up to date), its skips, and filter's funnel."""
     if record.get("status") == "up-to-date":
         typer.echo(f"up to date: {record['folder']} (nothing to do; --force recomputes)")
-        record = read_record(Path(record["folder"])) or {}
+        folder = record["folder"]
+        record = (remote_record(*folder.rsplit("/", 1)) if is_url(folder) else read_record(Path(folder))) or {}
     else:
         counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
         reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
@@ -190,7 +198,8 @@ def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt
     """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
     from pipeline.executor import state
 
-    loaded = open_manifest(dataset, manifest, {"work_dir": out})
+    loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
+    loaded.fetch_inputs()
     for name, stage in _data_stages().items():
         try:
             found, record, detail = state(stage(loaded))
@@ -236,7 +245,7 @@ PairsOpt = Annotated[
     typer.Option("--pairs", help="Score this CSV/Parquet of sentence pairs (columns sentence1, sentence2) instead."),
 ]
 FilterOutOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option("--out", help="Work folder (overrides work_dir); with --pairs, the scored file (.csv or .parquet)."),
 ]
 KeepRejectedOpt = Annotated[
@@ -316,7 +325,7 @@ def filter_command(
         return
     from stages.filter.pairs_file import score_file
 
-    result = score_file(loaded, pairs, out)
+    result = score_file(loaded, pairs, Path(out))
     typer.echo(result["funnel"].table())
     typer.echo(f"scored {result['pairs']} pairs in {result['seconds']:.1f}s: {result['kept']} kept -> {result['out']}")
 

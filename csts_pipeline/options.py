@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,7 +19,10 @@ DatasetOpt = Annotated[
         "--dataset", "-d", help="Manifest name: ./manifests/NAME.yaml, else the bundled NAME (coco, flickr30k, sample)."
     ),
 ]
-ManifestOpt = Annotated[Path | None, typer.Option("--manifest", "-m", help="Path to any manifest YAML file.")]
+# a string, not a Path: Path would fold `memory://x` into `memory:/x` (pipeline.storage.location)
+ManifestOpt = Annotated[
+    str | None, typer.Option("--manifest", "-m", help="Path or URL (s3://, gs://, hf://, ...) of a manifest YAML file.")
+]
 DeviceOpt = Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N (overrides run.device).")]
 # metavar="": a flag takes no value, so its help shows none (typer would print `<bool>`)
 ForceOpt = Annotated[

@@ -66,7 +66,7 @@ def with_config_options(after: str) -> Callable[[Callable[..., None]], Callable[
     return decorate
 
 
-def _manifest_train_section(dataset: str | None, manifest: Path | None) -> dict[str, Any] | None:
+def _manifest_train_section(dataset: str | None, manifest: str | None) -> dict[str, Any] | None:
     """The keys a manifest's `train:` section sets (they beat --preset; options beat them), or None."""
     if dataset is None and manifest is None:
         return None
@@ -100,7 +100,8 @@ def train(
         str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
     ] = None,
     manifest: Annotated[
-        Path | None, typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train:.")
+        str | None,
+        typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train: (a path or a URL)."),
     ] = None,
     seeds: Annotated[
         str | None,

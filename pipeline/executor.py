@@ -6,6 +6,10 @@ failed run leaves the committed output untouched and its staging folder resumabl
 fingerprint skips the finished units. On success the record, listing every output file, is written last into
 the staging folder, and the staging folder is swapped in by two renames; `recover` completes or rolls back a
 swap that a crash interrupted. Progress bars and logging live here, not in the stages.
+
+A work_dir given as a URL runs in its local working cache (pipeline.storage): the upstream stage is pulled from
+the store first, and the committed stage is published to the store after its local commit; the store's record is
+then what "up to date" is checked against.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from pipeline import storage
+from pipeline.errors import UserError
 from pipeline.locks import stage_lock
 from pipeline.records import (
     RECORD,
@@ -68,12 +74,24 @@ def _drop_run_state(folder: Path) -> None:
 
 
 def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
-    """(state, record, detail): done, stale, incomplete, missing or partial; read-only, takes no lock."""
-    record = read_record(stage.folder)
+    """(state, record, detail): done, stale, incomplete, missing or partial; takes no lock on a local work_dir (on a
+    URL one, the upstream stage is pulled into the cache first, since plan reads it)."""
+    remote = storage.remote_of(stage.work_dir)
+    if remote is None:
+        record = read_record(stage.folder)
+    else:
+        record = storage.remote_record(remote, stage.name)
+        try:
+            _pull(stage, remote)
+        except UserError as exc:  # the store's upstream output is incomplete: this output cannot be current
+            return ("stale" if record else "missing"), record, str(exc)
     if record is None:
         partial = (staging_folder(stage) / STARTED).is_file()
         return ("partial" if partial else "missing"), None, "a run was interrupted; rerun to resume" if partial else ""
-    problems = output_problems(stage.folder, record)
+    if remote is None:
+        problems = output_problems(stage.folder, record)
+    else:
+        problems = storage.remote_problems(remote, stage.name, record)
     if problems:
         return "incomplete", record, problems[0]
     try:
@@ -81,6 +99,13 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     except Exception as exc:  # an upstream that is missing or incomplete makes this output stale
         return "stale", record, str(exc)
     return ("done" if current else "stale"), record, ""
+
+
+def _pull(stage: Stage, remote: str) -> None:
+    """The upstream stage's committed output from the store into the cache, under the upstream's lock."""
+    if stage.upstream is not None:
+        with stage_lock(stage.work_dir, stage.upstream):
+            storage.pull_upstream(remote, stage.work_dir, stage.name, stage.upstream)
 
 
 class LocalExecutor:
@@ -91,6 +116,9 @@ class LocalExecutor:
 
     def run(self, stage: Stage, force: bool = False) -> dict[str, Any]:
         """The stage's record after this run, or {"status": "up-to-date", ...} when there was nothing to do."""
+        remote = storage.remote_of(stage.work_dir)
+        if remote is not None:
+            _pull(stage, remote)
         if stage.upstream is None:
             with stage_lock(stage.work_dir, stage.name):
                 return self._run_locked(stage, force)
@@ -102,9 +130,10 @@ class LocalExecutor:
         plan = stage.plan()
         key = plan_fingerprint(stage, plan)
         recover(stage)
-        if not force and self._up_to_date(stage, key):
+        remote = storage.remote_of(stage.work_dir)
+        if not force and self._up_to_date(stage, key, remote):
             self._drop_staging_of(stage, key)
-            return {"status": "up-to-date", "folder": str(stage.folder)}
+            return {"status": "up-to-date", "folder": f"{remote}/{stage.name}" if remote else str(stage.folder)}
         clock = time.perf_counter()
         stage.setup()
         timings = {"setup": time.perf_counter() - clock}
@@ -131,10 +160,15 @@ class LocalExecutor:
         extra["executor"] = self.describe()
         record = self._record(stage, key, plan, result.counts, started, timings) | extra | result.extra
         self._commit(stage, staging, record)
+        if remote is not None:
+            record = storage.publish(remote, stage.folder, stage.name, record)
         return record
 
     @staticmethod
-    def _up_to_date(stage: Stage, key: str) -> bool:
+    def _up_to_date(stage: Stage, key: str, remote: str | None = None) -> bool:
+        """The committed output has fingerprint `key` and is whole: in the folder, or on the store for a URL."""
+        if remote is not None:
+            return storage.publish_current(remote, stage.folder, stage.name, key)
         try:
             record = read_record(stage.folder)
         except Exception as exc:  # a corrupt record of our own output: it is about to be replaced

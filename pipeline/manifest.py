@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from pipeline import storage
 from pipeline.errors import UserError
 
 # The manifests users see and edit live in the repository's top-level manifests/; setup.py copies them into the
@@ -314,6 +315,14 @@ class Manifest(_Section):
     mine: MineConfig = MineConfig()
     filter: FilterConfig = FilterConfig()
     train: TrainConfig = TrainConfig()
+    # data.captions / data.images given as URLs: their cache copies (the fields' values) are filled by fetch_inputs
+    _input_urls: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def fetch_inputs(self) -> None:
+        """Copy the URL inputs into the cache, where the dataset readers find them; only the data commands call
+        this, so that `train` or `annotate` with the same manifest downloads nothing."""
+        for field, url in self._input_urls.items():
+            storage.fetch(url, getattr(self.data, field))
 
     @model_validator(mode="after")
     def _cosine_bounds(self) -> Manifest:
@@ -346,11 +355,43 @@ def manifest_path(dataset: str | None, path: Path | None) -> Path:
     return find_manifest(dataset, path)[0]
 
 
-def open_manifest(dataset: str | None, path: Path | None, overrides: dict[str, Any] | None = None) -> Manifest:
+def open_manifest(dataset: str | None, path: str | Path | None, overrides: dict[str, Any] | None = None) -> Manifest:
     """What the CLI loads: a bundled manifest's relative paths (work_dir, data) resolve against the current
-    folder, never into the installed package; any other manifest's against its own folder (see load_manifest)."""
-    found, bundled = find_manifest(dataset, path)
+    folder, never into the installed package; any other manifest's against its own folder (see load_manifest).
+    A manifest given as a URL is copied into the cache, and its relative paths resolve against its URL folder."""
+    if storage.is_url(path):
+        url = str(path)
+        local = storage.fetch(url, storage.input_copy(url, is_file=True))
+        return load_manifest(local, overrides, base_url=url.rsplit("/", 1)[0])
+    found, bundled = find_manifest(dataset, Path(path) if path is not None else None)
     return load_manifest(found, overrides, base=Path.cwd() if bundled else None)
+
+
+_LOCATIONS = (("work_dir",), ("data", "captions"), ("data", "images"))
+
+
+def _localise_urls(raw: dict[str, Any], base_url: str | None) -> dict[str, str]:
+    """Put local paths in place of the URLs among work_dir, data.captions and data.images (a remote manifest's
+    relative paths are URLs too): work_dir becomes its working cache, an input the place of its cache copy.
+    Returns {data field: URL} of the inputs, which Manifest.fetch_inputs copies."""
+    inputs: dict[str, str] = {}
+    for *parents, leaf in _LOCATIONS:
+        section = raw
+        for part in parents:
+            section = section.get(part) if isinstance(section, dict) else None
+        value = section.get(leaf) if isinstance(section, dict) else None
+        if not isinstance(value, str):
+            continue
+        if base_url is not None and not storage.is_url(value) and not value.startswith(PACKAGE_PREFIX):
+            value = value if Path(value).is_absolute() else f"{base_url}/{value}"
+        if not storage.is_url(value):
+            continue
+        if leaf == "work_dir":
+            section[leaf] = str(storage.mirror_folder(value))
+        else:
+            inputs[leaf] = value
+            section[leaf] = str(storage.input_copy(value, is_file=leaf == "captions"))
+    return inputs
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -364,11 +405,14 @@ def _describe(error: dict[str, Any]) -> str:
     return f"bad value for {key!r} ({error.get('input')!r}): {detail}"
 
 
-def load_manifest(path: Path, overrides: dict[str, Any] | None = None, base: Path | None = None) -> Manifest:
+def load_manifest(
+    path: Path, overrides: dict[str, Any] | None = None, base: Path | None = None, base_url: str | None = None
+) -> Manifest:
     """Read, validate and apply dotted-key overrides such as {"mine.k": 64}. Relative paths written in the
     manifest resolve against `base`, by default the manifest's folder, or its parent when that folder is called
     `manifests`. Override values that are `Path`s come from the command line and, as in every CLI, resolve
-    against the current folder. `package:PKG/REL` names a file shipped inside an installed package."""
+    against the current folder. `package:PKG/REL` names a file shipped inside an installed package. work_dir,
+    data.captions and data.images may be URLs (pipeline.storage); `base_url` is a remote manifest's folder."""
     if not path.is_file():
         raise UserError(f"{path}: manifest not found")
     try:
@@ -385,11 +429,13 @@ def load_manifest(path: Path, overrides: dict[str, Any] | None = None, base: Pat
         for part in parents:
             section = section.setdefault(part, {})
         section[leaf] = str(_resolve(Path.cwd(), value)) if isinstance(value, Path) else value
+    inputs = _localise_urls(raw, base_url)
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(_describe(e) for e in exc.errors())
         raise UserError(f"{path}: {problems}") from None
+    manifest._input_urls = inputs
     if base is None:
         folder = path.resolve().parent
         base = folder.parent if folder.name == "manifests" else folder
