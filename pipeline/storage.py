@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.records import RECORD, output_problems, read_json, read_record, write_json
+from pipeline.records import RECORD, failpoint, output_problems, read_json, read_record, write_json
 from pipeline.shards import write_atomic
 
 log = logging.getLogger(__name__)
@@ -296,8 +296,6 @@ def publish_current(url: str, folder: Path, name: str, key: str) -> bool:
 def publish(url: str, folder: Path, name: str, record: dict[str, Any]) -> dict[str, Any]:
     """Upload the committed `folder` under a new generation, then its record in one put (the commit), then drop
     the generation it replaced. A crash before the record leaves the store's previous output whole."""
-    from pipeline.executor import _failpoint  # the executor imports this module
-
     clock = time.perf_counter()
     fs, root = filesystem(url)
     generation = f"{GENERATION_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
@@ -307,18 +305,18 @@ def publish(url: str, folder: Path, name: str, record: dict[str, Any]) -> dict[s
         _mkdir_parent(fs, f"{base}/{relative}")
         fs.put_file(str(folder / relative), f"{base}/{relative}")
         if index == 0:
-            _failpoint(f"{name}:publish-after-first-file")
+            failpoint(f"{name}:publish-after-first-file")
     problems = remote_problems(url, name, published)
     if problems:
         raise UserError(f"{problems[0]}: the upload did not arrive whole; run again")
-    _failpoint(f"{name}:publish-before-record")
+    failpoint(f"{name}:publish-before-record")
     try:
         previous = remote_record(url, name)
     except UserError:
         previous = None
     _put(fs, f"{root}/{name}/{RECORD}", (json.dumps(published, indent=2, sort_keys=True, default=str) + "\n").encode())
     write_json(folder / RECORD, published)  # the cache now holds this generation
-    _failpoint(f"{name}:publish-before-cleanup")
+    failpoint(f"{name}:publish-before-cleanup")
     _collect(fs, f"{root}/{name}", generation, (previous or {}).get("generation"))
     size = sum(entry["bytes"] for entry in record["output_files"].values()) / 1e6
     seconds = time.perf_counter() - clock
