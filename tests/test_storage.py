@@ -197,7 +197,7 @@ def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
         if name == "embed:publish-after-first-file":
             raise Crash(name)
 
-    monkeypatch.setattr("pipeline.executor._failpoint", crash)
+    monkeypatch.setattr("pipeline.storage.failpoint", crash)
     cut = runner.invoke(app, ["embed", "--manifest", str(other), "--out", url])
     assert isinstance(cut.exception, Crash)
     generations = [
