@@ -1,11 +1,13 @@
 """Write a tiny random-init GPT-2 (causal LM) to a folder, for trying `evaluate --encoding prompt` offline.
 
     python bench/tiny_generator.py runs/tiny-gpt2
+    python bench/tiny_generator.py runs/taught-gpt2 --width 128 --teach csts_train.csv   # fitted to the answers
     csts-pipeline evaluate --encoding prompt --model runs/tiny-gpt2 --data csts_validation.csv
 
 No pretrained generative model can be fetched without the hub, so this one is built from a config, with the
 packaged all-MiniLM-L6-v2 tokenizer (no download). Its weights are random: its answers are mostly not numbers
-(invalid, replaced by U[1, 5] draws), so its correlations sit near chance. It shows the mechanics only.
+(invalid, replaced by U[1, 5] draws), so its correlations sit near chance. It shows the mechanics only. With
+`--teach`, it is first fitted to answer a C-STS training file's 0-shot prompts with their labels.
 """
 
 from __future__ import annotations
