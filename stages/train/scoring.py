@@ -133,9 +133,13 @@ def write_outputs(results: dict[str, tuple[PairData, np.ndarray, dict]], metrics
 
 def write_submission(path: Path, scores: np.ndarray) -> None:
     """Hidden labels (the official test split): {"row index": score}, the JSON the authors'
-    make_test_submission.py reads (it expects 4,732 rows for the official test file)."""
+    make_test_submission.py reads (it expects 4,732 rows for the official test file). A NaN or infinity would
+    make the file invalid JSON for the authors' server, so it is refused here rather than found there."""
+    bad = np.flatnonzero(~np.isfinite(np.asarray(scores, np.float64)))
+    if len(bad):
+        raise UserError(f"{path.name}: {len(bad)} non-finite predicted scores (first at row {bad[0]}); not written")
     document = {str(index): float(score) for index, score in enumerate(scores)}
-    blob = (json.dumps(document, indent=1) + "\n").encode()  # row order, not sort_keys' string order
+    blob = (json.dumps(document, indent=1, allow_nan=False) + "\n").encode()  # row order, not sort_keys' order
     write_atomic(path, lambda handle: handle.write(blob))
 
 
