@@ -177,3 +177,39 @@ def image_batches(
     for indices, data, failed in loader:
         positions, batch, decode_failed = on_device(data) if data else ([], None, [])
         yield [indices[p] for p in positions], batch, failed + [(indices[p], reason) for p, reason in decode_failed]
+
+
+_TO_TENSOR = ("ToTensor", "MaybeToTensor")
+
+
+def split_preprocess(preprocess: Callable) -> tuple[Callable, Callable[[np.ndarray], torch.Tensor]]:
+    """open_clip's eval preprocess cut at its to-tensor step: (PIL part, batch part).
+
+    The PIL part (resize, crop, RGB) ends in uint8 pixels, a quarter of the float32 bytes, so it is what decode
+    workers ship to the model's actors; the batch part turns a uint8 [B, H, W, C] batch into the normalised float
+    batch with the same operations as the to-tensor step and those after it, so the values are bitwise the same.
+    A preprocess without that step is kept whole: its output ships as it is and the batch part only stacks it.
+    """
+    steps = list(getattr(preprocess, "transforms", []))
+    cut = next((i for i, step in enumerate(steps) if type(step).__name__ in _TO_TENSOR), None)
+    if cut is None:
+        return (lambda image: preprocess(image).numpy()), torch.from_numpy
+    head, tail = steps[:cut], steps[cut + 1 :]
+
+    def pixels(image: Image.Image) -> np.ndarray:
+        for step in head:
+            image = step(image)
+        return np.asarray(image, dtype=np.uint8)
+
+    def batch(images: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(images) if images.dtype != np.uint8 else _to_float(images)
+        for step in tail:
+            tensor = step(tensor)
+        return tensor
+
+    return pixels, batch
+
+
+def _to_float(images: np.ndarray) -> torch.Tensor:
+    """uint8 [B, H, W, C] -> float [B, C, H, W] in [0, 1], as torchvision's to_tensor does per image."""
+    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous().float().div(255)
