@@ -13,6 +13,7 @@ is reported, never raised.
 from __future__ import annotations
 
 import io
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,7 +39,9 @@ def choose_decode(mode: str, device: torch.device) -> DecodeMode:
 
 
 def _unreadable(exc: BaseException) -> str:
-    return f"unreadable image ({exc.__class__.__name__}: {str(exc)[:120]})"
+    """The reason recorded for an image; without object addresses (PIL names the BytesIO it was given), so that
+    two runs record the same reason."""
+    return f"unreadable image ({exc.__class__.__name__}: {re.sub(r' at 0x[0-9a-fA-F]+', '', str(exc))[:120]})"
 
 
 def _openable(path):
