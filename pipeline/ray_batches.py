@@ -59,9 +59,12 @@ def run_batches(
         if cause is not None:
             raise cause from None
         raise
-    missing = [keys[i] for i in np.flatnonzero(received != expected)]
-    if missing:
-        raise RuntimeError(f"{stage.name}: Ray Data returned too few rows for {missing[:3]}")
+    wrong = np.flatnonzero(received != expected)
+    if len(wrong):
+        first = int(wrong[0])
+        raise RuntimeError(
+            f"{stage.name}: Ray Data returned {received[first]} rows of {keys[first]}, not {expected[first]}"
+        )
 
 
 def _map(executor: Any, name: str, dataset: Any, step: BatchStep, keys: list[str], units: int) -> Any:
