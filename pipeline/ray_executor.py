@@ -29,6 +29,7 @@ from pipeline.stage import Resources, Stage, Unit
 log = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
 IN_FLIGHT_PER_ACTOR = 2  # one unit running, one queued: an actor never waits for the driver between units
+FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"  # tests: a flag file; the failpoint fires while it is missing
 
 
 # Ray's own switch for single-machine use: with it off, a local Ray takes 127.0.0.1 as its node address, so it
@@ -202,9 +203,6 @@ def _forwarded_failpoint() -> dict[str, Any]:
     """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
     names = {name: os.environ[name] for name in (FAILPOINT, FAILPOINT_ONCE) if os.environ.get(name)}
     return {"runtime_env": {"env_vars": names}} if names else {}
-
-
-FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"
 
 
 def failpoint_once(name: str) -> None:
