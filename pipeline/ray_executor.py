@@ -187,6 +187,8 @@ class RayTasks:
         self.executor.connect()
         ray = self.executor.ray
         options = self.executor.options(resources)
+        widest = max(node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"])
+        options["num_cpus"] = min(options["num_cpus"], widest)  # a task asking for more would never start
         remote = ray.remote(fn).options(**options)
         shared_ref = ray.put(shared)
         limit = 2 * self.executor.pool_size(options, pending=1 << 30)

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
@@ -171,7 +172,8 @@ def test_mine_without_faiss_names_the_extras(tmp_path: Path, monkeypatch):
 
 class _ClusterTasks(SerialTasks):
     """`Stage.tasks` as Ray runs them, in this process: `shared` arrives through a pickle and read-only (as from
-    the object store), and FAISS runs on one thread (a 1-CPU Ray task) where the driver's loop used every core."""
+    the object store), and FAISS and torch start on one thread (a 1-CPU Ray task) where the driver's loop used
+    every core."""
 
     distributed = True
 
@@ -180,27 +182,30 @@ class _ClusterTasks(SerialTasks):
 
         base, *rest = pickle.loads(pickle.dumps(shared))
         base.setflags(write=False)
-        threads = faiss.omp_get_max_threads()
+        threads = faiss.omp_get_max_threads(), torch.get_num_threads()
         faiss.omp_set_num_threads(1)
+        torch.set_num_threads(1)
         try:
             yield from super().map(fn, items, (base, *rest), resources)
         finally:
-            faiss.omp_set_num_threads(threads)
+            faiss.omp_set_num_threads(threads[0])
+            torch.set_num_threads(threads[1])
 
 
 @pytest.mark.parametrize("backend", ["faiss", "torch"])
 def test_exact_search_as_tasks_writes_the_tables_of_the_local_loop(tmp_path: Path, backend: str):
     """The Ray executor's path (one task per query block over the shared base) against the driver's loop, with
-    exact ties: every vector appears twice and is rounded to a coarse grid, so many cosines are equal."""
+    exact ties (every vector appears twice, rounded to a coarse grid) and blocks large enough that BLAS on one
+    thread rounds differently from BLAS on two: the tasks use the driver's thread count."""
     rng = np.random.default_rng(4)
-    vectors = np.repeat(np.round(_unit(rng, 600, 16) * 4) / 4, 2, axis=0)
+    vectors = np.repeat(np.round(_unit(rng, 1500, 128) * 8) / 8, 2, axis=0)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     records = {}
     for name, tasks in (("loop", SerialTasks()), ("tasks", _ClusterTasks())):
-        manifest = _manifest(tmp_path / name, k=8, knn=backend, query_batch=256, candidates_per_shard=3000)
-        _fake_embed_stage(manifest.work_dir, 1200, captions_per_image=1, vectors=vectors.astype(np.float32))
+        manifest = _manifest(tmp_path / name, k=8, knn=backend, query_batch=2048, candidates_per_shard=9000)
+        _fake_embed_stage(manifest.work_dir, 3000, captions_per_image=1, vectors=vectors.astype(np.float32))
         stage = mine.MineStage(manifest)
         stage.tasks = tasks
         records[name] = LocalExecutor(progress=False).run(stage)
-    assert records["tasks"]["search"]["query_blocks"] == 5
+    assert records["tasks"]["search"]["query_blocks"] == 2
     assert contents(tmp_path / "tasks" / "work", ("mine",)) == contents(tmp_path / "loop" / "work", ("mine",))

@@ -20,7 +20,7 @@ import torch
 from pipeline.manifest import MineConfig
 from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
 from pipeline.shards import shard_name, write_table
-from pipeline.stage import Unit
+from pipeline.stage import Resources, Unit
 from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from stages.mine.vectors import EmbeddingShards
 
@@ -59,24 +59,30 @@ def local_blocks(searcher, shards: EmbeddingShards, k: int, batch: int) -> Itera
         yield lo, *search_block(searcher, queries, lo, k)
 
 
-def exact_task(shared: tuple[np.ndarray, int, str], block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def exact_task(shared: tuple[np.ndarray, int, str, int], block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """One query block as a task: the exact searcher over the shared base vectors (read from the object store
-    without a copy; the index holds its own), then `search_block`. On the CPU: the stage asks for no GPU."""
-    from stages.mine.knn import exact_searcher
+    without a copy; the index holds its own) on the driver's thread count, then `search_block`. On the CPU: the
+    stage asks for no GPU."""
+    from stages.mine.knn import exact_searcher, set_search_threads
 
-    base, k, backend = shared
+    base, k, backend, threads = shared
     lo, hi = block
+    set_search_threads(backend, threads)
     searcher = exact_searcher(base.shape[1], torch.device("cpu"), backend)
     searcher.add(base)
     return search_block(searcher, base[lo:hi], lo, k)
 
 
-def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig, resources) -> Iterator[tuple[int, ...]]:
+def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[tuple[int, ...]]:
     """(first row, neighbours, scores) per query block, each block a task of `tasks` (pipeline.stage), which
-    share the base vectors: the same blocks and searcher as `local_blocks`, so the same results."""
-    n, batch = len(shards), config.query_batch
+    share the base vectors: the same blocks, searcher and thread count as `local_blocks` on this machine, so the
+    same bits; each task asks for as many CPUs as it runs threads."""
+    from stages.mine.knn import search_threads
+
+    n, batch, threads = len(shards), config.query_batch, search_threads(config.knn)
     bounds = [(lo, min(n, lo + batch)) for lo in range(0, n, batch)]
-    found = tasks.map(exact_task, bounds, (shards.all(), config.k, config.knn), resources)
+    shared = (shards.all(), config.k, config.knn, threads)
+    found = tasks.map(exact_task, bounds, shared, Resources(cpus=threads))
     for (lo, _), (ids, cosines) in zip(bounds, found):
         yield lo, ids, cosines
 

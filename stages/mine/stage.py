@@ -117,7 +117,7 @@ class MineStage(Stage):
         config, n = self.config, len(shards)
         if self.index == "exact" and self.tasks.distributed:
             self.search = {"index": "exact", "knn_backend": config.knn, "query_blocks": -(-n // config.query_batch)}
-            return store_knn(task_blocks(self.tasks, shards, config, self.resources), n, config.k, folder)
+            return store_knn(task_blocks(self.tasks, shards, config), n, config.k, folder)
         searcher, self.search = build_searcher(self.index, shards, config, self.device)
         return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
 
