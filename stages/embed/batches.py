@@ -35,10 +35,10 @@ def embed_pipeline(stage: Any, units: list[Unit]) -> BatchPipeline:
     index = np.concatenate([np.full(unit.size, i, np.int64) for i, unit in enumerate(units)])
     positions = np.concatenate([np.asarray(images.positions(unit.payload["shard"])) for unit in units])
     pixels = None if mode == "device" else split_preprocess(stage.encoder.preprocess)[0]
-    batch = stage.config.batch_size
+    batch, threads = stage.config.batch_size, torch.get_num_threads()
     steps = [
         BatchStep(Decode(images, pixels), Resources(cpus=1), batch),
-        BatchStep(ClipActor, Resources(cpus=1, gpus=stage.resources.gpus), batch, args=(stage, mode)),
+        BatchStep(ClipActor, Resources(cpus=1, gpus=stage.resources.gpus), batch, args=(stage, mode, threads)),
     ]
     collect = functools.partial(collect_shard, images, stage.encoder.dim)
     return BatchPipeline({"unit": index, "position": positions}, steps, collect)
@@ -69,12 +69,15 @@ class Decode:
 
 
 class ClipActor:
-    """One actor of the pool: CLIP loaded once by the stage's `setup()`, then batches of decoded rows -> vectors."""
+    """One actor of the pool: CLIP loaded once by the stage's `setup()`, then batches of decoded rows -> vectors.
+    On a CPU it computes on the driver's thread count, as the local executor would on that machine."""
 
-    def __init__(self, stage: Any, mode: str):
+    def __init__(self, stage: Any, mode: str, threads: int):
         from pipeline.device import autocast_dtype
 
         stage.setup()
+        if stage.device.type == "cpu":  # CPU kernels round by thread count: the driver's, for the local bits
+            torch.set_num_threads(threads)
         self.encoder, self.device = stage.encoder, stage.device
         self.dtype = autocast_dtype(stage.device, stage.config.precision)
         self.finish = split_preprocess(stage.encoder.preprocess)[1]
