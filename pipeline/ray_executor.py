@@ -6,6 +6,8 @@ embedding cache, so the actors read it instead of all encoding at once), `prepar
 completion markers, `finish`, the record and the commit. Only `_run_units` differs: the stage is pickled once
 after `prepare` (without its `worker_state`, pipeline.stage) and handed to each actor, which runs `setup()` once
 and then `process(unit, staging)` per unit; results stream back as they finish and the driver writes each marker.
+A stage that offers a `batch_pipeline` (embed) runs on Ray Data instead (pipeline.ray_batches), and a stage's
+`tasks.map` in `prepare` (mine's query blocks) becomes Ray tasks sharing one object-store copy of their input.
 
 Workers write their shards into the staging folder themselves, so `work_dir` must be a filesystem that the driver
 and every worker see at the same path (one machine, or a shared mount); docs/ray.md.
@@ -23,11 +25,12 @@ from typing import Any
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.records import FAILPOINT, failpoint
-from pipeline.stage import Stage, Unit
+from pipeline.stage import Resources, Stage, Unit
 
 log = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
 IN_FLIGHT_PER_ACTOR = 2  # one unit running, one queued: an actor never waits for the driver between units
+FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"  # tests: a flag file; the failpoint fires while it is missing
 
 
 # Ray's own switch for single-machine use: with it off, a local Ray takes 127.0.0.1 as its node address, so it
@@ -75,6 +78,10 @@ class RayExecutor(LocalExecutor):
     def describe(self) -> dict[str, Any]:
         return {"kind": "ray", "address": self.address or "local", "actors": self.actors_used}
 
+    def run(self, stage: Stage, force: bool = False) -> dict[str, Any]:
+        stage.tasks = RayTasks(self)  # `prepare` fans out as Ray tasks; left out of the stage's pickle
+        return super().run(stage, force)
+
     def connect(self) -> None:
         """Join or start Ray once per process; a run with nothing to do never gets here."""
         ray = self.ray
@@ -88,8 +95,12 @@ class RayExecutor(LocalExecutor):
 
     def actor_options(self, stage: Stage) -> dict[str, float]:
         """Ray resources of one actor: the stage's own, with GPUs only when the cluster has any."""
+        return self.options(stage.resources)
+
+    def options(self, resources: Resources) -> dict[str, float]:
+        """`num_cpus`/`num_gpus` for these resources, with GPUs only when the cluster has any."""
         has_gpus = self.ray.cluster_resources().get("GPU", 0) > 0
-        return {"num_cpus": stage.resources.cpus, "num_gpus": stage.resources.gpus if has_gpus else 0}
+        return {"num_cpus": resources.cpus, "num_gpus": resources.gpus if has_gpus else 0}
 
     def pool_size(self, options: dict[str, float], pending: int) -> int:
         """As many actors as the cluster fits at once (by CPUs and GPUs), at most one per pending unit."""
@@ -109,11 +120,17 @@ class RayExecutor(LocalExecutor):
         if not pending:
             return
         self.connect()
+        batches = stage.batch_pipeline(pending, staging)
+        if batches is not None:
+            from pipeline.ray_batches import run_batches
+
+            yield from run_batches(self, stage, batches, pending, staging)
+            return
         ray = self.ray
         options = self.actor_options(stage)
         size = self.pool_size(options, len(pending))
         log.info("%s: %d units on %d Ray actors (%s each)", stage.name, len(pending), size, options)
-        worker = ray.remote(StageWorker).options(**options, **_forwardedfailpoint())
+        worker = ray.remote(StageWorker).options(**options, **_forwarded_failpoint())
         stage_ref = ray.put(stage)
         actors = [worker.remote(stage_ref) for _ in range(size)]
         self.actors_used = size
@@ -155,7 +172,48 @@ class RayExecutor(LocalExecutor):
             raise
 
 
-def _forwardedfailpoint() -> dict[str, Any]:
+class RayTasks:
+    """`Stage.tasks` under Ray: `fn(shared, item)` as one Ray task per item, `shared` put once in the object store
+    (each node maps one copy; NumPy arrays are read without a copy). Results come back in item order, with at most
+    two tasks per fitting slot in flight so that the driver's memory holds a bounded number of results."""
+
+    distributed = True
+
+    def __init__(self, executor: RayExecutor):
+        self.executor = executor
+
+    def map(self, fn: Any, items: Any, shared: Any, resources: Resources) -> Iterator[Any]:
+        from collections import deque
+
+        self.executor.connect()
+        ray = self.executor.ray
+        options = self.executor.options(resources)
+        widest = max(node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"])
+        options["num_cpus"] = min(options["num_cpus"], widest)  # a task asking for more would never start
+        remote = ray.remote(fn).options(**options)
+        shared_ref = ray.put(shared)
+        limit = 2 * self.executor.pool_size(options, pending=1 << 30)
+        in_flight: deque = deque()
+        for item in items:
+            in_flight.append(remote.remote(shared_ref, item))
+            if len(in_flight) >= limit:
+                yield ray.get(in_flight.popleft())
+        while in_flight:
+            yield ray.get(in_flight.popleft())
+
+
+def _forwarded_failpoint() -> dict[str, Any]:
     """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
-    name = os.environ.get(FAILPOINT)
-    return {"runtime_env": {"env_vars": {FAILPOINT: name}}} if name else {}
+    names = {name: os.environ[name] for name in (FAILPOINT, FAILPOINT_ONCE) if os.environ.get(name)}
+    return {"runtime_env": {"env_vars": names}} if names else {}
+
+
+def failpoint_once(name: str) -> None:
+    """`failpoint`, but only the first time across processes when CSTS_PIPELINE_FAILPOINT_ONCE names a flag
+    file: Ray Data restarts a killed actor and retries its batch, which must then go through."""
+    flag = os.environ.get(FAILPOINT_ONCE)
+    if os.environ.get(FAILPOINT) != name or (flag and os.path.exists(flag)):
+        return
+    if flag:
+        Path(flag).touch()
+    failpoint(name)

@@ -1,8 +1,10 @@
 import json
+import pickle
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -171,3 +173,29 @@ def test_unknown_model_and_missing_config_are_user_errors(tmp_path: Path, datase
     manifest.embed.model_config_path = tmp_path / "absent.json"
     with pytest.raises(UserError, match="model config not found"):
         embed.run(manifest)
+
+
+@pytest.mark.parametrize("decode", ["workers", "device"])
+def test_the_ray_data_steps_write_the_local_executors_shards(tmp_path: Path, dataset, decode: str):
+    """embed's batch pipeline (what the Ray executor hands to Ray Data), run step by step here: decode, then the
+    model actor built from a pickled stage, then `collect` per unit from rows in scrambled order. The shards equal
+    the local executor's, an unreadable image's row and metadata included."""
+    sorted(dataset[1].glob("*.jpg"))[105].write_bytes(b"not a jpeg")
+    manifest = _manifest(tmp_path, dataset, decode=decode, batch_size=32)
+    embed.run(manifest)
+    stage = embed.EmbedStage(manifest)
+    stage.setup()
+    units = stage.plan().units
+    pipeline = stage.batch_pipeline(units, tmp_path / "staging")
+    decode_step, model_step = pipeline.steps
+    assert not decode_step.stateful and model_step.stateful
+    actor = model_step.fn(*pickle.loads(pickle.dumps(model_step.args)))
+    n = len(pipeline.rows["unit"])
+    out = [actor(decode_step.fn({k: v[lo : lo + 32] for k, v in pipeline.rows.items()})) for lo in range(0, n, 32)]
+    rows = {k: np.concatenate([batch[k] for batch in out])[::-1] for k in out[0]}
+    for index, unit in enumerate(units):
+        mine = rows["unit"] == index
+        stats = pipeline.collect(unit, {k: v[mine] for k, v in rows.items()}, tmp_path / "staging")
+        assert stats["embedded"] == unit.size - (index == 1)
+        local = pq.read_table(manifest.work_dir / "embed" / unit.key)
+        assert pq.read_table(tmp_path / "staging" / unit.key).equals(local, check_metadata=True)

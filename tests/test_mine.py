@@ -1,20 +1,24 @@
+import pickle
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from pipeline.errors import UserError
+from pipeline.executor import LocalExecutor
 from pipeline.manifest import load_manifest
 from pipeline.records import StageRun
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import list_shards, read_shards, write_table
+from pipeline.stage import SerialTasks
 from stages.embed.encoder import embeddings_table
 from stages.mine import knn
 from stages.mine import pairs as mine_pairs
 from stages.mine import stage as mine
-from tests.conftest import write_manifest
+from tests.conftest import contents, write_manifest
 
 
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -97,13 +101,16 @@ def test_expansion_is_the_cartesian_product_of_captions():
     assert [r["image_cosine"] for r in rows if r["image_id_1"] == 2] == pytest.approx([0.8] * 6)
 
 
-def _fake_embed_stage(work_dir: Path, n_images: int = 40, captions_per_image: int = 5) -> None:
+def _fake_embed_stage(
+    work_dir: Path, n_images: int = 40, captions_per_image: int = 5, vectors: np.ndarray | None = None
+) -> None:
     """An embed folder as the embed stage leaves it (docs/schemas.md), with random unit vectors."""
     rng = np.random.default_rng(3)
     image_ids = np.arange(1, n_images + 1, dtype=np.int64) * 3
     folder = work_dir / "embed"
+    vectors = _unit(rng, n_images, 16) if vectors is None else vectors
     write_table(
-        embeddings_table(image_ids, [f"{i}.jpg" for i in image_ids], _unit(rng, n_images, 16)),
+        embeddings_table(image_ids, [f"{i}.jpg" for i in image_ids], vectors),
         folder / EMBEDDINGS / "part-00000.parquet",
     )
     caption_image_ids = np.repeat(image_ids, captions_per_image)
@@ -161,3 +168,44 @@ def test_mine_without_faiss_names_the_extras(tmp_path: Path, monkeypatch):
         mine.run(_manifest(tmp_path, k=4, knn="faiss"))
     assert not (tmp_path / "work" / "mine").exists()
     assert mine.run(_manifest(tmp_path, k=4, knn="torch"))["status"] == "done"
+
+
+class _ClusterTasks(SerialTasks):
+    """`Stage.tasks` as Ray runs them, in this process: `shared` arrives through a pickle and read-only (as from
+    the object store), and FAISS and torch start on one thread (a 1-CPU Ray task) where the driver's loop used
+    every core."""
+
+    distributed = True
+
+    def map(self, fn, items, shared, resources):
+        import faiss
+
+        base, *rest = pickle.loads(pickle.dumps(shared))
+        base.setflags(write=False)
+        threads = faiss.omp_get_max_threads(), torch.get_num_threads()
+        faiss.omp_set_num_threads(1)
+        torch.set_num_threads(1)
+        try:
+            yield from super().map(fn, items, (base, *rest), resources)
+        finally:
+            faiss.omp_set_num_threads(threads[0])
+            torch.set_num_threads(threads[1])
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_exact_search_as_tasks_writes_the_tables_of_the_local_loop(tmp_path: Path, backend: str):
+    """The Ray executor's path (one task per query block over the shared base) against the driver's loop, with
+    exact ties (every vector appears twice, rounded to a coarse grid) and blocks large enough that BLAS on one
+    thread rounds differently from BLAS on two: the tasks use the driver's thread count."""
+    rng = np.random.default_rng(4)
+    vectors = np.repeat(np.round(_unit(rng, 1500, 128) * 8) / 8, 2, axis=0)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    records = {}
+    for name, tasks in (("loop", SerialTasks()), ("tasks", _ClusterTasks())):
+        manifest = _manifest(tmp_path / name, k=8, knn=backend, query_batch=2048, candidates_per_shard=9000)
+        _fake_embed_stage(manifest.work_dir, 3000, captions_per_image=1, vectors=vectors.astype(np.float32))
+        stage = mine.MineStage(manifest)
+        stage.tasks = tasks
+        records[name] = LocalExecutor(progress=False).run(stage)
+    assert records["tasks"]["search"]["query_blocks"] == 2
+    assert contents(tmp_path / "tasks" / "work", ("mine",)) == contents(tmp_path / "loop" / "work", ("mine",))

@@ -1,5 +1,6 @@
-"""The Ray executor: the same tables as the local executor, a rerun that does nothing, resume after a worker died
-inside a unit, and a one-line error without Ray. One local Ray serves the module (2 CPUs, no dashboard)."""
+"""The Ray executor: the same tables as the local executor, a rerun that does nothing, a killed actor replaced
+(Ray Data) or resumed from (actor pool), and a one-line error without Ray. One local Ray serves the module
+(2 CPUs, no dashboard)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.ray_executor import LOOPBACK_ONLY
+from pipeline.ray_executor import FAILPOINT_ONCE, LOOPBACK_ONLY
 from pipeline.records import FAILPOINT
 from pipeline.stage import Stage
 from tests.conftest import STAGES, contents
@@ -78,18 +79,51 @@ def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
     assert before == {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
 
 
-def test_a_worker_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tmp_path: Path, monkeypatch, ray_session):
-    """The actor embedding the last shard is killed: nothing is committed, and the rerun (reusing whatever shards
-    the driver had recorded as finished before the failure reached it) ends with the local executor's tables."""
+def test_a_killed_embed_actor_is_replaced_and_a_failed_driver_resumes(
+    local_run: Path, tmp_path: Path, monkeypatch, ray_session
+):
+    """embed on Ray Data: the CLIP actor serving the second shard is killed once (Ray Data starts another and
+    retries its batches), and the driver fails after collecting its first shard. Nothing is committed; the rerun
+    reuses that shard and ends with the local executor's tables. The kill happens in whichever run first embeds
+    the second shard, so it is there exactly once whatever the order in which shards come back."""
+    import stages.embed.batches as batches
+
     work = seeded(local_run, tmp_path)
-    monkeypatch.setenv(FAILPOINT, "embed:unit:embeddings/part-00002.parquet")  # forwarded to the actors
+    flag = tmp_path / "killed"
+    monkeypatch.setenv(FAILPOINT, "embed:unit:embeddings/part-00001.parquet")  # forwarded to the actors
+    monkeypatch.setenv(FAILPOINT_ONCE, str(flag))
+    collected, collect_shard = [], batches.collect_shard
+
+    def collect_then_fail(*args, **kwargs):
+        if collected:
+            raise RuntimeError("the driver fails")
+        collected.append(collect_shard(*args, **kwargs))
+        return collected[-1]
+
+    monkeypatch.setattr(batches, "collect_shard", collect_then_fail)
     failed = CliRunner().invoke(app, ["embed", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
-    assert failed.exit_code != 0 and isinstance(failed.exception, ray_session.exceptions.RayActorError)
+    assert failed.exit_code != 0 and str(failed.exception) == "the driver fails"
     assert not (work / "embed").exists() and (work / ".embed.next").is_dir()
-    monkeypatch.delenv(FAILPOINT)
+    monkeypatch.setattr(batches, "collect_shard", collect_shard)
     invoke("embed", "--dataset", "sample", "--out", str(work), "--executor", "ray")
-    assert record(work, "embed")["resumed"] is True
+    assert flag.is_file()
+    assert record(work, "embed")["resumed"] is True and record(work, "embed")["units_reused"] == 1
     assert contents(work, ("embed",)) == contents(local_run, ("embed",))
+
+
+def test_an_actor_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tmp_path: Path, monkeypatch, ray_session):
+    """mine's expansion units on the actor pool: the actor of the last candidate shard is killed, nothing is
+    committed, and the rerun (reusing whatever shards the driver had recorded) ends with the local tables."""
+    work = seeded(local_run, tmp_path)
+    shutil.copytree(local_run / "embed", work / "embed")
+    monkeypatch.setenv(FAILPOINT, "mine:unit:candidates/part-00001.parquet")
+    failed = CliRunner().invoke(app, ["mine", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
+    assert failed.exit_code != 0 and isinstance(failed.exception, ray_session.exceptions.RayActorError)
+    assert not (work / "mine").exists() and (work / ".mine.next").is_dir()
+    monkeypatch.delenv(FAILPOINT)
+    invoke("mine", "--dataset", "sample", "--out", str(work), "--executor", "ray")
+    assert record(work, "mine")["resumed"] is True
+    assert contents(work, ("embed", "mine")) == contents(local_run, ("embed", "mine"))
 
 
 def test_pool_size_follows_the_stage_resources(ray_session):

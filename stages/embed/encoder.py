@@ -100,12 +100,17 @@ def embed_batches(
         if batch is None:
             yield indices, None, failed
             continue
-        if device.type == "cuda":
-            batch = batch.contiguous(memory_format=torch.channels_last)
-        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            features = torch.nn.functional.normalize(encoder.model.encode_image(batch).float(), dim=-1)
-            on_cpu = features.to("cpu", non_blocking=True)
+        with torch.inference_mode():
+            on_cpu = encode(encoder, batch, device, dtype).to("cpu", non_blocking=True)
         yield indices, on_cpu, failed
+
+
+def encode(encoder: ClipImageEncoder, batch: torch.Tensor, device: torch.device, dtype: torch.dtype | None):
+    """Unit vectors (float32, on `device`) of a preprocessed batch: the one inference step of both executors."""
+    if device.type == "cuda":
+        batch = batch.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        return torch.nn.functional.normalize(encoder.model.encode_image(batch).float(), dim=-1)
 
 
 @dataclass

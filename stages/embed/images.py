@@ -13,6 +13,7 @@ is reported, never raised.
 from __future__ import annotations
 
 import io
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,7 +39,9 @@ def choose_decode(mode: str, device: torch.device) -> DecodeMode:
 
 
 def _unreadable(exc: BaseException) -> str:
-    return f"unreadable image ({exc.__class__.__name__}: {str(exc)[:120]})"
+    """The reason recorded for an image; without object addresses (PIL names the BytesIO it was given), so that
+    two runs record the same reason."""
+    return f"unreadable image ({exc.__class__.__name__}: {re.sub(r' at 0x[0-9a-fA-F]+', '', str(exc))[:120]})"
 
 
 def _openable(path):
@@ -177,3 +180,39 @@ def image_batches(
     for indices, data, failed in loader:
         positions, batch, decode_failed = on_device(data) if data else ([], None, [])
         yield [indices[p] for p in positions], batch, failed + [(indices[p], reason) for p, reason in decode_failed]
+
+
+_TO_TENSOR = ("ToTensor", "MaybeToTensor")
+
+
+def split_preprocess(preprocess: Callable) -> tuple[Callable, Callable[[np.ndarray], torch.Tensor]]:
+    """open_clip's eval preprocess cut at its to-tensor step: (PIL part, batch part).
+
+    The PIL part (resize, crop, RGB) ends in uint8 pixels, a quarter of the float32 bytes, so it is what decode
+    workers ship to the model's actors; the batch part turns a uint8 [B, H, W, C] batch into the normalised float
+    batch with the same operations as the to-tensor step and those after it, so the values are bitwise the same.
+    A preprocess without that step is kept whole: its output ships as it is and the batch part only stacks it.
+    """
+    steps = list(getattr(preprocess, "transforms", []))
+    cut = next((i for i, step in enumerate(steps) if type(step).__name__ in _TO_TENSOR), None)
+    if cut is None:
+        return (lambda image: preprocess(image).numpy()), torch.from_numpy
+    head, tail = steps[:cut], steps[cut + 1 :]
+
+    def pixels(image: Image.Image) -> np.ndarray:
+        for step in head:
+            image = step(image)
+        return np.asarray(image, dtype=np.uint8)
+
+    def batch(images: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(images) if images.dtype != np.uint8 else _to_float(images)
+        for step in tail:
+            tensor = step(tensor)
+        return tensor
+
+    return pixels, batch
+
+
+def _to_float(images: np.ndarray) -> torch.Tensor:
+    """uint8 [B, H, W, C] -> float [B, C, H, W] in [0, 1], as torchvision's to_tensor does per image."""
+    return torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous().float().div(255)

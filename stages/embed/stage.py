@@ -3,7 +3,8 @@
 Units are shards of `embed.images_per_shard` images in dataset order; they stream through one loader
 (`process_many`), so the loader's workers stay busy across shard boundaries. Outputs: `embed/embeddings/` and
 `embed/captions/` (pipeline.schemas). The model code lives in stages.embed.encoder, imported in `setup`, so that
-planning (and `status`) needs no torch.
+planning (and `status`) needs no torch. Under the Ray executor the units run as a Ray Data pipeline instead
+(`batch_pipeline`, stages.embed.batches) and write the same shards.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pipeline.manifest import Manifest
 from pipeline.records import file_fingerprint, fingerprint
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import shard_name, write_table
-from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
+from pipeline.stage import BatchPipeline, Resources, Stage, StagePlan, StageResult, Unit
 
 log = logging.getLogger(__name__)
 STAGE = "embed"
@@ -128,6 +129,14 @@ class EmbedStage(Stage):
         for shard, skipped in written:
             unit = by_shard[shard]
             yield unit, {"images": unit.size, "embedded": unit.size - len(skipped), "skipped": skipped}
+
+    def batch_pipeline(self, units: list[Unit], staging: Path) -> BatchPipeline | None:
+        """Decode on CPU tasks, CLIP in an actor pool, shards written by the driver (stages.embed.batches)."""
+        if self.precomputed:
+            return None  # no model: `process` per unit is all there is
+        from stages.embed.batches import embed_pipeline
+
+        return embed_pipeline(self, units)
 
     def finish(self, stats: list[dict[str, Any]], staging: Path) -> StageResult:
         corpus = self.corpus

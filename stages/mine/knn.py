@@ -83,6 +83,26 @@ def drop_self(found: np.ndarray, scores: np.ndarray, query_rows: np.ndarray, k: 
     return found[keep].reshape(rows, k).astype(np.int64), scores[keep].reshape(rows, k).astype(np.float32)
 
 
+def search_threads(backend: str) -> int:
+    """The threads this process's CPU search uses (FAISS's OpenMP, or torch's)."""
+    if backend == "torch":
+        return torch.get_num_threads()
+    import faiss
+
+    return faiss.omp_get_max_threads()
+
+
+def set_search_threads(backend: str, threads: int) -> None:
+    """Search on `threads` threads: BLAS rounds a large block differently on another count, so a worker that
+    must give the driver's bits searches on the driver's count."""
+    if backend == "torch":
+        torch.set_num_threads(threads)
+        return
+    import faiss
+
+    faiss.omp_set_num_threads(threads)
+
+
 def exact_searcher(dim: int, device: torch.device, backend: str) -> FaissSearch | TorchSearch:
     return TorchSearch(dim, device) if backend == "torch" else FaissSearch.flat(dim, device)
 

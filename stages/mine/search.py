@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 from pipeline.manifest import MineConfig
 from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
 from pipeline.shards import shard_name, write_table
-from pipeline.stage import Unit
+from pipeline.stage import Resources, Unit
 from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from stages.mine.vectors import EmbeddingShards
 
@@ -43,21 +44,64 @@ def build_searcher(kind: str, shards: EmbeddingShards, config: MineConfig, devic
     return searcher, {"build_seconds": built} | tune(searcher, kind, shards, config)
 
 
-def search_all(searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`."""
+def search_block(searcher, queries: np.ndarray, lo: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (self excluded) of the query block of rows [lo, lo + len(queries)): the one search step, run in a
+    loop by the local executor and as one Ray task per block by the Ray executor."""
     from stages.mine.knn import drop_self
 
+    found_scores, found = searcher.search(queries, k + 1)
+    return drop_self(found, found_scores, np.arange(lo, lo + len(queries)), k)
+
+
+def local_blocks(searcher, shards: EmbeddingShards, k: int, batch: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first row, neighbours, scores) per query block, searched here; memory holds one block of queries."""
+    for lo, queries in shards.blocks(batch):
+        yield lo, *search_block(searcher, queries, lo, k)
+
+
+def exact_task(shared: tuple[np.ndarray, int, str, int], block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """One query block as a task: the exact searcher over the shared base vectors (read from the object store
+    without a copy; the index holds its own) on the driver's thread count, then `search_block`. On the CPU: the
+    stage asks for no GPU."""
+    from stages.mine.knn import exact_searcher, set_search_threads
+
+    base, k, backend, threads = shared
+    lo, hi = block
+    set_search_threads(backend, threads)
+    searcher = exact_searcher(base.shape[1], torch.device("cpu"), backend)
+    searcher.add(base)
+    return search_block(searcher, base[lo:hi], lo, k)
+
+
+def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[tuple[int, ...]]:
+    """(first row, neighbours, scores) per query block, each block a task of `tasks` (pipeline.stage), which
+    share the base vectors: the same blocks, searcher and thread count as `local_blocks` on this machine, so the
+    same bits; each task asks for as many CPUs as it runs threads."""
+    from stages.mine.knn import search_threads
+
+    n, batch, threads = len(shards), config.query_batch, search_threads(config.knn)
+    bounds = [(lo, min(n, lo + batch)) for lo in range(0, n, batch)]
+    shared = (shards.all(), config.k, config.knn, threads)
+    found = tasks.map(exact_task, bounds, shared, Resources(cpus=threads))
+    for (lo, _), (ids, cosines) in zip(bounds, found):
+        yield lo, ids, cosines
+
+
+def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray]], n: int, k: int, folder: Path):
+    """The blocks' top-k lists, in memory maps under `folder` (they need not fit in memory): (neighbours, scores)."""
     folder.mkdir(parents=True, exist_ok=True)
-    n = len(shards)
     neighbours = np.lib.format.open_memmap(folder / "neighbours.npy", "w+", np.int32, (n, k))
     scores = np.lib.format.open_memmap(folder / "scores.npy", "w+", np.float32, (n, k))
-    for lo, queries in shards.blocks(batch):
-        found_scores, found = searcher.search(queries, k + 1)
-        ids, cosines = drop_self(found, found_scores, np.arange(lo, lo + len(queries)), k)
-        neighbours[lo : lo + len(queries)], scores[lo : lo + len(queries)] = ids, cosines
+    for lo, ids, cosines in blocks:
+        neighbours[lo : lo + len(ids)], scores[lo : lo + len(ids)] = ids, cosines
     neighbours.flush()
     scores.flush()
     return neighbours, scores
+
+
+def search_all(searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`."""
+    return store_knn(local_blocks(searcher, shards, k, batch), len(shards), k, folder)
 
 
 def write_pairs(

@@ -2,10 +2,11 @@
 
 `prepare` streams the embed output: it copies the captions of the embedded images, builds the searcher (exact:
 stages.mine.knn; IVF or HNSW tuned to `mine.recall_target`: stages.mine.ann), searches query block by query block
-and writes one image-pairs shard per block (stages.mine.search). Each unit then expands one range of image pairs
-into the Cartesian product of their captions (stages.mine.pairs), one candidates shard per unit, cut at
-image-pair boundaries so that each holds about `mine.candidates_per_shard` caption pairs. Schemas:
-pipeline.schemas.
+(under the Ray executor an exact search runs one Ray task per block, the base vectors shared through the object
+store: `Stage.tasks`) and writes one image-pairs shard per block (stages.mine.search). Each unit then expands
+one range of image pairs into the Cartesian product of their captions (stages.mine.pairs), one candidates shard
+per unit, cut at image-pair boundaries so that each holds about `mine.candidates_per_shard` caption pairs.
+Schemas: pipeline.schemas.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from stages.mine.ann import resolve_index
 
 if TYPE_CHECKING:
     from stages.mine.pairs import CaptionIndex
+    from stages.mine.vectors import EmbeddingShards
 
 log = logging.getLogger(__name__)
 STAGE = "mine"
@@ -81,7 +83,7 @@ class MineStage(Stage):
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
         """Search and image pairs (deterministic, so recomputed on resume), streamed block by block, then one unit
         per candidate shard."""
-        from stages.mine.search import KNN_DIR, build_searcher, search_all, write_pairs
+        from stages.mine.search import KNN_DIR, write_pairs
         from stages.mine.vectors import EmbeddingShards
 
         embed_dir = self.work_dir / UPSTREAM
@@ -97,9 +99,7 @@ class MineStage(Stage):
             copied = staging / CAPTIONS / shard_name(0)
             shards = EmbeddingShards(caption_vectors(copied, image_ids, self.text_model, batch, staging / TEXT_DIR))
         started = time.perf_counter()
-        searcher, self.search = build_searcher(self.index, shards, self.config, self.device)
-        neighbours, scores = search_all(searcher, shards, self.config.k, self.config.query_batch, staging / KNN_DIR)
-        del searcher  # the index's memory is not needed for the pairs
+        neighbours, scores = self._search(shards, staging / KNN_DIR)
         self.knn_seconds = time.perf_counter() - started
         units, self.pair_count = write_pairs(neighbours, scores, image_ids, self.captions, self.config, staging)
         del neighbours, scores
@@ -108,6 +108,18 @@ class MineStage(Stage):
         self.image_count = len(image_ids)
         self._block: tuple[int, pa.Table] | None = None
         return units
+
+    def _search(self, shards: EmbeddingShards, folder: Path) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's top-k, block by block: here, or as tasks of the executor's `tasks` for an exact search
+        (the base vectors shared, one task per query block)."""
+        from stages.mine.search import build_searcher, local_blocks, store_knn, task_blocks
+
+        config, n = self.config, len(shards)
+        if self.index == "exact" and self.tasks.distributed:
+            self.search = {"index": "exact", "knn_backend": config.knn, "query_blocks": -(-n // config.query_batch)}
+            return store_knn(task_blocks(self.tasks, shards, config), n, config.k, folder)
+        searcher, self.search = build_searcher(self.index, shards, config, self.device)
+        return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
         from stages.mine.pairs import expand

@@ -37,6 +37,15 @@ class EmbeddingShards:
         for path in self.paths:
             yield _vectors(read_table(path, ["embedding"]), self.dim)
 
+    def all(self) -> np.ndarray:
+        """Every vector, in row order, in one array (what the Ray executor's search tasks share)."""
+        out = np.empty((len(self), self.dim), np.float32)
+        lo = 0
+        for vectors in self.shards():
+            out[lo : lo + len(vectors)] = vectors
+            lo += len(vectors)
+        return out
+
     def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
         """(first row, vectors) of the global row ranges [0, size), [size, 2 size), ... whatever the shards."""
         pending: list[np.ndarray] = []
