@@ -164,3 +164,25 @@ def test_a_local_ray_stays_on_loopback(ray_session):
     import ray
 
     assert ray.util.get_node_ip_address() == "127.0.0.1"
+
+
+def test_filter_encodes_its_sentences_as_ray_tasks(ray_session, tmp_path: Path, monkeypatch):
+    """Distinct sentences in blocks, one Ray task each: one block gives the local encoding's very bits (same
+    batches, same thread count); several blocks the same vectors up to float rounding. The cache is filled."""
+    import numpy as np
+    import torch
+
+    from pipeline.manifest import FilterConfig
+    from pipeline.ray_executor import RayExecutor, RayTasks
+    from stages.filter import scoring
+
+    config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", text_pooling="model")
+    texts = [f"a photo of {i} dogs {'on a red sofa ' * (i % 4)}" for i in range(40)]
+    cpu, tasks = torch.device("cpu"), RayTasks(RayExecutor())
+    local, _ = scoring.sentence_embeddings(config, texts, cpu)
+    whole, info = scoring.sentence_embeddings(config, texts, cpu, tmp_path / "cache", tasks, "cpu")
+    np.testing.assert_array_equal(whole, local)
+    assert info["encoded"] and np.array_equal(np.load(info["cache"]), local)
+    monkeypatch.setattr(scoring, "ENCODE_BLOCK", 16)
+    blocks, _ = scoring.sentence_embeddings(config, texts, cpu, None, tasks, "cpu")
+    np.testing.assert_allclose(blocks, local, atol=1e-5)

@@ -28,11 +28,21 @@ def unique_texts(texts: list[str]) -> tuple[list[str], np.ndarray]:
     return list(rows), inverse
 
 
+ENCODE_BLOCK = 65_536  # distinct sentences per encoding task: one GPU actor's share on a cluster
+
+
 def sentence_embeddings(
-    config: FilterConfig, texts: list[str], device: Any, cache_dir: Path | None = None
+    config: FilterConfig,
+    texts: list[str],
+    device: Any,
+    cache_dir: Path | None = None,
+    tasks: Any = None,
+    device_setting: str = "auto",
 ) -> tuple[np.ndarray, dict]:
     """Unit embeddings of `texts` with the configured encoder; read from `cache_dir` when this encoder has
-    encoded these texts before, else encoded and stored there (atomically)."""
+    encoded these texts before, else encoded and stored there (atomically). With a distributed `tasks`
+    (pipeline.stage; the Ray executor's), blocks of ENCODE_BLOCK texts are encoded as tasks that each ask for a
+    GPU, resolving `device_setting` where they run."""
     digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()
     key = fingerprint({"encoder": config.text_encoder, "pooling": config.text_pooling, "texts": digest})
     path = cache_dir / f"{key}.npy" if cache_dir is not None else None
@@ -44,10 +54,13 @@ def sentence_embeddings(
         if cached is not None and cached.shape[0] == len(texts):
             log.info("filter: sentence embeddings from the cache %s", path)
             return cached, {"cache": str(path), "encoded": False, "dim": int(cached.shape[1])}
-    model = load_text_encoder(config.text_encoder, config.text_pooling, device)
-    log.info("filter: encoding %d distinct sentences with %s on %s", len(texts), config.text_encoder, device)
     started = time.perf_counter()
-    embeddings = encode_texts(model, texts, config.text_batch_size, progress=True)
+    if tasks is not None and tasks.distributed and len(texts) > 0:
+        embeddings = encode_as_tasks(config, texts, device_setting, tasks)
+    else:
+        model = load_text_encoder(config.text_encoder, config.text_pooling, device)
+        log.info("filter: encoding %d distinct sentences with %s on %s", len(texts), config.text_encoder, device)
+        embeddings = encode_texts(model, texts, config.text_batch_size, progress=True)
     info = {"encoded": True, "dim": int(embeddings.shape[1]), "encode_seconds": round(time.perf_counter() - started, 3)}
     if path is not None:
         write_atomic(path, lambda handle: np.save(handle, embeddings))
@@ -55,6 +68,32 @@ def sentence_embeddings(
         write_json(path.with_suffix(".json"), meta)
         info["cache"] = str(path)
     return embeddings, info
+
+
+def encode_as_tasks(config: FilterConfig, texts: list[str], device_setting: str, tasks: Any) -> np.ndarray:
+    """The texts in blocks, one task each, sharing one copy of the texts; each task runs the driver's torch
+    thread count and asks for as many CPUs (and a GPU where the cluster has them)."""
+    import torch
+
+    from pipeline.stage import Resources
+
+    threads = torch.get_num_threads()
+    bounds = [(lo, min(len(texts), lo + ENCODE_BLOCK)) for lo in range(0, len(texts), ENCODE_BLOCK)]
+    shared = (config.text_encoder, config.text_pooling, config.text_batch_size, device_setting, threads, texts)
+    log.info("filter: encoding %d distinct sentences as %d tasks", len(texts), len(bounds))
+    return np.concatenate(list(tasks.map(encode_block, bounds, shared, Resources(cpus=threads, gpus=1))))
+
+
+def encode_block(shared: tuple, bounds: tuple[int, int]) -> np.ndarray:
+    """One task of `encode_as_tasks`: texts[lo:hi] with the encoder, loaded on the device this task has."""
+    import torch
+
+    from pipeline.device import resolve_device
+
+    name, pooling, batch_size, device_setting, threads, texts = shared
+    torch.set_num_threads(threads)
+    model = load_text_encoder(name, pooling, resolve_device(device_setting))
+    return encode_texts(model, texts[bounds[0] : bounds[1]], batch_size)
 
 
 def metric_columns(scored: ScoredPairs, select: np.ndarray) -> dict[str, pa.Array]:

@@ -108,7 +108,10 @@ class FilterStage(Stage):
         embeddings, self.encoder_info = None, {}
         if self.criteria.needs_encoder:
             cache_dir = self.work_dir / EMBEDDING_CACHE
-            embeddings, self.encoder_info = sentence_embeddings(self.config, sentences, self.device, cache_dir)
+            device_setting = self.manifest.run.device
+            embeddings, self.encoder_info = sentence_embeddings(
+                self.config, sentences, self.device, cache_dir, self.tasks, device_setting
+            )
         self.backend = pair_metrics_backend(TextFeatures.build(sentences), embeddings, self.device)
         self.caption_count, self.sentence_count = captions.num_rows, len(sentences)
 
