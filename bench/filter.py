@@ -94,8 +94,8 @@ def vectorised(caption_ids_1, caption_ids_2, lookup, backend, criteria, full_rep
     """The stage's per-chunk work: ids -> sentence rows, metrics, decisions. Counts pairs by first failure."""
     codes = np.zeros(len(CRITERIA) + 1, np.int64)
     for lo in range(0, len(caption_ids_1), chunk):
-        first = lookup.rows(caption_ids_1[lo : lo + chunk], SOURCE)[1]
-        second = lookup.rows(caption_ids_2[lo : lo + chunk], SOURCE)[1]
+        first = lookup.sentences(caption_ids_1[lo : lo + chunk], SOURCE)
+        second = lookup.sentences(caption_ids_2[lo : lo + chunk], SOURCE)
         scored = score_pairs(backend, criteria, first, second, full_report)
         codes += np.bincount(scored.first_failed + 1, minlength=len(codes))
     return Counter({name: int(count) for name, count in zip((None, *CRITERIA), codes) if count})

@@ -38,8 +38,8 @@ def main() -> None:
     reached = flips = pairs = 0
     worst = 0.0
     for path, candidates in iter_shards(args.work / "mine" / CANDIDATES, ["caption_id_1", "caption_id_2"]):
-        first = stage.lookup.rows(candidates.column("caption_id_1").to_numpy(), path)[1]
-        second = stage.lookup.rows(candidates.column("caption_id_2").to_numpy(), path)[1]
+        first = stage.lookup.sentences(candidates.column("caption_id_1").to_numpy(), path)
+        second = stage.lookup.sentences(candidates.column("caption_id_2").to_numpy(), path)
         scored = score_pairs(stage.backend, criteria, first, second)
         todo = np.flatnonzero(scored.cosine_computed)
         exact = scored.metrics["simcse_cosine"][todo]

@@ -123,18 +123,18 @@ def lookups(caption_ids: np.ndarray) -> tuple[CaptionLookup, CaptionLookup]:
     return dense, sparse
 
 
-def test_dense_table_and_binary_search_find_the_same_rows():
+def test_dense_table_and_binary_search_find_the_same_sentences():
     rng = np.random.default_rng(0)
     caption_ids = rng.permutation(50_000)[:5_000].astype(np.int64)
     caption_ids[7] = caption_ids[3]  # a repeated id resolves to its first row on both paths
     dense, sparse = lookups(caption_ids)
     assert dense.table is not None
-    queries = caption_ids[rng.integers(0, len(caption_ids), 100_000)]
-    rows, sentences = dense.rows(queries, Path("shard"))
-    np.testing.assert_array_equal(caption_ids[rows], queries)
-    for got, want in zip((rows, sentences), sparse.rows(queries, Path("shard"))):
-        np.testing.assert_array_equal(got, want)
-    assert dense.rows(caption_ids[[7]], Path("shard"))[0].tolist() == [3]
+    picks = rng.integers(0, len(caption_ids), 100_000)
+    sentences = dense.sentences(caption_ids[picks], Path("shard"))
+    expected = np.where(picks == 7, 3, picks) // 2  # sentence_of_row of the first row holding the id
+    np.testing.assert_array_equal(sentences, expected)
+    np.testing.assert_array_equal(sparse.sentences(caption_ids[picks], Path("shard")), expected)
+    assert dense.sentences(caption_ids[[7]], Path("shard")).tolist() == [1]
 
 
 @pytest.mark.parametrize("unknown", [-1, 49_999_999, 12_346])
@@ -142,17 +142,17 @@ def test_unknown_ids_are_refused_on_both_paths(unknown):
     caption_ids = np.arange(0, 20_000, 2, dtype=np.int64) + 1  # odd ids only
     for lookup in lookups(caption_ids):
         with pytest.raises(UserError, match=f"shard: caption_id {unknown} is not in captions"):
-            lookup.rows(np.array([1, unknown, 3], np.int64), Path("shard"))
+            lookup.sentences(np.array([1, unknown, 3], np.int64), Path("shard"))
 
 
 def test_ids_too_wide_or_negative_take_the_binary_search():
     wide = CaptionLookup(np.array([0, 10**12], np.int64), np.array([0, 1]), Path("captions"))
     negative = CaptionLookup(np.array([-5, 3], np.int64), np.array([0, 1]), Path("captions"))
     assert wide.table is None and negative.table is None
-    assert wide.rows(np.array([10**12, 0]), Path("s"))[0].tolist() == [1, 0]
-    assert negative.rows(np.array([3, -5]), Path("s"))[1].tolist() == [1, 0]
+    assert wide.sentences(np.array([10**12, 0]), Path("s")).tolist() == [1, 0]
+    assert negative.sentences(np.array([3, -5]), Path("s")).tolist() == [1, 0]
     with pytest.raises(UserError, match="no captions"):
-        CaptionLookup(np.array([], np.int64), np.array([], np.int64), Path("c")).rows(np.array([1]), Path("s"))
+        CaptionLookup(np.array([], np.int64), np.array([], np.int64), Path("c")).sentences(np.array([1]), Path("s"))
 
 
 # --- funnel histograms ---------------------------------------------------------------------------------------------

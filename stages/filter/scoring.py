@@ -114,7 +114,7 @@ def output_table(
     select: np.ndarray,
     schema: pa.Schema,
 ) -> pa.Table:
-    """The kept (or rejected) rows of one chunk of candidates, in the filter's schema."""
+    """The kept (or rejected) rows of one chunk of candidates, in the filter's schema; `rows` index `texts`."""
     take = pa.array(select, pa.int64())
     columns = {name: candidates.column(name).take(take) for name in ("pair_id", "image_id_1", "image_id_2")}
     columns |= {name: candidates.column(name).take(take) for name in ("caption_id_1", "caption_id_2")}

@@ -62,7 +62,7 @@ class FilterStage(Stage):
     name = STAGE
     upstream = UPSTREAM
     resources = Resources(cpus=1, gpus=1)
-    worker_state = ("caption_texts", "lookup", "sentence_of_caption", "device", "encoder_info", "backend")
+    worker_state = ("sentence_texts", "lookup", "sentence_of_caption", "device", "encoder_info", "backend")
 
     def __init__(self, manifest: Manifest):
         super().__init__(manifest.work_dir)
@@ -101,8 +101,8 @@ class FilterStage(Stage):
         captions = read_shards(captions_dir)
         if not {"caption_id", "caption"} <= set(captions.column_names):
             raise UserError(f"{captions_dir}: needs the columns caption_id and caption")
-        self.caption_texts = captions.column("caption").combine_chunks()
-        sentences, sentence_of_caption = unique_texts(self.caption_texts.to_pylist())
+        sentences, sentence_of_caption = unique_texts(captions.column("caption").to_pylist())
+        self.sentence_texts = pa.array(sentences, pa.string())
         self.lookup = CaptionLookup(captions.column("caption_id").to_numpy(), sentence_of_caption, captions_dir)
         self.device = resolve_device(self.manifest.run.device)
         embeddings, self.encoder_info = None, {}
@@ -114,6 +114,16 @@ class FilterStage(Stage):
             )
         self.backend = pair_metrics_backend(TextFeatures.build(sentences), embeddings, self.device)
         self.caption_count, self.sentence_count = captions.num_rows, len(sentences)
+        self._load_kernels(captions.column("caption_id").to_numpy()[:1])
+
+    def _load_kernels(self, caption_ids: np.ndarray) -> None:
+        """Score one pair, so that the compiled kernels are loaded (numba's on-disk cache, or compiled on a first
+        run) here, with the models, and not inside the first unit's time."""
+        from stages.filter.criteria import score_pairs
+
+        if len(caption_ids):
+            sentence = self.lookup.sentences(caption_ids, self.work_dir / UPSTREAM / CAPTIONS)
+            score_pairs(self.backend, self.criteria, sentence, sentence, self.config.full_report)
 
     def _read(self, unit: Unit) -> tuple[Path, pa.Table]:
         source = self.work_dir / UPSTREAM / unit.payload["candidates"]
@@ -127,17 +137,16 @@ class FilterStage(Stage):
         from stages.filter.funnel import Funnel
         from stages.filter.scoring import output_table
 
-        rows_1, first = self.lookup.rows(candidates.column("caption_id_1").to_numpy(), source)
-        rows_2, second = self.lookup.rows(candidates.column("caption_id_2").to_numpy(), source)
-        rows = (rows_1, rows_2)
+        first = self.lookup.sentences(candidates.column("caption_id_1").to_numpy(), source)
+        second = self.lookup.sentences(candidates.column("caption_id_2").to_numpy(), source)
         config, funnel = self.config, Funnel(self.criteria)
         kept_parts, rejected_parts = [], []
         for lo in range(0, max(candidates.num_rows, 1), config.pairs_per_chunk):
             part = slice(lo, lo + config.pairs_per_chunk)
             scored = score_pairs(self.backend, self.criteria, first[part], second[part], config.full_report)
             funnel.add(scored)
-            chunk, chunk_rows = candidates.slice(lo, config.pairs_per_chunk), (rows[0][part], rows[1][part])
-            texts = self.caption_texts
+            chunk, chunk_rows = candidates.slice(lo, config.pairs_per_chunk), (first[part], second[part])
+            texts = self.sentence_texts
             kept_parts.append(output_table(chunk, chunk_rows, texts, scored, np.flatnonzero(scored.kept), KEPT_SCHEMA))
             if config.keep_rejected:
                 rejected = np.flatnonzero(~scored.kept)
