@@ -128,7 +128,7 @@ class FilterConfig(_Section):
         "as SimCSE's own tool; mean; model: a sentence-transformers model's own pooling",
     )
     text_batch_size: int = Field(256, gt=0)
-    pairs_per_chunk: int = Field(2_000_000, gt=0)
+    pairs_per_chunk: int = Field(262_144, gt=0)  # metric arrays of a chunk stay in cache and reuse freed memory
     keep_rejected: bool = Field(False, description="also write the rejected pairs, with the first criterion failed")
     full_report: bool = Field(
         False, description="compute the cosine for every candidate, not only those passing the cheaper criteria"
