@@ -267,13 +267,19 @@ def screen_ratings(items: list[dict[str, Any]], results: list[Path], tasks_file:
     return screen, accepted
 
 
-def _rating_answer(screen: Screen, row: ResultRow) -> Rating | None:
-    """The row's rating, or None with every problem of the row recorded."""
-    found = screen.check(row)
+def _worker(screen: Screen, row: ResultRow, found: list[str]) -> str:
+    """The row's worker id; a missing one is recorded as the row's problem."""
     worker = row.text("worker_id")
     if not worker:
         found.append("missing_worker")
         screen.add(row, "missing_worker", "no worker_id")
+    return worker
+
+
+def _rating_answer(screen: Screen, row: ResultRow) -> Rating | None:
+    """The row's rating, or None with every problem of the row recorded."""
+    found = screen.check(row)
+    worker = _worker(screen, row, found)
     flag = parse_flag(row.fields.get("not_pertinent"))
     if flag is None:
         found.append("bad_flag")
@@ -346,10 +352,7 @@ def screen_bws(tuples: list[dict[str, Any]], results: list[Path], tasks_file: Pa
 def _bws_answer(screen: Screen, row: ResultRow) -> Choice | None:
     """The row's choice, or None with every problem of the row recorded."""
     found = screen.check(row)
-    worker = row.text("worker_id")
-    if not worker:
-        found.append("missing_worker")
-        screen.add(row, "missing_worker", "no worker_id")
+    worker = _worker(screen, row, found)
     picks = {}
     for name in ("best", "worst"):
         given = row.text(name)
