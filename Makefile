@@ -7,7 +7,7 @@ PYV := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}{sys.versi
 LOCK := requirements/lock-py$(PYV).txt
 STAMP := $(VENV)/.installed
 
-.PHONY: sample test lint lock
+.PHONY: sample test lint lock browser
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -f $(LOCK) || { echo "no lock for Python $(PYV): supported are 3.10-3.13 ($(LOCK) missing)"; exit 1; }
@@ -29,3 +29,9 @@ lint: $(STAMP)
 
 lock:
 	requirements/refresh.sh
+
+# The browser tests (annotation pages, the run report) drive Debian's Chromium through Playwright; CI installs it
+# here so that a missing browser fails the run instead of skipping the tests.
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@chromium --version
