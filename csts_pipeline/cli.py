@@ -12,6 +12,7 @@ import typer
 from csts_pipeline.annotate_cli import annotate_app
 from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, user_errors
 from csts_pipeline.publish_cli import register as register_publish_command
+from csts_pipeline.report_cli import register as register_report_command
 from csts_pipeline.train_cli import register as register_train_commands
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest, open_manifest
@@ -337,6 +338,8 @@ register_train_commands(app)
 app.add_typer(annotate_app, name="annotate")
 # export: publish the C-STS splits as a Hugging Face dataset folder (csts_pipeline/publish_cli.py)
 register_publish_command(app)
+# report: a static page to inspect a run (csts_pipeline/report_cli.py, report/)
+register_report_command(app)
 
 
 def main() -> None:

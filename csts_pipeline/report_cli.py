@@ -1,0 +1,50 @@
+"""`csts-pipeline report`: a static HTML page to inspect a run (report/, docs/report.md). cli.py registers it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from csts_pipeline.options import DatasetOpt, ManifestOpt, user_errors
+from pipeline.errors import UserError
+from pipeline.manifest import open_manifest
+from pipeline.storage import location
+
+
+def report(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="The page to write (default <work_dir>/report/index.html); images go beside it."),
+    ] = None,
+    work_dir: Annotated[
+        str | None, typer.Option("--work-dir", help="The run's work folder (overrides work_dir).")
+    ] = None,
+    per_stratum: Annotated[int, typer.Option(min=1, help="Kept pairs shown per sentence-cosine quartile.")] = 4,
+    near: Annotated[int, typer.Option(min=1, help="Rejected pairs shown per criterion, nearest its threshold.")] = 6,
+    candidate_sample: Annotated[
+        int, typer.Option(min=1, help="Candidates scored for the near misses when filter/rejected/ is absent.")
+    ] = 50_000,
+    seed: Annotated[int, typer.Option(help="Seed of the samples.")] = 0,
+) -> None:
+    """Write a static page of a run: the funnel, the metric distributions, kept pairs and near misses, with
+    thumbnails; and the annotation summary when there is one."""
+    from report.build import ReportOptions, build_report
+
+    if dataset is None and manifest is None:
+        raise UserError("give --dataset NAME or --manifest PATH (the run to report on)")
+    loaded = open_manifest(dataset, manifest, {"work_dir": location(work_dir)})
+    loaded.fetch_inputs()
+    page = out.resolve() if out is not None else loaded.work_dir / "report" / "index.html"
+    result = build_report(loaded, page, ReportOptions(per_stratum, near, candidate_sample, seed))
+    typer.echo(
+        f"report: {result['page']}\n  {result['images']} thumbnails, {result['kept_shown']} kept pairs shown; "
+        f"near misses from {result['near']}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(user_errors(report))

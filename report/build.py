@@ -1,0 +1,92 @@
+"""Build the report: read the records and bounded samples, draw the figures, make the thumbnails, render the
+template (report/templates/index.html, jinja2 with autoescaping) and put the page and its files in place.
+
+The page's files go in a folder beside it (`index.html` -> `index_files/`), built in a hidden staging folder and
+swapped in whole (pipeline.records.swap_in) before the page itself is written atomically, so a failed run leaves
+the previous report as it was."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pipeline.manifest import Manifest
+from pipeline.records import previous_of, read_json, recover_folder, staging_of, swap_in
+from pipeline.shards import write_atomic
+from report.annotations import annotation_summary
+from report.funnel import funnel_rows, read_records
+from report.plots import distributions
+from report.samples import criteria_of, image_cosine_histogram, kept_sample, near_misses
+from report.thumbnails import SIZE, thumbnails
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """How much the page shows: kept pairs per stratum (4 strata), rejects per criterion, candidates sampled
+    when filter/rejected/ is absent, and the seed of every sample."""
+
+    per_stratum: int = 4
+    near: int = 6
+    candidate_sample: int = 50_000
+    seed: int = 0
+
+
+def files_folder(page: Path) -> Path:
+    """The folder of the page's images: `index.html` -> `index_files/`, as browsers save a page."""
+    return page.with_name(f"{page.stem}_files")
+
+
+def build_report(manifest: Manifest, page: Path, options: ReportOptions = ReportOptions()) -> dict[str, Any]:
+    """Write the report page of the manifest's run to `page`; returns what the command prints."""
+    work_dir = manifest.work_dir
+    records = read_records(work_dir)
+    folder = files_folder(page)
+    staging, old = staging_of(folder), previous_of(folder)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    recover_folder(folder, staging, old)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    histograms = read_json(work_dir / "filter" / "histograms.json")
+    criteria = criteria_of(records["filter"])
+    figures = distributions(histograms, image_cosine_histogram(work_dir), criteria, staging)
+    kept = kept_sample(work_dir / "filter", histograms, options.per_stratum, options.seed)
+    near = near_misses(work_dir, records, options.near, options.candidate_sample, options.seed)
+    shown = [pair for pairs in [kept, *near.pairs.values()] for pair in pairs]
+    image_ids = {pair[key] for pair in shown for key in ("image_id_1", "image_id_2")}
+    thumbs = thumbnails(manifest.data, work_dir / "embed", image_ids, staging / "thumbs")
+    context = {
+        "name": manifest.name,
+        "demo_encoders": manifest.demo_encoders,
+        "work_dir": str(work_dir),
+        "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "funnel": funnel_rows(records),
+        "cosine_scope": records["filter"]["funnel"]["cosine_scope"],
+        "figures": figures,
+        "kept": kept,
+        "kept_total": records["filter"]["funnel"]["kept"],
+        "near": near,
+        "criteria": {name: criteria.rule(name) for name in criteria.active()},
+        "thumbs": {image_id: f"{folder.name}/thumbs/{name}" for image_id, name in thumbs.items()},
+        "files": folder.name,
+        "thumb_size": SIZE,
+        "annotations": annotation_summary(work_dir / "annotate", staging),
+    }
+    html = render(context)
+    swap_in(folder, staging, old)
+    write_atomic(page, lambda handle: handle.write(html.encode()))
+    return {"page": page, "files": folder, "kept_shown": len(kept), "images": len(thumbs), "near": near.source}
+
+
+def render(context: dict[str, Any]) -> str:
+    """The one renderer: the packaged template with autoescaping (captions are data, never markup)."""
+    import jinja2
+
+    template = resources.files("report").joinpath("templates/index.html").read_text(encoding="utf-8")
+    environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.filters["n"] = lambda value: "-" if value is None else f"{value:,}"
+    environment.filters["f3"] = lambda value: "-" if value is None or value != value else f"{value:.3f}"
+    return environment.from_string(template).render(**context)
