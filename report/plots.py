@@ -32,7 +32,7 @@ def _figure(width: float = 5.2, height: float = 3.2):
 
 def _save(plt, figure, path: Path) -> None:
     figure.tight_layout()
-    write_atomic(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
+    write_atomic(path, lambda handle: figure.savefig(handle, format="png", dpi=100, bbox_inches="tight"))
     plt.close(figure)
 
 
@@ -53,7 +53,7 @@ def distribution(
         axis.set_xlim(*_span(edges, before, bounds))
     axis.set_title(TITLES.get(name, name), fontsize=10)
     axis.set_ylabel("pairs")
-    axis.legend(fontsize=7, framealpha=0.9)
+    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
     _save(plt, figure, path)
 
 

@@ -1,0 +1,195 @@
+"""`csts-pipeline report`: the page opened in headless Chromium (every image loads from file://, the funnel's
+numbers equal the stage records, the annotation summary equals the imports' tables), the near misses against the
+filter's own rejected pairs, and thumbnails from each image source kind.
+
+The browser is required: a missing Chromium fails these tests (CI installs it with `make browser`)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from csts_pipeline.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "docs" / "examples" / "annotate"
+SCREENSHOT = REPO / "docs" / "images" / "report.png"
+CHROMIUM = os.environ.get("CSTS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """The sample run, plus the annotate worked example's steps in its annotate folder (docs/annotate.md)."""
+    work = tmp_path_factory.mktemp("report") / "sample"
+    cli("run", "--dataset", "sample", "--out", str(work))
+    annotate = str(work / "annotate")
+    kept = str(EXAMPLES / "kept.csv")
+    cli("annotate", "export", "--stage", "conditions", "--input", kept, "--n", "8", "--out", annotate)
+    cli("annotate", "import", "--stage", "conditions", "--results", str(EXAMPLES / "conditions_results.csv"),
+        "--out", annotate)  # fmt: skip
+    cli("annotate", "export", "--stage", "ratings", "--out", annotate)
+    cli("annotate", "import", "--stage", "ratings", "--results", str(EXAMPLES / "ratings_results.csv"), "--out", annotate)
+    return work
+
+
+@pytest.fixture(scope="module")
+def page(work) -> Path:
+    output = cli("report", "--dataset", "sample", "--work-dir", str(work))
+    page = work / "report" / "index.html"
+    assert str(page) in output
+    return page
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium through Playwright; its absence is a failure, never a skip."""
+    from playwright.sync_api import Error, sync_playwright
+
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"no Chromium at {CHROMIUM}: install it (`make browser`) or set CSTS_CHROMIUM")
+    with sync_playwright() as playwright:
+        try:
+            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        except Error as exc:
+            pytest.fail(f"Chromium at {CHROMIUM} does not start: {exc}")
+        yield launched
+        launched.close()
+
+
+def records(work: Path) -> dict:
+    return {stage: json.loads((work / stage / "_stage.json").read_text()) for stage in ("embed", "mine", "filter")}
+
+
+def at(tree: dict, dotted: str):
+    for key in dotted.split("."):
+        tree = tree[key]
+    return tree
+
+
+@pytest.mark.slow
+def test_the_page_loads_every_image_and_shows_the_funnel_of_the_records(work, page, browser):
+    view = browser.new_page(viewport={"width": 1300, "height": 900})
+    view.goto(page.as_uri(), wait_until="load")
+    images = view.eval_on_selector_all(
+        "img", "all => all.map(i => ({src: i.src, w: i.naturalWidth, h: i.naturalHeight, id: i.dataset.imageId}))"
+    )
+    thumbs = [image for image in images if image["id"]]
+    assert len(images) >= len(thumbs) + 5 and len(thumbs) >= 16  # five figures, both images of the shown pairs
+    for image in images:
+        assert image["src"].startswith("file://"), image
+        assert image["w"] > 0 and image["h"] > 0, f"{image['src']} did not load"
+    assert all(max(image["w"], image["h"]) <= 256 for image in thumbs)
+
+    shown = dict(view.eval_on_selector_all("[data-record]", "all => all.map(e => [e.dataset.record, e.textContent])"))
+    found = records(work)
+    wanted = {"embed.counts.images_in_dataset", "embed.counts.images_embedded", "mine.counts.image_pairs",
+              "mine.counts.candidate_pairs", "filter.funnel.kept"}  # fmt: skip
+    wanted |= {f"filter.funnel.criteria.{name}.rejected_in_order" for name in found["filter"]["funnel"]["order"]}
+    assert wanted <= set(shown)
+    for source, text in shown.items():
+        assert int(text.replace(",", "")) == at(found, source), source
+    assert int(shown["filter.funnel.kept"].replace(",", "")) == found["filter"]["counts"]["kept"]
+
+    # the annotation summary: answers per worker as in the imported ratings
+    ratings = pq.read_table(work / "annotate" / "ratings" / "ratings.parquet").column("worker_id").to_pylist()
+    rows = view.eval_on_selector_all(
+        "table[data-step=ratings] tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.textContent))"
+    )
+    assert {worker: int(n) for worker, n in rows} == dict(Counter(ratings))
+
+    if os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not SCREENSHOT.is_file():
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        view.set_viewport_size({"width": 1300, "height": 1700})
+        view.screenshot(path=str(SCREENSHOT))
+    view.close()
+
+
+@pytest.mark.slow
+def test_near_misses_from_a_candidate_sample_match_the_filters_rejected_pairs(work, tmp_path):
+    """The default path (a sample of mine's candidates scored with the filter's functions) finds, for each
+    criterion, the same nearest distances as the filter's own rejected pairs (--keep-rejected)."""
+    from pipeline.manifest import open_manifest
+    from report.funnel import read_records
+    from report.samples import criteria_of, near_misses
+
+    sampled = near_misses(work, read_records(work), 5, 10**6, 0)  # larger than the run: every candidate
+    assert "candidate pairs" in sampled.source
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, ignore=shutil.ignore_patterns("annotate", "report*"))
+    cli("filter", "--dataset", "sample", "--out", str(copy), "--keep-rejected")
+    stored = near_misses(copy, read_records(copy), 5, 10**6, 0)
+    assert "filter/rejected/" in stored.source
+    criteria = criteria_of(read_records(copy)["filter"])
+    assert set(sampled.pairs) == set(stored.pairs) == set(criteria.active())
+    for name in criteria.active():
+        assert [round(p["distance"], 6) for p in sampled.pairs[name]] == pytest.approx(
+            [round(p["distance"], 6) for p in stored.pairs[name]], abs=1e-5
+        )
+        for pair in sampled.pairs[name]:
+            assert criteria.fails(name, pair[name]) and pair["distance"] > 0
+    assert open_manifest("sample", None).filter.min_cosine == criteria.min_cosine
+
+
+def _picture(width: int = 600, height: int = 400) -> bytes:
+    image = Image.new("RGB", (width, height), (200, 40, 40))
+    out = io.BytesIO()
+    image.save(out, "JPEG")
+    return out.getvalue()
+
+
+def test_thumbnails_from_a_folder_a_webdataset_tar_and_a_parquet_column(tmp_path):
+    from pipeline.manifest import DataConfig
+    from report.thumbnails import image_sources, make_thumbnail
+
+    data = _picture()
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.jpg").write_bytes(data)
+    (tmp_path / "shards").mkdir()
+    with tarfile.open(tmp_path / "shards" / "00000.tar", "w") as tar:
+        for name, blob in (("000001.jpg", _picture(30, 30)), ("000007.jpg", data), ("000007.txt", b"a red square")):
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    (tmp_path / "parquet").mkdir()
+    table = pa.table({"key": ["1", "2"], "jpg": [_picture(30, 30), data], "txt": ["x", "y"]})
+    pq.write_table(table, tmp_path / "parquet" / "part.parquet")
+    kinds = {
+        "coco": (DataConfig(format="coco", captions=tmp_path / "c.json", images=tmp_path / "folder"), "a.jpg"),
+        "webdataset": (DataConfig(format="webdataset", images=tmp_path / "shards"), "00000.tar/000007.jpg"),
+        "parquet": (DataConfig(format="parquet", images=tmp_path / "parquet"), "part.parquet#1"),
+    }
+    for kind, (config, name) in kinds.items():
+        sources = image_sources(config, {5: name})
+        assert set(sources) == {5}, kind
+        out = tmp_path / f"{kind}.jpg"
+        assert make_thumbnail(sources[5], out)
+        with Image.open(out) as thumb:
+            assert thumb.size == (256, 171), kind  # the longer side at 256, the shape kept
+            assert np.abs(np.asarray(thumb, np.int16)[85, 128] - (200, 40, 40)).max() < 12, kind
+    assert not make_thumbnail(tmp_path / "folder" / "missing.jpg", tmp_path / "none.jpg")
