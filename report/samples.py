@@ -81,9 +81,14 @@ def kept_sample(filter_dir: Path, histograms: dict[str, Any], per_stratum: int, 
 
 
 def _stratum_label(metric: str, edges: np.ndarray, s: int) -> str:
-    low = f"{edges[s - 1]:.2f}" if s > 0 else "min"
-    high = f"{edges[s]:.2f}" if s < len(edges) else "max"
-    return f"{metric} {low} to {high}"
+    """The stratum's range of the metric, as the page names it."""
+    if not len(edges):
+        return f"{metric}: all kept pairs"
+    if s == 0:
+        return f"{metric} below {edges[0]:.2f}"
+    if s == len(edges):
+        return f"{metric} {edges[-1]:.2f} and above"
+    return f"{metric} {edges[s - 1]:.2f} to {edges[s]:.2f}"
 
 
 def distance_outside(criteria: Criteria, name: str, values: np.ndarray) -> np.ndarray:

@@ -147,12 +147,18 @@ def test_near_misses_from_a_candidate_sample_match_the_filters_rejected_pairs(wo
     assert "filter/rejected/" in stored.source
     criteria = criteria_of(read_records(copy)["filter"])
     assert set(sampled.pairs) == set(stored.pairs) == set(criteria.active())
+    rejected = pq.read_table(copy / "filter" / "rejected").to_pandas()
     for name in criteria.active():
-        assert [round(p["distance"], 6) for p in sampled.pairs[name]] == pytest.approx(
-            [round(p["distance"], 6) for p in stored.pairs[name]], abs=1e-5
-        )
-        for pair in sampled.pairs[name]:
-            assert criteria.fails(name, pair[name]) and pair["distance"] > 0
+        low, high = criteria.bounds(name)
+        values = rejected.loc[rejected.failed == name, name].to_numpy(np.float64)
+        beyond = np.sort(low - values if low is not None else values - high)[:5]  # the filter's rejects, by hand
+        assert len(beyond) and (beyond > 0).all()
+        for found in (sampled, stored):
+            shown = [pair[name] for pair in found.pairs[name]]
+            assert np.sort(low - np.array(shown) if low is not None else np.array(shown) - high) == pytest.approx(
+                beyond, abs=1e-6
+            ), name
+            assert [p["distance"] for p in found.pairs[name]] == pytest.approx(list(beyond), abs=1e-6), name
     assert open_manifest("sample", None).filter.min_cosine == criteria.min_cosine
 
 
