@@ -54,7 +54,16 @@ def work(tmp_path_factory) -> Path:
     cli("annotate", "import", "--stage", "conditions", "--results", str(EXAMPLES / "conditions_results.csv"),
         "--out", annotate)  # fmt: skip
     cli("annotate", "export", "--stage", "ratings", "--out", annotate)
-    cli("annotate", "import", "--stage", "ratings", "--results", str(EXAMPLES / "ratings_results.csv"), "--out", annotate)
+    cli(
+        "annotate",
+        "import",
+        "--stage",
+        "ratings",
+        "--results",
+        str(EXAMPLES / "ratings_results.csv"),
+        "--out",
+        annotate,
+    )
     return work
 
 
@@ -160,6 +169,27 @@ def test_near_misses_from_a_candidate_sample_match_the_filters_rejected_pairs(wo
             ), name
             assert [p["distance"] for p in found.pairs[name]] == pytest.approx(list(beyond), abs=1e-6), name
     assert open_manifest("sample", None).filter.min_cosine == criteria.min_cosine
+
+
+@pytest.mark.slow
+def test_a_rerun_replaces_the_page_and_its_files_whole(work, page):
+    stale = page.with_name("index_files") / "stale.png"
+    stale.write_bytes(b"left from an older report")
+    cli("report", "--dataset", "sample", "--work-dir", str(work), "--near", "2")
+    assert not stale.exists() and (page.with_name("index_files") / "thumbs").is_dir()
+    assert not list(page.parent.glob(".index_files*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "give --dataset NAME or --manifest PATH"),
+        (("--dataset", "sample", "--work-dir", "{tmp}"), "no finished embed output here"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["report", *(arg.format(tmp=tmp_path) for arg in args)])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
 def _picture(width: int = 600, height: int = 400) -> bytes:
