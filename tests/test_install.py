@@ -26,6 +26,7 @@ def test_the_built_wheel_runs_the_sample_from_any_folder(tmp_path: Path):
         "flickr30k.yaml",
         "sample.yaml",
     ]
+    assert (target / "report" / "templates" / "index.html").is_file()  # the report page's template (package data)
 
     env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1"}
 
