@@ -53,7 +53,7 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
     histograms = read_json(work_dir / "filter" / "histograms.json")
     criteria = criteria_of(records["filter"])
     figures = distributions(histograms, image_cosine_histogram(work_dir), criteria, staging)
-    kept = kept_sample(work_dir / "filter", histograms, options.per_stratum, options.seed)
+    kept, kept_metric = kept_sample(work_dir / "filter", histograms, options.per_stratum, options.seed)
     near = near_misses(work_dir, records, options.near, options.candidate_sample, options.seed)
     shown = [pair for pairs in [kept, *near.pairs.values()] for pair in pairs]
     image_ids = {pair[key] for pair in shown for key in ("image_id_1", "image_id_2")}
@@ -67,6 +67,7 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
         "cosine_scope": records["filter"]["funnel"]["cosine_scope"],
         "figures": figures,
         "kept": kept,
+        "kept_metric": kept_metric,
         "kept_total": records["filter"]["funnel"]["kept"],
         "near": near,
         "criteria": {name: criteria.rule(name) for name in criteria.active()},

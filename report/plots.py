@@ -78,6 +78,8 @@ def distributions(
     figures.append({"file": "image_cosine.png", "title": TITLES["image_cosine"], "note": "no threshold (mine k)"})
     for name in ("iou", "simcse_cosine", "ratio", "length"):
         entry = histograms[name]
+        if not any(entry["before"]):  # not computed (the sentence cosine switched off): nothing to draw
+            continue
         covers = entry["before_covers"]
         before = "candidates" if covers == "all candidates" else "candidates passing the cheaper criteria"
         distribution(name, entry, criteria.bounds(name), (before, "kept"), folder / f"{name}.png")

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.schemas import CANDIDATES, CAPTIONS, KEPT, KEPT_SCHEMA, REJECTED
+from pipeline.schemas import CANDIDATES, CAPTIONS, IMAGE_PAIRS, KEPT, KEPT_SCHEMA, REJECTED
 from pipeline.shards import list_shards, read_shards
 from stages.filter.criteria import CRITERIA, Criteria
 
@@ -58,7 +58,7 @@ def strata_edges(histogram: dict[str, Any], strata: int) -> np.ndarray:
     return np.unique(np.asarray(cuts))
 
 
-def kept_sample(filter_dir: Path, histograms: dict[str, Any], per_stratum: int, seed: int) -> list[dict]:
+def kept_sample(filter_dir: Path, histograms: dict[str, Any], per_stratum: int, seed: int) -> tuple[list[dict], str]:
     """Up to `per_stratum` kept pairs from each quantile stratum of sentence cosine (of IoU when the cosine is
     off), chosen by seeded random keys: a uniform sample within each stratum, in one pass."""
     metric = "simcse_cosine" if sum(histograms["simcse_cosine"]["after"]) else "iou"
@@ -77,7 +77,7 @@ def kept_sample(filter_dir: Path, histograms: dict[str, Any], per_stratum: int, 
     for s in sorted(held):
         for row in held[s].drop(["_key"]).to_pylist():
             pairs.append(row | {"stratum": _stratum_label(metric, edges, s)})
-    return pairs
+    return pairs, metric
 
 
 def _stratum_label(metric: str, edges: np.ndarray, s: int) -> str:
@@ -209,7 +209,7 @@ def image_cosine_histogram(work_dir: Path, bins: int = 60) -> dict[str, Any]:
     """Image cosine of every image neighbour pair (mine/image_pairs) and of the kept pairs, in fixed bins
     spanning the values' range (from the Parquet statistics, so one pass each)."""
     low, high = 1.0, -1.0
-    for path in list_shards(work_dir / "mine" / "image_pairs"):
+    for path in list_shards(work_dir / "mine" / IMAGE_PAIRS):
         meta = pq.ParquetFile(path).metadata
         column = meta.schema.names.index("cosine")
         for group in range(meta.num_row_groups):
@@ -220,7 +220,10 @@ def image_cosine_histogram(work_dir: Path, bins: int = 60) -> dict[str, Any]:
         low, high = -1.0, 1.0
     edges = np.linspace(low, high if high > low else low + 1e-3, bins + 1)
     counts = {}
-    for key, folder, column in (("before", "mine/image_pairs", "cosine"), ("after", f"filter/{KEPT}", "image_cosine")):
+    for key, folder, column in (
+        ("before", f"mine/{IMAGE_PAIRS}", "cosine"),
+        ("after", f"filter/{KEPT}", "image_cosine"),
+    ):
         total = np.zeros(bins, np.int64)
         for batch in iter_batches(work_dir / folder, [column]):
             values = np.clip(batch.column(0).to_numpy(zero_copy_only=False), edges[0], edges[-1])
