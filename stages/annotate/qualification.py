@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ MAX_CONDITION_CHARS = 80  # also in templates/_hit.js
 MAX_RATING_ERROR = 1.0
 FLAG_ERROR = 4.0  # the width of the 1-5 scale
 VERDICTS = ("pass", "fail")
-_SENTENCE = ("sentence", "sentences")
+_SENTENCE = re.compile(r"\bsentences?\b")  # as the page's check
 
 
 def default_gold() -> Path:
@@ -87,15 +88,14 @@ def condition_problems(high: str, low: str, sentence1: str, sentence2: str) -> l
     sentences = {crowd.one_line(s).casefold() for s in (sentence1, sentence2)}
     for kind, text in (("high", high), ("low", low)):
         value = crowd.one_line(text)
-        words = {w.strip(".,;:!?\"'()").casefold() for w in value.split()}
         if not value:
             found.append(f"empty_condition_{kind}")
-        elif words & set(_SENTENCE):
+        elif _SENTENCE.search(value.casefold()):
             found.append(f"mentions_sentence_{kind}")
-        elif len(value) > MAX_CONDITION_CHARS:
-            found.append(f"too_long_{kind}")
         elif value.casefold() in sentences:
             found.append(f"copies_sentence_{kind}")
+        elif len(value) > MAX_CONDITION_CHARS:
+            found.append(f"too_long_{kind}")
     if crowd.one_line(high) and crowd.same_text(crowd.one_line(high), crowd.one_line(low)):
         found.append("same_conditions")
     return found

@@ -29,10 +29,10 @@
     var value = norm(text);
     if (!value) { return "Write a condition."; }
     if (/\bsentences?\b/.test(value)) { return "Do not mention \u201cthe sentence\u201d: name the attribute itself."; }
+    if (sentences.indexOf(value) >= 0) { return "Do not copy a sentence: name an attribute of the scene."; }
     if (text.trim().length > MAX_CONDITION_CHARS) {
       return "Keep it to " + MAX_CONDITION_CHARS + " characters (now " + text.trim().length + ").";
     }
-    if (sentences.indexOf(value) >= 0) { return "Do not copy a sentence: name an attribute of the scene."; }
     if (isLow && value === norm(other)) { return "The two conditions must be different."; }
     return "";
   }
