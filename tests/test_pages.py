@@ -92,13 +92,18 @@ class Hit:
     """One stage's page as a worker sees it in an assignment: the first hits.csv row filled in, served at
     PAGE_URL with MTurk's query parameters; every post to the submit URL is kept in `posted`."""
 
-    def __init__(self, browser, folder: Path, stage: str, assignment: str = "ASG-1", worker: str = "W-1"):
+    def __init__(
+        self, browser, folder: Path, stage: str, assignment: str = "ASG-1", worker: str = "W-1", wrap: bool = False
+    ):
         with (folder / f"{stage}_tasks" / "hits.csv").open(newline="", encoding="utf-8") as handle:
             self.row = next(csv.DictReader(handle))
         body = pages.fill((folder / f"{stage}_tasks" / pages.PAGE).read_text(encoding="utf-8"), self.row)
+        if wrap:
+            body = wrapped(body, assignment)
         self.assignment, self.worker, self.posted = assignment, worker, []
         self.context = browser.new_context(viewport={"width": 1000, "height": 900})
         self.page = self.context.new_page()
+        self.page.set_default_timeout(5000)  # a page that navigated away fails fast
         self.page.route(
             re.compile(re.escape(PAGE_URL) + r"\?.*"),
             lambda route: route.fulfill(body=body, content_type="text/html; charset=utf-8"),
@@ -113,7 +118,7 @@ class Hit:
         route.fulfill(body="<p>submitted</p>", content_type="text/html")
 
     def submit(self) -> None:
-        self.page.click("#submit")
+        self.page.click("#hit-submit")
 
     def submit_and_capture(self) -> dict[str, str]:
         with self.page.expect_request(f"{SUBMIT_TO}/mturk/externalSubmit"):
@@ -133,6 +138,17 @@ class Hit:
 
     def close(self) -> None:
         self.context.close()
+
+
+def wrapped(page: str, assignment: str) -> str:
+    """The page as a requester site may show a layout: inside the site's own form, with its own assignmentId
+    field and Submit button, in place of the page's form (which a parser would drop inside another anyway)."""
+    head, body = re.sub(r"<form id=\"hit-form\"[^>]*>|</form>", "", page).split("<body>")
+    return (
+        f'{head}<body><form id="site-form" method="post" action="{SUBMIT_TO}/mturk/externalSubmit">'
+        f'<input type="hidden" name="assignmentId" value="{assignment}">'
+        + body.replace("</body>", '<p><input type="submit" id="submitButton" value="Submit"></p></form></body>')
+    )
 
 
 def batch_results(path: Path, hits: list[Hit], answers: list[dict[str, str]]) -> Path:
@@ -183,7 +199,7 @@ def test_a_page_whose_placeholders_differ_from_hits_csv_is_refused(tmp_path: Pat
 @pytest.mark.parametrize("stage", pages.STAGES)
 def test_preview_shows_the_task_but_cannot_submit(browser, annotated: Path, stage: str):
     hit = Hit(browser, annotated, stage, assignment="ASSIGNMENT_ID_NOT_AVAILABLE")
-    assert hit.page.is_disabled("#submit")
+    assert hit.page.is_disabled("#hit-submit")
     assert hit.page.is_visible("#preview")
     sentence = list(hit.row.values())[1]  # the first sentence shown, whatever the stage calls it
     assert sentence in hit.page.inner_text("main")
@@ -339,3 +355,14 @@ def test_qualification_page_round_trip_scores_workers(browser, annotated: Path, 
     assert workers["POOR"]["conditions_passed"] == "2"
     grant = (annotated / "qualification" / "mturk_workers.csv").read_text().splitlines()
     assert grant == ['"Worker ID","UPDATE-C-STS annotator"', '"GOOD",1', '"POOR",0']
+
+
+def test_inside_a_requester_site_form_the_page_still_checks_before_posting(browser, annotated: Path):
+    hit = Hit(browser, annotated, "ratings", assignment="ASG-W", wrap=True)
+    assert hit.page.evaluate("document.querySelectorAll('form').length") == 1
+    hit.page.click("#submitButton")  # the site's own button is checked as well
+    assert hit.posted == [] and hit.error("rating").startswith("Choose a rating")
+    hit.page.keyboard.press("5")
+    answer = hit.submit_and_capture()
+    assert answer == {"assignmentId": "ASG-W", "rating": "5", "item_id": hit.row["item_id"]}
+    hit.close()

@@ -56,14 +56,14 @@ GOOD = [("The place.", "The time of day."), ("The colour of the vehicle.", "The 
 
 @pytest.fixture
 def tested(tmp_path: Path) -> Path:
-    """An annotate folder whose qualification import scored four workers: W01 and W02 pass, W03 rates far from
-    gold, W04 writes a condition that mentions the sentence."""
+    """An annotate folder whose qualification import scored four workers: W01 and W02 pass (W02 flags a pertinent
+    item), W03 rates far from gold, W04 writes a condition that mentions the sentence."""
     folder = tmp_path / "annotate"
     cli("annotate", "export", "--stage", "qualification", "--out", folder)
     (test,) = [json.loads(line) for line in (folder / "qualification_tasks" / "tasks.jsonl").read_text().splitlines()]
     rows = [
         answer_row("W01", GOLD, GOOD, test["test_id"]),
-        answer_row("W02", ["4", "1", "5", "2", "np", "4"], GOOD, test["test_id"]),
+        answer_row("W02", ["np", "1", "5", "2", "np", "4"], GOOD, test["test_id"]),
         answer_row("W03", ["3"] * 6, GOOD, test["test_id"]),
         answer_row("W04", GOLD, [GOOD[0], ("What the sentence is about.", "The weather.")], test["test_id"]),
         {**answer_row("W01", ["1"] * 6, GOOD, test["test_id"]), "assignment_id": "A-W01-2"},  # the first try counts
@@ -85,7 +85,7 @@ def test_the_import_scores_by_gold_ratings_and_condition_checks(tested: Path):
     workers = read_workers(tested)
     assert {w: (row["rating_error"], row["conditions_passed"], row["qualified"]) for w, row in workers.items()} == {
         "W01": ("0", "2", "true"),
-        "W02": ("0.333", "2", "true"),
+        "W02": ("0.833", "2", "true"),  # a flag where gold rates (4), |2-1|
         "W03": ("2.167", "2", "false"),  # |3-5|, |3-1|, |3-5|, |3-1|, a rating where gold is not pertinent (4), |3-4|
         "W04": ("0", "1", "false"),
     }

@@ -11,7 +11,7 @@
   var root = document.getElementById("hit");
   // our own form, or the one a requester site wraps the layout in (the parser drops a form nested in another)
   var form = root.closest("form");
-  var button = document.getElementById("submit");
+  var button = document.getElementById("hit-submit");
   var status = document.getElementById("status");
   var shown = false;
 
@@ -87,12 +87,13 @@
     document.getElementById("preview").hidden = false;
   }
 
+  // held first, posted only once every check has passed: an error in a check can never let an answer through
   form.addEventListener("submit", function (event) {
-    if (preview) { event.preventDefault(); return; }
+    event.preventDefault();
+    if (preview) { return; }
     var bad = problems();
     shown = true;
     if (bad.length) {
-      event.preventDefault();
       status.textContent = "Please fix the " + (bad.length === 1 ? "marked field" : bad.length + " marked fields") + ".";
       var first = bad[0].closest("[data-check]").querySelector("input:not([type=hidden]):not(:disabled)");
       if (first) { first.focus(); }
@@ -100,6 +101,7 @@
     }
     status.textContent = "";
     button.disabled = true; // one post per assignment
+    HTMLFormElement.prototype.submit.call(form); // not form.submit: a field named "submit" would hide it
   });
   function recheck() { if (shown && !problems().length) { status.textContent = ""; } }
   root.addEventListener("input", recheck);
