@@ -100,7 +100,7 @@ class Hit:
         body = pages.fill((folder / f"{stage}_tasks" / pages.PAGE).read_text(encoding="utf-8"), self.row)
         if wrap:
             body = wrapped(body, assignment)
-        self.assignment, self.worker, self.posted = assignment, worker, []
+        self.assignment, self.worker, self.posted, self.names = assignment, worker, [], []
         self.context = browser.new_context(viewport={"width": 1000, "height": 900})
         self.page = self.context.new_page()
         self.page.set_default_timeout(5000)  # a page that navigated away fails fast
@@ -114,7 +114,9 @@ class Hit:
 
     def _capture(self, route) -> None:
         assert route.request.method == "POST"
-        self.posted.append(dict(parse_qsl(route.request.post_data or "", keep_blank_values=True)))
+        fields = parse_qsl(route.request.post_data or "", keep_blank_values=True)
+        self.posted.append(dict(fields))
+        self.names.append([name for name, _ in fields])
         route.fulfill(body="<p>submitted</p>", content_type="text/html")
 
     def submit(self) -> None:
@@ -125,6 +127,7 @@ class Hit:
             self.submit()
         self.page.wait_for_load_state()
         assert len(self.posted) == 1, self.posted
+        assert len(self.names[0]) == len(set(self.names[0])), f"a field posted twice: {self.names[0]}"
         return self.posted[0]
 
     def refused(self) -> None:
