@@ -79,11 +79,21 @@ def annotated(tmp_path_factory: pytest.TempPathFactory, browser) -> Path:
     """Every stage exported once; the screenshots for docs/annotate.md drawn from it."""
     folder = export_all(tmp_path_factory.mktemp("pages") / "annotate")
     for stage in pages.STAGES:
-        target = IMAGES / f"annotate_{stage}.png"
-        if target.is_file() and os.environ.get("CSTS_UPDATE_SCREENSHOTS") != "1":
+        target, checks = IMAGES / f"annotate_{stage}.png", IMAGES / "annotate_conditions_checks.png"
+        drawn = target.is_file() and (stage != "conditions" or checks.is_file())
+        if drawn and os.environ.get("CSTS_UPDATE_SCREENSHOTS") != "1":
             continue
         hit = Hit(browser, folder, stage)
         hit.page.screenshot(path=str(target), full_page=True)
+        if stage == "conditions":  # and the page refusing a bad answer, the message beside each field
+            hit.page.fill("#condition_high", "What the first sentence says about the bus")
+            hit.page.fill("#condition_low", "")
+            hit.submit()
+            top, bottom = hit.page.locator("[data-check]").bounding_box(), hit.page.locator(".actions").bounding_box()
+            scrolled = hit.page.evaluate("window.scrollY")  # boxes are in the viewport, a full-page clip is not
+            clip = {"x": top["x"] - 12, "y": top["y"] + scrolled - 12, "width": top["width"] + 24}
+            clip["height"] = bottom["y"] + scrolled + bottom["height"] + 12 - clip["y"]
+            hit.page.screenshot(path=str(checks), clip=clip, full_page=True)
         hit.close()
     return folder
 
