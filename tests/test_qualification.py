@@ -227,3 +227,26 @@ def test_a_bad_gold_file_is_refused_with_its_row(tmp_path: Path, row: str, messa
     assert "missing column(s) sentence1" in cli(
         "annotate", "export", "--stage", "qualification", "--gold", path, "--out", tmp_path / "a", code=2
     )
+
+
+def test_the_threshold_and_the_qualification_name_are_options(tested: Path, tmp_path: Path):
+    args = ["annotate", "import", "--stage", "qualification", "--results", tmp_path / "q.csv", "--out", tested]
+    output = cli(*args, "--max-rating-error", "2.5", "--qualification-name", "Careful rater")
+    assert "3 qualified (mean rating error at most 2.5" in output  # W03, 2.167 from gold, now passes
+    grant = (tested / "qualification" / "mturk_workers.csv").read_text().splitlines()
+    assert grant[0] == '"Worker ID","UPDATE-Careful rater"' and '"W03",1' in grant
+    assert "--max-rating-error must be in [0, 4]" in cli(*args, "--max-rating-error", "5", code=2)
+    assert "without commas" in cli(*args, "--qualification-name", "a,b", code=2)
+    assert "only for --stage qualification" in cli(
+        "annotate", "export", "--stage", "ratings", "--gold", tmp_path / "q.csv", "--out", tested, code=2
+    )
+
+
+def test_another_gold_file_replaces_an_exported_test_only_with_force(tested: Path, tmp_path: Path):
+    gold = tmp_path / "gold.csv"
+    gold.write_text(qualification.default_gold().read_text().replace("The colour of the clothing.", "The colour."))
+    args = ["annotate", "export", "--stage", "qualification", "--gold", gold, "--out", tested]
+    assert "--force replaces them" in cli(*args, code=2)
+    assert f"from {gold}" in cli(*args, "--force")
+    hits = (tested / "qualification_tasks" / "hits.csv").read_text()
+    assert '"The colour."' in hits and "clothing" not in hits
