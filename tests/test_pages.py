@@ -366,6 +366,11 @@ def test_qualification_page_round_trip_scores_workers(browser, annotated: Path, 
         13 / 6, abs=1e-3
     )
     assert workers["POOR"]["conditions_passed"] == "2"
+    with (annotated / "qualification" / "answers.csv").open(newline="") as handle:
+        typed = {(r["worker_id"], r["item_id"]): r for r in csv.DictReader(handle)}
+    assert (typed["GOOD", "q-w2"]["condition_high"], typed["GOOD", "q-w2"]["condition_low"]) == written[1]
+    assert [typed["GOOD", f"q-r{n}"]["rating"] or "np" for n in range(1, 7)] == gold
+    assert typed["GOOD", "q-r5"]["not_pertinent"] == "true" and typed["POOR", "q-r5"]["rating"] == "3"
     grant = (annotated / "qualification" / "mturk_workers.csv").read_text().splitlines()
     assert grant == ['"Worker ID","UPDATE-C-STS annotator"', '"GOOD",1', '"POOR",0']
 
