@@ -21,7 +21,8 @@ AnnotateStageOpt = Annotated[
     str,
     typer.Option(
         "--stage",
-        help="conditions (writing a high and a low condition per pair), ratings (1-5) or bws (best-worst 4-tuples).",
+        help="qualification (the test), conditions (writing a high and a low condition per pair), ratings (1-5) or "
+        "bws (best-worst 4-tuples).",
     ),
 ]
 AnnotateOutOpt = Annotated[
@@ -65,6 +66,29 @@ NotPertinentOpt = Annotated[
     typer.Option(
         "--not-pertinent-share",
         help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
+    ),
+]
+WorkersOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--workers",
+        help="conditions, ratings, bws: keep only these qualified workers' rows (a workers.csv; default: "
+        "<annotate>/qualification/workers.csv when it exists).",
+    ),
+]
+MaxErrorOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-rating-error",
+        help="qualification: the most mean absolute error against the gold ratings that passes (default 1.0).",
+    ),
+]
+QualNameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--qualification-name",
+        help="qualification: the MTurk qualification type's name, for the grant file's UPDATE- column "
+        "(default 'C-STS annotator').",
     ),
 ]
 MinRatingsOpt = Annotated[
@@ -114,19 +138,27 @@ def annotate_export(
     bins: Annotated[
         int | None, typer.Option("--bins", help="conditions: quantile bins per axis of image cosine x iou (default 4).")
     ] = None,
+    gold: Annotated[
+        Path | None,
+        typer.Option("--gold", help="qualification: the gold items (CSV; default: the package's own small set)."),
+    ] = None,
     seed: SeedOpt = 0,
     out: AnnotateOutOpt = None,
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
 ) -> None:
-    """Write crowd tasks: an MTurk batch CSV (one HIT per row) and a JSONL of ids (<annotate>/<stage>_tasks/)."""
+    """Write crowd tasks: an MTurk batch CSV (one HIT per row), a JSONL of ids and the HIT page template.html
+    (<annotate>/<stage>_tasks/)."""
     from stages import annotate
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
+    _only_for(stage, "qualification", gold=gold)
     folder, work_dir = _annotate_dir(dataset, manifest, out)
-    if stage == "conditions":
+    if stage == "qualification":
+        record = annotate.export_qualification(folder, gold, force)
+    elif stage == "conditions":
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
     elif stage == "ratings":
@@ -134,7 +166,7 @@ def annotate_export(
     elif stage == "bws":
         record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:
-        raise UserError(f"--stage {stage!r}: expected conditions, ratings or bws")
+        raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
     typer.echo(annotate.describe(record))
 
 
@@ -151,6 +183,9 @@ def annotate_import(
     seed: ImportSeedOpt = 0,
     not_pertinent_share: NotPertinentOpt = None,
     min_ratings: MinRatingsOpt = None,
+    workers: WorkersOpt = None,
+    max_rating_error: MaxErrorOpt = None,
+    qualification_name: QualNameOpt = None,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:
@@ -166,17 +201,25 @@ def annotate_import(
         agreement_sample=agreement_sample,
     )
     _only_for(stage, "bws", repeats=repeats)
+    _only_for(stage, "qualification", max_rating_error=max_rating_error, qualification_name=qualification_name)
+    if stage == "qualification" and workers is not None:
+        raise UserError("--workers: not for --stage qualification (it writes the workers file)")
     folder, _ = _annotate_dir(dataset, manifest, out)
-    if stage == "conditions":
-        record = annotate.import_conditions(folder, results, force)
+    if stage == "qualification":
+        error = 1.0 if max_rating_error is None else max_rating_error
+        record = annotate.import_qualification(folder, results, error, qualification_name or "C-STS annotator", force)
+    elif stage == "conditions":
+        record = annotate.import_conditions(folder, results, force, workers)
     elif stage == "ratings":
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
         how = aggregate or "mean"
-        record = annotate.import_ratings(folder, results, how, share, min_ratings or 1, force, agreement_sample, seed)
+        record = annotate.import_ratings(
+            folder, results, how, share, min_ratings or 1, force, agreement_sample, seed, workers
+        )
     elif stage == "bws":
-        record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force)
+        record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
     else:
-        raise UserError(f"--stage {stage!r}: expected conditions, ratings or bws")
+        raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
     typer.echo(annotate.describe(record))
 
 

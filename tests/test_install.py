@@ -1,5 +1,6 @@
-"""A non-editable install runs from any folder: the wheel carries the manifests and the tiny CLIP config, and a
-bundled manifest writes its work and sample data under the current folder, never into the installed package."""
+"""A non-editable install runs from any folder: the wheel carries the manifests, the tiny CLIP config and the HIT
+pages, and a bundled manifest writes its work and sample data under the current folder, never into the installed
+package."""
 
 from __future__ import annotations
 
@@ -44,3 +45,7 @@ def test_the_built_wheel_runs_the_sample_from_any_folder(tmp_path: Path):
     assert not (target / "runs").exists() and not (target / "data").exists()
     status = cli("status", "--dataset", "sample")
     assert status.startswith("embed    done"), status
+    # the HIT pages and the default gold set are package data: the qualification test exports from the wheel
+    out = cli("annotate", "export", "--stage", "qualification", "--out", "annotate")
+    assert "from the default gold set" in out
+    assert "<script>" in (here / "annotate" / "qualification_tasks" / "template.html").read_text()

@@ -5,6 +5,8 @@ The package, by responsibility:
 - `steps`: the five steps (export conditions, import conditions, export ratings, import ratings, split);
 - `bws_steps`, `bws`: Best-Worst Scaling instead of ratings (4-tuple design, counting scores, split-half
   reliability);
+- `qualification`: the qualification test (export from a gold file, scoring, the workers later imports keep);
+- `pages`: the HIT pages (templates/), rendered into each task folder's template.html;
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
 - `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
 - `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `krippendorff`: alpha;
@@ -19,6 +21,7 @@ from pipeline.schemas import CSTS_SCHEMA
 from stages.annotate.bws_steps import export_bws, import_bws
 from stages.annotate.kept import KeptSource, kept_source
 from stages.annotate.layout import SPLITS
+from stages.annotate.qualification import export_qualification, import_qualification
 from stages.annotate.splits import parse_ratios
 from stages.annotate.steps import export_conditions, export_ratings, import_conditions, import_ratings, split
 from stages.annotate.summary import describe
@@ -30,9 +33,11 @@ __all__ = [
     "describe",
     "export_bws",
     "export_conditions",
+    "export_qualification",
     "export_ratings",
     "import_bws",
     "import_conditions",
+    "import_qualification",
     "import_ratings",
     "kept_source",
     "parse_ratios",

@@ -13,7 +13,7 @@ import pyarrow as pa
 from pipeline.errors import UserError
 from pipeline.records import StageRun, require_record
 from pipeline.shards import read_table
-from stages.annotate import bws, crowd, tasks
+from stages.annotate import bws, crowd, qualification, tasks
 from stages.annotate.files import read_jsonl, write_json, write_jsonl, write_parquet
 from stages.annotate.layout import (
     ANNOTATION_SCHEMA,
@@ -58,7 +58,7 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
     records = [{"tuple_id": t, "item_ids": list(row)} for t, row in zip(tuple_ids, item_ids[design])]
 
     stage.begin(force=True)
-    written = tasks.write_task_files(stage.staging, pa.table(hits), records)
+    written = tasks.write_task_files(stage.staging, pa.table(hits), records, "bws")
     files = {key: str(stage.folder / name) for key, name in written.items()}
     write_jsonl(items, stage.staging / BWS_ITEMS)
     files["items"] = str(stage.folder / BWS_ITEMS)
@@ -66,14 +66,18 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
     return stage.finish({"items": len(items), "tuples": len(records)}, design=stats, files=files)
 
 
-def import_bws(annotate_dir: Path, results: list[Path], repeats: int, seed: int, force: bool) -> dict:
+def import_bws(
+    annotate_dir: Path, results: list[Path], repeats: int, seed: int, force: bool, workers: Path | None = None
+) -> dict:
     """Validate best-worst results against the exported tuples; score every item by counting and measure the
-    split-half reliability (`repeats` random splits from `seed`)."""
+    split-half reliability (`repeats` random splits from `seed`). Rows of workers not qualified are left out."""
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
     tasks_dir = annotate_dir / BWS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage bws")
+    qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs |= qualification.workers_input(qualified)
     stage = StageRun("annotate-import-bws", annotate_dir / BWS, {"repeats": repeats, "seed": seed}, inputs)
     if stage.is_done() and not force:
         return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
@@ -81,7 +85,7 @@ def import_bws(annotate_dir: Path, results: list[Path], repeats: int, seed: int,
     items = read_jsonl(tasks_dir / BWS_ITEMS)
     index = {item["item_id"]: i for i, item in enumerate(items)}
     design = np.array([[index[i] for i in t["item_ids"]] for t in tuple_records], np.int64).reshape(-1, bws.TUPLE_SIZE)
-    screen, accepted = crowd.screen_bws(tuple_records, results, tasks_dir / TASKS)
+    screen, accepted = crowd.screen_bws(tuple_records, results, tasks_dir / TASKS, qualified)
     if not accepted:
         raise screen.nothing_valid(results, "best-worst answers")
     annotations = _annotations(design, accepted)

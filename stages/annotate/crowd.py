@@ -145,14 +145,22 @@ def results_fingerprint(results: list[Path]) -> str:
     return fingerprint([file_fingerprint(path) for path in results])
 
 
-class Screen:
-    """Per-row checks shared by both imports (rejected assignments, missing/unknown ids, duplicate assignments),
-    and the problems found so far."""
+class Qualified(NamedTuple):
+    """The workers who passed the qualification (docs/annotate.md, "Qualification"), and the file that says so."""
 
-    def __init__(self, known: dict[str, int], id_field: str, tasks_file: Path) -> None:
+    workers: frozenset[str]
+    file: Path
+
+
+class Screen:
+    """Per-row checks shared by the imports (rejected assignments, missing/unknown ids, duplicate assignments,
+    workers not qualified), and the problems found so far."""
+
+    def __init__(self, known: dict[str, int], id_field: str, tasks_file: Path, qualified: Qualified | None = None):
         self.known = known
         self.id_field = id_field
         self.tasks_file = tasks_file
+        self.qualified = qualified
         self.problems: list[Problem] = []
         self.assignments: dict[str, str] = {}
         self.rows_read = 0
@@ -166,6 +174,9 @@ class Screen:
         before = len(self.problems)
         if row.text("assignment_status").casefold() == "rejected":
             self.add(row, "rejected_assignment", "the assignment was rejected on the crowd platform")
+        if self.qualified is not None and row.text("worker_id") not in self.qualified.workers:
+            who = row.text("worker_id") or "(no worker id)"
+            self.add(row, "not_qualified", f"worker {who} is not qualified in {self.qualified.file}")
         task = row.text(self.id_field)
         if not task:
             self.add(row, "missing_id", f"no {self.id_field}")
@@ -202,10 +213,10 @@ class Screen:
 
 
 def screen_conditions(
-    tasks: list[dict[str, Any]], results: list[Path], tasks_file: Path
+    tasks: list[dict[str, Any]], results: list[Path], tasks_file: Path, qualified: Qualified | None = None
 ) -> tuple[Screen, dict[int, ResultRow]]:
     """Every condition-writing results row checked; the first valid answer of each task, by task index."""
-    screen = Screen({t["task_id"]: i for i, t in enumerate(tasks)}, "task_id", tasks_file)
+    screen = Screen({t["task_id"]: i for i, t in enumerate(tasks)}, "task_id", tasks_file, qualified)
     answers: dict[int, ResultRow] = {}
     for path in results:
         rows, problems = read_results(path, CONDITION_FIELDS)
@@ -242,10 +253,12 @@ class Rating(NamedTuple):
     not_pertinent: bool
 
 
-def screen_ratings(items: list[dict[str, Any]], results: list[Path], tasks_file: Path) -> tuple[Screen, list[Rating]]:
+def screen_ratings(
+    items: list[dict[str, Any]], results: list[Path], tasks_file: Path, qualified: Qualified | None = None
+) -> tuple[Screen, list[Rating]]:
     """Every rating results row checked; the accepted ratings, at most one per worker and item, none by the
     item's condition writer."""
-    screen = Screen({t["item_id"]: i for i, t in enumerate(items)}, "item_id", tasks_file)
+    screen = Screen({t["item_id"]: i for i, t in enumerate(items)}, "item_id", tasks_file, qualified)
     accepted: list[Rating] = []
     seen: dict[tuple[int, str], str] = {}
     for path in results:
@@ -328,9 +341,11 @@ class Choice(NamedTuple):
     worst: int
 
 
-def screen_bws(tuples: list[dict[str, Any]], results: list[Path], tasks_file: Path) -> tuple[Screen, list[Choice]]:
+def screen_bws(
+    tuples: list[dict[str, Any]], results: list[Path], tasks_file: Path, qualified: Qualified | None = None
+) -> tuple[Screen, list[Choice]]:
     """Every best-worst results row checked; the accepted answers, at most one per worker and tuple."""
-    screen = Screen({t["tuple_id"]: i for i, t in enumerate(tuples)}, "tuple_id", tasks_file)
+    screen = Screen({t["tuple_id"]: i for i, t in enumerate(tuples)}, "tuple_id", tasks_file, qualified)
     accepted: list[Choice] = []
     seen: dict[tuple[int, str], str] = {}
     for path in results:

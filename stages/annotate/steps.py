@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pipeline.errors import UserError
 from pipeline.records import StageRun, require_record
 from pipeline.shards import read_table
-from stages.annotate import crowd, tasks
+from stages.annotate import crowd, qualification, tasks
 from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary, label_items
 from stages.annotate.files import read_jsonl, write_csv, write_json, write_parquet
 from stages.annotate.kept import KeptSource
@@ -96,7 +96,8 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
 
     stage.begin(force=True)
     files = {
-        key: str(stage.folder / name) for key, name in tasks.write_task_files(stage.staging, hits, records).items()
+        key: str(stage.folder / name)
+        for key, name in tasks.write_task_files(stage.staging, hits, records, "conditions").items()
     }
     counts = {"kept_rows": numeric.num_rows, "unique_pairs": len(candidates), "tasks": len(records)}
     return stage.finish(
@@ -111,21 +112,21 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
 # ---------------------------------------------------------------------------------------- 2: import conditions
 
 
-def import_conditions(annotate_dir: Path, results: list[Path], force: bool) -> dict:
+def import_conditions(annotate_dir: Path, results: list[Path], force: bool, workers: Path | None = None) -> dict:
     """Validate condition-writing results against the exported tasks; write one (s1, s2, c) triplet per accepted
-    condition (`conditions.parquet`, high then low for each pair) and the per-row problems (`report.csv`)."""
+    condition (`conditions.parquet`, high then low for each pair) and the per-row problems (`report.csv`).
+    Rows of workers not qualified (`workers`, or the qualification import's workers.csv) are left out."""
     tasks_dir = annotate_dir / CONDITIONS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage conditions")
+    qualified = qualification.qualified_workers(annotate_dir, workers)
+    inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     stage = StageRun(
-        "annotate-import-conditions",
-        annotate_dir / CONDITIONS,
-        {},
-        {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)},
+        "annotate-import-conditions", annotate_dir / CONDITIONS, {}, inputs | qualification.workers_input(qualified)
     )
     if stage.is_done() and not force:
         return _up_to_date(stage)
     condition_tasks = read_jsonl(tasks_dir / TASKS)
-    screen, answers = crowd.screen_conditions(condition_tasks, results, tasks_dir / TASKS)
+    screen, answers = crowd.screen_conditions(condition_tasks, results, tasks_dir / TASKS, qualified)
     if not answers:
         raise screen.nothing_valid(results, "condition answers")
     triplets = _triplets(condition_tasks, answers)
@@ -188,7 +189,8 @@ def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
     stage.begin(force=True)
     hits = triplets.select(["item_id", "sentence1", "sentence2", "condition"])
     files = {
-        key: str(stage.folder / name) for key, name in tasks.write_task_files(stage.staging, hits, records).items()
+        key: str(stage.folder / name)
+        for key, name in tasks.write_task_files(stage.staging, hits, records, "ratings").items()
     }
     counts = {"items": len(records), "pairs": len({r["pair_id"] for r in records})}
     return stage.finish(counts, files=files)
@@ -206,12 +208,14 @@ def import_ratings(
     force: bool = False,
     agreement_sample: int | None = None,
     seed: int = 0,
+    workers: Path | None = None,
 ) -> dict:
     """Validate rating results; label each item by the policy `how` (mean, median, or round: the median rounded
     to an integer); drop items that more than `not_pertinent_share` of their raters flag as not pertinent, or
     that have fewer than `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker
     agreement over the kept items with two or more ratings, and with `agreement_sample` on a seeded sample of
-    that many items with three ratings each (the paper's protocol)."""
+    that many items with three ratings each (the paper's protocol). Rows of workers not qualified are left out
+    (`workers`, as for the conditions import)."""
     _check_rating_options(how, not_pertinent_share, min_ratings)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
@@ -219,12 +223,14 @@ def import_ratings(
     upstream = require_record(tasks_dir, "annotate export --stage ratings")
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
     params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
+    qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs |= qualification.workers_input(qualified)
     stage = StageRun("annotate-import-ratings", annotate_dir / RATINGS, params, inputs)
     if stage.is_done() and not force:
         return _up_to_date(stage)
     items = read_jsonl(tasks_dir / TASKS)
-    screen, accepted = crowd.screen_ratings(items, results, tasks_dir / TASKS)
+    screen, accepted = crowd.screen_ratings(items, results, tasks_dir / TASKS, qualified)
     if not accepted:
         raise screen.nothing_valid(results, "ratings")
     ratings = RatingArrays.of(accepted)

@@ -28,20 +28,43 @@ def describe(record: dict[str, Any]) -> str:
         return _export_bws(record["counts"], record["design"], record["files"])
     if stage == "annotate-import-bws":
         return _import_bws(record)
+    if stage == "annotate-export-qualification":
+        return _export_qualification(record)
+    if stage == "annotate-import-qualification":
+        return _import_qualification(record)
     return _import_ratings(record)
 
 
 def _export_conditions(counts: dict[str, Any], files: dict[str, str]) -> str:
     return (
         f"{counts['tasks']} condition-writing tasks sampled from {counts['unique_pairs']} kept pairs over "
-        f"{counts['strata']} strata\n  upload: {files['hits']}\n  ids:    {files['tasks']}"
+        f"{counts['strata']} strata\n  upload: {files['hits']}\n  ids:    {files['tasks']}\n  page:   {files['page']}"
     )
 
 
 def _export_ratings(counts: dict[str, Any], files: dict[str, str]) -> str:
     return (
         f"{counts['items']} rating tasks ({counts['pairs']} pairs x high/low)\n"
-        f"  upload: {files['hits']}\n  ids:    {files['tasks']}"
+        f"  upload: {files['hits']}\n  ids:    {files['tasks']}\n  page:   {files['page']}"
+    )
+
+
+def _export_qualification(record: dict[str, Any]) -> str:
+    counts, files = record["counts"], record["files"]
+    return (
+        f"qualification test of {counts['write_items']} condition-writing and {counts['rate_items']} rating items "
+        f"from {record['gold']}\n  upload: {files['hits']} (one HIT; one assignment per worker tested)\n"
+        f"  gold:   {files['tasks']}\n  page:   {files['page']}"
+    )
+
+
+def _import_qualification(record: dict[str, Any]) -> str:
+    counts, files = record["counts"], record["files"]
+    return (
+        f"{_screening(record)}\n{counts['workers']} workers scored, {counts['qualified']} qualified (mean rating "
+        f"error at most {record['max_rating_error']:g} and every condition passing the checks; "
+        f"{counts['manual_verdicts']} manual verdicts) -> {files['workers']}\n"
+        f"  answers: {files['answers']}\n  grant:   {files['grant']} (MTurk: Manage > Workers > Upload CSV)"
     )
 
 
@@ -52,7 +75,7 @@ def _export_bws(counts: dict[str, Any], design: dict[str, Any], files: dict[str,
     return (
         f"{counts['tuples']} best-worst 4-tuples of {counts['items']} items (each item in {appearances} tuples; "
         f"no two items share more than {design['max_cooccurrence']})\n"
-        f"  upload: {files['hits']}\n  ids:    {files['tasks']}"
+        f"  upload: {files['hits']}\n  ids:    {files['tasks']}\n  page:   {files['page']}"
     )
 
 

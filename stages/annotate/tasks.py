@@ -13,6 +13,7 @@ import pyarrow as pa
 from pipeline.errors import UserError
 from pipeline.records import StageRun, read_record
 from pipeline.schemas import PROVENANCE
+from stages.annotate import pages
 from stages.annotate.files import write_csv, write_jsonl
 from stages.annotate.layout import HITS, TASKS, condition_task_id
 
@@ -59,8 +60,11 @@ def hits_table(tasks: list[dict[str, Any]], columns: tuple[str, ...]) -> pa.Tabl
     return pa.table({name: [task[name] for task in tasks] for name in columns})
 
 
-def write_task_files(folder: Path, hits: pa.Table, tasks: list[dict[str, Any]]) -> dict[str, str]:
-    """`hits.csv` and `tasks.jsonl`, each written atomically; their paths for the stage record."""
+def write_task_files(
+    folder: Path, hits: pa.Table, tasks: list[dict[str, Any]], page: str, repeats: dict[str, int] | None = None
+) -> dict[str, str]:
+    """`hits.csv`, `tasks.jsonl` and the stage's HIT page `template.html` (`page`: the stage; `repeats`: its
+    repeated blocks), each written atomically; their paths for the stage record."""
     write_csv(hits, folder / HITS)
     write_jsonl(tasks, folder / TASKS)
-    return {"hits": HITS, "tasks": TASKS}
+    return {"hits": HITS, "tasks": TASKS, "page": pages.write_page(folder, page, hits.column_names, repeats)}

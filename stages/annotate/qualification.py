@@ -1,0 +1,326 @@
+"""The qualification stage, the paper's first (docs/annotate.md, "Qualification"): a test mixing condition
+writing and rating, exported from a gold file as one HIT, and its import, which scores every worker and writes
+who qualified (`qualification/workers.csv`) and the file MTurk's "Manage Workers" upload takes to grant the
+qualification. Later imports read `workers.csv` (`qualified_workers`) and leave out other workers' rows.
+
+Scoring: rating items by the mean absolute error against the gold answer (a flag where gold rates, or a rating
+where gold flags, counts as FLAG_ERROR), at most `max_rating_error` to pass; written conditions by the page's
+own automatic checks (`condition_problems`), every one to pass. A requester's `manual_verdict` (pass/fail) in
+workers.csv overrides both and is kept by the next import."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.errors import UserError
+from pipeline.records import StageRun, file_fingerprint, fingerprint, require_record
+from stages.annotate import crowd, tasks
+from stages.annotate.files import read_jsonl, write_csv
+from stages.annotate.layout import REPORT, TASKS
+
+QUALIFICATION_TASKS = "qualification_tasks"
+QUALIFICATION = "qualification"
+WORKERS = "workers.csv"
+ANSWERS = "answers.csv"
+GRANT = "mturk_workers.csv"
+GOLD_COLUMNS = ("item_id", "kind", "sentence1", "sentence2", "condition", "gold_rating")
+KINDS = ("write", "rate")
+NOT_PERTINENT = "not_pertinent"
+MAX_CONDITION_CHARS = 80  # also in templates/_hit.js
+MAX_RATING_ERROR = 1.0
+FLAG_ERROR = 4.0  # the width of the 1-5 scale
+VERDICTS = ("pass", "fail")
+_SENTENCE = re.compile(r"\bsentences?\b")  # as the page's check
+
+
+def default_gold() -> Path:
+    return Path(str(resources.files("stages.annotate").joinpath("gold", "qualification_gold.csv")))
+
+
+def read_gold(path: Path) -> list[dict[str, Any]]:
+    """The gold items, checked: unique ids, a known kind, both sentences; rate items with a condition and a gold
+    rating 1-5 or `not_pertinent`; at least one item of each kind."""
+    if not path.is_file():
+        raise UserError(f"{path}: gold file not found")
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [name for name in GOLD_COLUMNS if name not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(f"{path}: missing column(s) {', '.join(missing)} (expected {', '.join(GOLD_COLUMNS)})")
+        items = [{k: crowd.one_line(v) for k, v in row.items() if k} for row in reader]
+    seen: set[str] = set()
+    for number, item in enumerate(items, start=2):
+        problem = _gold_problem(item, seen)
+        if problem:
+            raise UserError(f"{path}: row {number}: {problem}")
+        seen.add(item["item_id"])
+    for kind in KINDS:
+        if not any(item["kind"] == kind for item in items):
+            raise UserError(f"{path}: no {kind} item (a test needs both condition writing and rating)")
+    return items
+
+
+def _gold_problem(item: dict[str, Any], seen: set[str]) -> str | None:
+    if not item["item_id"] or item["item_id"] in seen:
+        return f"item_id {item['item_id']!r} is empty or repeated"
+    if item["kind"] not in KINDS:
+        return f"kind {item['kind']!r} is not write or rate"
+    if not item["sentence1"] or not item["sentence2"]:
+        return "both sentences are needed"
+    if item["kind"] == "rate":
+        if not item["condition"]:
+            return "a rate item needs a condition"
+        if item["gold_rating"] != NOT_PERTINENT and crowd.parse_rating(item["gold_rating"]) is None:
+            return f"gold_rating {item['gold_rating']!r} is not 1-5 or {NOT_PERTINENT}"
+    return None
+
+
+def condition_problems(high: str, low: str, sentence1: str, sentence2: str) -> list[str]:
+    """The page's automatic checks of two written conditions (templates/_hit.js), by name."""
+    found = []
+    sentences = {crowd.one_line(s).casefold() for s in (sentence1, sentence2)}
+    for kind, text in (("high", high), ("low", low)):
+        value = crowd.one_line(text)
+        if not value:
+            found.append(f"empty_condition_{kind}")
+        elif _SENTENCE.search(value.casefold()):
+            found.append(f"mentions_sentence_{kind}")
+        elif value.casefold() in sentences:
+            found.append(f"copies_sentence_{kind}")
+        elif len(value) > MAX_CONDITION_CHARS:
+            found.append(f"too_long_{kind}")
+    if crowd.one_line(high) and crowd.same_text(crowd.one_line(high), crowd.one_line(low)):
+        found.append("same_conditions")
+    return found
+
+
+def hits_columns(items: list[dict[str, Any]]) -> dict[str, str]:
+    """The test's one hits.csv row: `test_id`, then each write item's sentences, then each rate item's sentences
+    and condition, numbered from 1 within their kind (the page's `${write_sentence1_1}` and so on)."""
+    row: dict[str, str] = {}
+    for kind, fields in (("write", ("sentence1", "sentence2")), ("rate", ("sentence1", "sentence2", "condition"))):
+        for n, item in enumerate((i for i in items if i["kind"] == kind), start=1):
+            row |= {f"{kind}_{name}_{n}": item[name] for name in fields}
+    return row
+
+
+def export_qualification(annotate_dir: Path, gold: Path | None, force: bool) -> dict:
+    """The qualification test as one HIT (`hits.csv`, one row; MTurk: one assignment per worker tested), its
+    gold answers (`tasks.jsonl`) and its page (`template.html`)."""
+    path = gold or default_gold()
+    items = read_gold(path)
+    stage = StageRun(
+        "annotate-export-qualification", annotate_dir / QUALIFICATION_TASKS, {}, {"gold": file_fingerprint(path)}
+    )
+    if stage.is_done() and not force:
+        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
+    tasks.guard_tasks(stage, force)
+    test_id = "q-" + hashlib.blake2b(path.read_bytes(), digest_size=8).hexdigest()
+    hits = pa.table({name: [value] for name, value in {"test_id": test_id, **hits_columns(items)}.items()})
+    counts = {kind: sum(item["kind"] == kind for item in items) for kind in KINDS}
+
+    stage.begin(force=True)
+    written = tasks.write_task_files(stage.staging, hits, [{"test_id": test_id, "items": items}], QUALIFICATION, counts)
+    files = {key: str(stage.folder / name) for key, name in written.items()}
+    gold_name = "the default gold set" if gold is None else str(gold)
+    return stage.finish({"write_items": counts["write"], "rate_items": counts["rate"]}, gold=gold_name, files=files)
+
+
+# ------------------------------------------------------------------------------------------------------- import
+
+WORKER_SCHEMA = pa.schema(
+    [
+        ("worker_id", pa.string()),
+        ("assignment_id", pa.string()),
+        ("rating_items", pa.int64()),
+        ("rating_error", pa.float64()),  # mean absolute error against gold
+        ("condition_items", pa.int64()),
+        ("conditions_passed", pa.int64()),  # written pairs passing every automatic check
+        ("auto_qualified", pa.bool_()),
+        ("manual_verdict", pa.string()),  # pass, fail or empty: the requester's, kept across imports
+        ("qualified", pa.bool_()),
+    ]
+)
+ANSWER_SCHEMA = pa.schema(
+    [
+        ("worker_id", pa.string()),
+        ("item_id", pa.string()),
+        ("kind", pa.string()),
+        ("condition_high", pa.string()),
+        ("condition_low", pa.string()),
+        ("rating", pa.int64()),
+        ("not_pertinent", pa.bool_()),
+        ("gold_rating", pa.string()),
+        ("error", pa.float64()),
+        ("problems", pa.string()),
+    ]
+)
+
+
+def import_qualification(annotate_dir: Path, results: list[Path], max_error: float, name: str, force: bool) -> dict:
+    """Score each worker's first valid test (rules in the module docstring); write `workers.csv`, every answer
+    with its error or problems (`answers.csv`), the MTurk grant file and the per-row report."""
+    if not 0 <= max_error <= FLAG_ERROR:
+        raise UserError(f"--max-rating-error must be in [0, {FLAG_ERROR:g}] (got {max_error})")
+    if not name.strip() or "," in name:
+        raise UserError(f"--qualification-name {name!r}: give the qualification type's name, without commas")
+    tasks_dir = annotate_dir / QUALIFICATION_TASKS
+    upstream = require_record(tasks_dir, "annotate export --stage qualification")
+    verdicts = read_verdicts(annotate_dir / QUALIFICATION / WORKERS)
+    inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs["verdicts"] = fingerprint(sorted(verdicts.items()))
+    params = {"max_rating_error": max_error, "qualification_name": name}
+    stage = StageRun("annotate-import-qualification", annotate_dir / QUALIFICATION, params, inputs)
+    if stage.is_done() and not force:
+        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
+    (test,) = read_jsonl(tasks_dir / TASKS)
+    screen, answers = _screen_tests(test["test_id"], results, tasks_dir / TASKS)
+    if not answers:
+        raise screen.nothing_valid(results, "qualification answers")
+    workers, rows = [], []
+    for worker, row in answers.items():
+        scored, answered = _score(test["items"], row, max_error, verdicts.get(worker, ""))
+        workers.append(scored)
+        rows += answered
+
+    stage.begin(force=True)
+    screen.write_report(stage.staging / REPORT)
+    write_csv(pa.Table.from_pylist(workers, schema=WORKER_SCHEMA), stage.staging / WORKERS)
+    write_csv(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), stage.staging / ANSWERS)
+    grant = {"Worker ID": [w["worker_id"] for w in workers], f"UPDATE-{name}": [int(w["qualified"]) for w in workers]}
+    write_csv(pa.table(grant), stage.staging / GRANT)
+    counts = {
+        "rows_read": screen.rows_read,
+        "excluded_rows": screen.excluded_rows(),
+        "workers": len(workers),
+        "qualified": sum(w["qualified"] for w in workers),
+        "manual_verdicts": sum(bool(w["manual_verdict"]) for w in workers),
+    }
+    files = {key: str(stage.folder / value) for key, value in (("workers", WORKERS), ("answers", ANSWERS))}
+    files |= {"grant": str(stage.folder / GRANT), "report": str(stage.folder / REPORT)}
+    return stage.finish(counts, problems=screen.summary(), files=files, **params)
+
+
+def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[crowd.Screen, dict[str, Any]]:
+    """Every results row checked; each worker's first valid row."""
+    screen = crowd.Screen({test_id: 0}, "test_id", tasks_file)
+    answers: dict[str, crowd.ResultRow] = {}
+    for path in results:
+        rows, problems = crowd.read_results(path, ("test_id", "worker_id"))
+        screen.problems.extend(problems)
+        for row in rows:
+            found = screen.check(row)
+            worker = row.text("worker_id")
+            if not worker:
+                screen.add(row, "missing_worker", "no worker_id")
+            elif worker in answers and not found:
+                screen.add(
+                    row, "duplicate_worker", f"worker {worker} already took the test at {answers[worker].where()}"
+                )
+            elif not found:
+                answers[worker] = row
+    return screen, answers
+
+
+def _score(items: list[dict], row: crowd.ResultRow, max_error: float, verdict: str) -> tuple[dict, list[dict]]:
+    """One worker's row in workers.csv and their answers, item by item, for answers.csv."""
+    worker, numbers, answers = row.text("worker_id"), dict.fromkeys(KINDS, 0), []
+    for item in items:
+        numbers[item["kind"]] += 1
+        n = numbers[item["kind"]]
+        answer = {"worker_id": worker, "item_id": item["item_id"], "kind": item["kind"], "problems": ""}
+        if item["kind"] == "write":
+            high, low = row.text(f"condition_high_{n}"), row.text(f"condition_low_{n}")
+            found = condition_problems(high, low, item["sentence1"], item["sentence2"])
+            answer |= {"condition_high": high, "condition_low": low, "problems": ";".join(found)}
+        else:
+            flag = crowd.parse_flag(row.fields.get(f"not_pertinent_{n}")) is True
+            rating = None if flag else crowd.parse_rating(row.fields.get(f"rating_{n}"))
+            gold = item["gold_rating"]
+            if flag or rating is None or gold == NOT_PERTINENT:
+                error = 0.0 if flag and gold == NOT_PERTINENT else FLAG_ERROR
+            else:
+                error = float(abs(rating - int(float(gold))))
+            problem = "" if flag or rating is not None else "missing_rating"
+            answer |= {
+                "rating": rating,
+                "not_pertinent": flag,
+                "gold_rating": gold,
+                "error": error,
+                "problems": problem,
+            }
+        answers.append(answer)
+    rated = [a["error"] for a in answers if a["kind"] == "rate"]
+    written = [a for a in answers if a["kind"] == "write"]
+    mean_error = round(sum(rated) / len(rated), 3)
+    passed = sum(not a["problems"] for a in written)
+    auto = mean_error <= max_error and passed == len(written)
+    scored = {
+        "worker_id": worker,
+        "assignment_id": row.text("assignment_id") or None,
+        "rating_items": len(rated),
+        "rating_error": mean_error,
+        "condition_items": len(written),
+        "conditions_passed": passed,
+        "auto_qualified": auto,
+        "manual_verdict": verdict,
+        "qualified": verdict == "pass" if verdict else auto,
+    }
+    return scored, answers
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [name for name in required if name not in (reader.fieldnames or [])]
+            if missing:
+                raise UserError(f"{path}: missing column(s) {', '.join(missing)}; see docs/annotate.md")
+            return list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{path}: not a readable CSV ({exc})") from None
+
+
+def read_verdicts(path: Path) -> dict[str, str]:
+    """The requester's manual verdicts in a workers.csv (worker id -> pass/fail); none when there is no file."""
+    if not path.is_file():
+        return {}
+    verdicts = {}
+    for number, row in enumerate(_read_csv(path, ("worker_id",)), start=2):
+        verdict = crowd.one_line(row.get("manual_verdict")).casefold()
+        if verdict and verdict not in VERDICTS:
+            raise UserError(f"{path}: row {number}: manual_verdict {verdict!r} is not pass, fail or empty")
+        if verdict:
+            verdicts[crowd.one_line(row["worker_id"])] = verdict
+    return verdicts
+
+
+def qualified_workers(annotate_dir: Path, workers: Path | None) -> crowd.Qualified | None:
+    """The qualified workers of `workers` (a workers.csv), else of `<annotate>/qualification/workers.csv` when
+    it exists; a filled `manual_verdict` decides over `qualified`. None: no qualification to apply."""
+    path = workers or annotate_dir / QUALIFICATION / WORKERS
+    if workers is None and not path.is_file():
+        return None
+    if not path.is_file():
+        raise UserError(f"{path}: workers file not found")
+    verdicts = read_verdicts(path)
+    ids = set()
+    for number, row in enumerate(_read_csv(path, ("worker_id", "qualified")), start=2):
+        worker, flag = crowd.one_line(row["worker_id"]), crowd.parse_flag(row["qualified"])
+        if flag is None:
+            raise UserError(f"{path}: row {number}: qualified {row['qualified']!r} is not true or false")
+        if verdicts.get(worker, "pass" if flag else "fail") == "pass":
+            ids.add(worker)
+    return crowd.Qualified(frozenset(ids), path)
+
+
+def workers_input(qualified: crowd.Qualified | None) -> dict[str, str]:
+    """The stage-record input of an import that applies a qualification (nothing when none applies)."""
+    return {} if qualified is None else {"workers": file_fingerprint(qualified.file)}
