@@ -7,7 +7,8 @@ The package, by responsibility:
   reliability);
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
 - `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
-- `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `krippendorff`: alpha;
+- `agreement`: labels from ratings, Fleiss' kappa, Krippendorff's alpha (the `krippendorff` package),
+  per-worker agreement;
   `splits`: train/validation/test;
 - `summary`: what a step did, as the command line prints it;
 - `layout`: folder and file names, ids and schemas; `files`: atomic writes.

@@ -10,11 +10,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import krippendorff
 import numpy as np
 from scipy.stats import spearmanr
 
 from pipeline.errors import UserError
-from stages.annotate import krippendorff
 from stages.annotate.crowd import Rating
 from stages.annotate.layout import RATING_SCALE
 
@@ -42,6 +42,17 @@ def fleiss_kappa(counts: np.ndarray) -> FleissKappa:
     expected = float((shares**2).sum())
     kappa = (observed - expected) / (1 - expected) if expected < 1 else float("nan")
     return FleissKappa(kappa, observed, expected)
+
+
+def krippendorff_alpha(counts: np.ndarray, values: np.ndarray, metric: str) -> float:
+    """Krippendorff's alpha of counts[unit, value] over the sorted `values` (nominal, ordinal or interval), by the
+    `krippendorff` package; nan when nothing is pairable (no unit with two values) or nothing varies."""
+    counts = np.asarray(counts)
+    if counts.size == 0 or (counts.sum(axis=1) >= 2).sum() == 0:
+        return float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = krippendorff.alpha(value_counts=counts, value_domain=list(values), level_of_measurement=metric)
+    return float(value)
 
 
 def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +168,7 @@ def agreement_figures(item: np.ndarray, rating: np.ndarray) -> dict[str, Any]:
         result["observed_agreement"] = round(kappa.observed, 4)
         result["chance_agreement"] = round(kappa.expected, 4)
         for metric in ("ordinal", "interval"):
-            value = krippendorff.alpha(counts, np.arange(low, high + 1), metric)
+            value = krippendorff_alpha(counts, np.arange(low, high + 1), metric)
             result[f"alpha_{metric}"] = None if np.isnan(value) else round(value, 4)
     return result
 
