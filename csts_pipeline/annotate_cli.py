@@ -41,8 +41,9 @@ AggregateOpt = Annotated[
     typer.Option(
         "--aggregate",
         "--label-policy",
-        help="ratings: an item's label, mean, median, or round (the median rounded to an integer, as the "
-        "paper's released labels); default mean.",
+        help="ratings: an item's label, mean, median, round (the median rounded to an integer, as the "
+        "paper's released labels) or model (an ordinal rater model weighing each worker by reliability and "
+        "bias: a distribution and a 90% interval per item, ratings/workers.parquet); default mean.",
     ),
 ]
 AgreementSampleOpt = Annotated[
@@ -64,7 +65,8 @@ NotPertinentOpt = Annotated[
     float | None,
     typer.Option(
         "--not-pertinent-share",
-        help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
+        help="ratings: drop an item when more than this share of its raters flag it not pertinent (with "
+        "--aggregate model: when the Dawid-Skene P(not pertinent) is above it) (default 0.5).",
     ),
 ]
 MinRatingsOpt = Annotated[

@@ -18,7 +18,7 @@ from pipeline.errors import UserError
 from stages.annotate.crowd import Rating
 from stages.annotate.layout import RATING_SCALE
 
-AGGREGATES = ("mean", "median", "round")
+AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/quality.py
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
 FLAG_BELOW = 0.3
 
@@ -70,7 +70,7 @@ def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> t
         if how == "round":
             label = np.floor(label + 0.5)
     else:
-        raise UserError(f"--aggregate must be mean, median or round (got {how!r})")
+        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
     return label, count
 
 
