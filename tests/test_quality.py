@@ -233,3 +233,48 @@ def test_inversions_list_pairs_whose_high_label_is_not_above_the_low_one(tmp_pat
             assert found["unsure"] > 0 and all(float(r["p_high_above_low"]) < 0.9 for r in listed)
         else:
             assert found["unsure"] == 0 and found["unsure_below"] is None
+
+
+# ------------------------------------------------------------------------------------------- publishing
+
+
+def test_the_hf_export_carries_pseudonymous_ratings_distributions_and_the_quality_card(
+    tmp_path: Path,
+    rated: Path,  # noqa: F811
+):
+    items = read_tasks(rated / "ratings_tasks")
+    rows, _, _ = crowd_rows(items)
+    results = write_results(tmp_path / "crowd.csv", rows)
+    cli("annotate", "import", "--stage", "ratings", "--out", rated, "--results", results, "--aggregate", "model")
+    cli("annotate", "split", "--out", rated)
+    out = tmp_path / "hf"
+    cli("export", "--annotate", rated, "--format", "hf", "--out", out)
+    published = pq.read_table(out / "annotations" / "ratings.parquet").to_pylist()
+    split_items = set()
+    for split in ("train", "validation", "test"):
+        for row in pq.read_table(rated / "csts" / f"{split}.parquet").to_pylist():
+            split_items.add(f"r-{row['pair_id']:016x}-{row['condition_type']}")
+    assert {r["item_id"] for r in published} == split_items
+    raw = [r for r in rows if r["item_id"] in split_items]
+    assert len(published) == len(raw)
+    # one pseudonym per worker, never the worker id itself, the same worker's ratings under one name
+    by_worker: dict[str, set] = {}
+    for r in raw:
+        by_worker.setdefault(r["worker_id"], set()).add((r["item_id"], r["rating"] if r["rating"] != "" else None))
+    by_pseudonym: dict[str, set] = {}
+    for r in published:
+        assert r["worker"].startswith("w-") and r["worker"] not in by_worker
+        by_pseudonym.setdefault(r["worker"], set()).add((r["item_id"], r["rating"]))
+    assert sorted(map(sorted, by_pseudonym.values())) == sorted(map(sorted, by_worker.values()))
+    distributions = pq.read_table(out / "annotations" / "distributions.parquet")
+    assert set(distributions.column("item_id").to_pylist()) == split_items
+    card = (out / "README.md").read_text()
+    assert "ordinal rater model" in card and "an inversion rate of" in card
+    assert "Gold accuracy: not measured" in card and "annotations/ratings.parquet" in card
+    # the same salt gives the same pseudonyms; a new salt (another dataset) other ones
+    cli("export", "--annotate", rated, "--format", "hf", "--out", out, "--force")
+    assert pq.read_table(out / "annotations" / "ratings.parquet").to_pylist() == published
+    (rated / "publish_salt.txt").unlink()
+    cli("export", "--annotate", rated, "--format", "hf", "--out", out, "--force")
+    again = pq.read_table(out / "annotations" / "ratings.parquet").column("worker").to_pylist()
+    assert set(again).isdisjoint(r["worker"] for r in published)
