@@ -1,4 +1,4 @@
-"""`csts-pipeline annotate export|import|split`: the human round trip around condition writing and rating
+"""`csts-pipeline annotate export|import|split|audit`: the human round trip around condition writing and rating
 (stages/annotate/, docs/annotate.md). cli.py mounts `annotate_app` as the `annotate` sub-command."""
 
 from __future__ import annotations
@@ -203,3 +203,21 @@ def annotate_split(
 
     folder, _ = _annotate_dir(dataset, manifest, out)
     typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels)))
+
+
+@annotate_app.command("audit")
+@user_errors
+def annotate_audit(
+    labels: Annotated[Path, typer.Option("--labels", help="The dataset's C-STS file (CSV or Parquet).")],
+    reference: Annotated[
+        Path,
+        typer.Option("--reference", help="A re-annotation of (part of) it, C-STS CSV or Parquet; label -1 = rejected."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Folder for audit.json and audit.md.")] = Path("audit"),
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    force: ForceOpt = False,
+) -> None:
+    """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
+    from stages.annotate.audit_report import describe_audit, run_audit
+
+    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))
