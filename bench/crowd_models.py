@@ -7,7 +7,11 @@ careful; 10% of conditions not pertinent). Prints two tables, as Markdown:
 
 1. the 1-5 labels: Spearman with the truth of the ordinal model, the mean and the median, the model's 90%
    interval coverage and width, with 3 and 5 ratings per item;
-2. the not-pertinent verdict: accuracy, F1 of the not-pertinent class and seconds per fit of the plain share rule
+2. extra ratings only where needed: the model's Spearman with a fixed number of ratings per item, and with 2
+   ratings per item followed by up to 4 follow-up rounds (`annotate export --stage ratings --more`: one more
+   rating on each item whose posterior sd is above 0.5, from workers not found unreliable), with the ratings
+   each used per item;
+3. the not-pertinent verdict: accuracy, F1 of the not-pertinent class and seconds per fit of the plain share rule
    (more than half the answers flag it) and of crowd-kit's Dawid-Skene, one-coin Dawid-Skene, GLAD and MACE.
 
 Each figure is the mean over the seeds (standard deviation in brackets).
@@ -23,7 +27,7 @@ from scipy.stats import spearmanr
 
 from stages.annotate import ordinal, verdict
 from stages.annotate.agreement import aggregate
-from stages.annotate.simulate import Crowd, simulate_crowd
+from stages.annotate.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 
 def label_figures(crowd: Crowd) -> dict[str, float]:
@@ -80,6 +84,14 @@ def main() -> None:
         rows = [label_figures(simulate_crowd(per_item=per_item, seed=s)) for s in seeds]
         cells = [show([r[k] for r in rows]) for k in ("model", "mean", "median", "coverage", "width")]
         print(f"| {per_item} | " + " | ".join(cells) + " |")
+    print("\n| ratings | ratings per item | model's Spearman with the truth |")
+    print("|---|---:|---:|")
+    for per_item in (3, 4, 5, 6):
+        crowds = [simulate_crowd(per_item=per_item, seed=s) for s in seeds]
+        print(f"| fixed {per_item} | {per_item} | {show([label_figures(c)['model'] for c in crowds])} |")
+    grown = [follow_up_rounds(2, 4, seed=s) for s in seeds]
+    used = [len(c.ratings.item) / c.n_items for c in grown]
+    print(f"| 2, then --more rounds | {show(used)} | {show([label_figures(c)['model'] for c in grown])} |")
     print("\n| not-pertinent verdict (3 answers per item) | accuracy | F1 (not pertinent) | seconds per fit |")
     print("|---|---:|---:|---:|")
     crowds = [simulate_crowd(per_item=3, seed=s) for s in seeds]

@@ -118,6 +118,15 @@ def annotate_export(
     ] = None,
     seed: SeedOpt = 0,
     out: AnnotateOutOpt = None,
+    more: Annotated[
+        bool,
+        typer.Option(
+            "--more",
+            metavar="",
+            help="ratings: a follow-up batch (<annotate>/ratings_more/) for the imported items whose label is "
+            "still uncertain; import it with the first batch's results.",
+        ),
+    ] = False,
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
@@ -127,10 +136,16 @@ def annotate_export(
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
+    _only_for(stage, "ratings", more=more or None)
     folder, work_dir = _annotate_dir(dataset, manifest, out)
     if stage == "conditions":
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
+    elif stage == "ratings" and more:
+        from stages.annotate.followup import describe_more, export_more
+
+        typer.echo(describe_more(export_more(folder, force)))
+        return
     elif stage == "ratings":
         record = annotate.export_ratings(folder, seed, force)
     elif stage == "bws":

@@ -9,6 +9,7 @@ distinct workers drawn at random."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -94,11 +95,18 @@ def simulate_crowd(
     return Crowd(RatingArrays(item, worker, rating, flagged), truth, bad, kind)
 
 
-def more_ratings(crowd: Crowd, items: np.ndarray, extra: int, noise: float = 0.6, seed: int = 1) -> Crowd:
-    """The crowd with `extra` more answers on each of `items`, by workers who have not rated the item yet (a
-    follow-up batch); same worker kinds and answer model."""
+def more_ratings(
+    crowd: Crowd,
+    items: np.ndarray,
+    extra: int,
+    exclude: frozenset[str] = frozenset(),
+    noise: float = 0.6,
+    seed: int = 1,
+) -> Crowd:
+    """The crowd with `extra` more answers on each of `items`, by workers who have not rated the item yet and are
+    not in `exclude` (a follow-up batch closed to the workers found unreliable); same kinds and answer model."""
     rng = np.random.default_rng(seed)
-    names = np.array(list(crowd.kind))
+    names = np.array([w for w in crowd.kind if w not in exclude])
     given = {(int(i), str(w)) for i, w in zip(crowd.ratings.item, crowd.ratings.worker)}
     new_item, new_worker = [], []
     for i in items:
@@ -119,3 +127,25 @@ def more_ratings(crowd: Crowd, items: np.ndarray, extra: int, noise: float = 0.6
         np.concatenate([old.flagged, flagged]),
     )
     return Crowd(merged, crowd.truth, crowd.bad, crowd.kind)
+
+
+def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
+    """A crowd that first gives `start` ratings per item, then up to `rounds` follow-up batches of one more
+    rating on each item `annotate export --more` would choose (followup.needs_more), from the workers it does
+    not exclude (reliability below quality.UNRELIABLE_BELOW)."""
+    from stages.annotate import followup, ordinal
+    from stages.annotate.quality import UNRELIABLE_BELOW
+
+    grown = simulate_crowd(per_item=start, seed=seed, **crowd)
+    for round_ in range(rounds):
+        r = grown.ratings
+        fit = ordinal.fit(r.item[r.rated], r.worker[r.rated], r.rating[r.rated], grown.n_items)
+        rated = np.bincount(r.item[r.rated], minlength=grown.n_items) > 0
+        distribution = np.where(rated[:, None], fit.posterior, np.nan)
+        answers = np.bincount(r.item, minlength=grown.n_items)
+        wanted = np.flatnonzero(followup.needs_more(distribution, answers, np.full(grown.n_items, "kept")))
+        if len(wanted) == 0:
+            break
+        exclude = frozenset(fit.workers[fit.reliability < UNRELIABLE_BELOW].tolist())
+        grown = more_ratings(grown, wanted, 1, exclude=exclude, seed=seed * 1000 + 100 + round_)
+    return grown
