@@ -10,6 +10,9 @@ The package, by responsibility:
 - `agreement`: labels from ratings, Fleiss' kappa, Krippendorff's alpha (the `krippendorff` package),
   per-worker agreement;
   `splits`: train/validation/test;
+- label quality: `ordinal` (the ordinal rater model), `verdict` (crowd-kit's Dawid-Skene for the not-pertinent
+  flags), `quality` (model labels, workers table, high-vs-low check), `followup` (`export --more`), `audit` and
+  `audit_report` (`annotate audit`), `soft_labels` (published ratings and distributions), `simulate` (crowds);
 - `summary`: what a step did, as the command line prints it;
 - `layout`: folder and file names, ids and schemas; `files`: atomic writes.
 
