@@ -132,6 +132,7 @@ def test_the_fit_recovers_a_harsh_worker_on_a_tiny_crowd():
 # ---------------------------------------------------------------------------------------- the verdict
 
 
+@pytest.mark.slow
 def test_the_verdict_model_finds_bad_conditions_better_than_the_share_of_flags():
     hits_model, hits_share = 0, 0
     for seed in SEEDS:
@@ -278,3 +279,17 @@ def test_the_hf_export_carries_pseudonymous_ratings_distributions_and_the_qualit
     cli("export", "--annotate", rated, "--format", "hf", "--out", out, "--force")
     again = pq.read_table(out / "annotations" / "ratings.parquet").column("worker").to_pylist()
     assert set(again).isdisjoint(r["worker"] for r in published)
+
+
+def test_the_model_with_no_ratings_or_one_rating():
+    from stages.annotate.agreement import RatingArrays
+    from stages.annotate.quality import model_labels, workers_table
+
+    flagged = RatingArrays(np.array([0, 1]), np.array(["a", "b"]), np.zeros(2), np.array([True, True]))
+    labels, model = model_labels(flagged, 3, 0.5, 1)
+    assert labels.status.tolist() == ["not_pertinent", "not_pertinent", "unanswered"] and np.isnan(labels.label).all()
+    assert workers_table(model, flagged).column("reliability").null_count == 2
+    single = RatingArrays(np.array([0]), np.array(["a"]), np.array([4.0]), np.array([False]))
+    labels, model = model_labels(single, 2, 0.5, 1)
+    assert labels.status.tolist() == ["kept", "unanswered"] and 3.5 < labels.label[0] < 4.5
+    assert model.low[0] <= 4 <= model.high[0]

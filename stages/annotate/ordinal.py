@@ -135,7 +135,7 @@ def best_parameters(counts: np.ndarray) -> np.ndarray:
     a typical worker spread evenly over the true labels, and the bias prior)."""
     _, _, log_table, log_prior = _grid()
     pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
-    flat = (counts + pseudo).reshape(len(counts), -1)
+    flat = (counts + pseudo).reshape(len(counts), len(SCALE) ** 2)
     return np.argmax(flat @ log_table.T + log_prior, axis=1)
 
 
