@@ -154,6 +154,20 @@ def figures(x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, Any]:
     return result
 
 
+def kind_figures(conditions: np.ndarray, ours: np.ndarray, theirs: np.ndarray, seed: int) -> dict[str, Any]:
+    """The figures per kind of condition (without bootstrap intervals), for the kinds that occur."""
+    kinds = np.array([condition_kind(c) for c in conditions], dtype=object)
+    rejected = theirs == REJECTED
+    found = {}
+    for kind in [*CONDITION_KINDS, "other"]:
+        mask = kinds == kind
+        if mask.any():
+            part = figures(ours[mask & ~rejected], theirs[mask & ~rejected], seed)
+            part.pop("interval_95", None)
+            found[kind] = {"matched": int(mask.sum()), "rejected": int((mask & rejected).sum()), **part}
+    return found
+
+
 def audit(labels_path: Path, reference_path: Path, seed: int = 0) -> dict[str, Any]:
     """Every figure of the audit, as audit.json holds it."""
     labels, reference = read_csts(labels_path), read_csts(reference_path)
@@ -165,14 +179,7 @@ def audit(labels_path: Path, reference_path: Path, seed: int = 0) -> dict[str, A
     x, y = ours[compared], theirs[compared]
     conditions = np.array(labels.column("condition").to_pylist(), dtype=object)[aligned.labels]
     ref_conditions = np.array(reference.column("condition").to_pylist(), dtype=object)[aligned.reference]
-    kinds = np.array([condition_kind(c) for c in conditions], dtype=object)
-    by_kind = {}
-    for kind in [*CONDITION_KINDS, "other"]:
-        mask = kinds == kind
-        if mask.any():
-            part = figures(ours[mask & compared], theirs[mask & compared], seed)
-            part.pop("interval_95", None)
-            by_kind[kind] = {"matched": int(mask.sum()), "rejected": int((mask & rejected).sum()), **part}
+    by_kind = kind_figures(conditions, ours, theirs, seed)
     sentence1 = np.array(labels.column("sentence1").to_pylist(), dtype=object)[aligned.labels]
     sentence2 = np.array(labels.column("sentence2").to_pylist(), dtype=object)[aligned.labels]
     order = np.argsort(-np.abs(x - y), kind="stable")[:DISPUTED]

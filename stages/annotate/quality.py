@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from pipeline.schemas import WORKERS_SCHEMA
 from stages.annotate import ordinal, verdict
-from stages.annotate.agreement import ItemLabels, RatingArrays
+from stages.annotate.agreement import ItemLabels, RatingArrays, label_items
 
 MODEL = "model"
 UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random
@@ -47,6 +47,15 @@ class ModelResult:
     verdict: verdict.Verdict
     low: np.ndarray
     high: np.ndarray
+
+
+def labels_for(
+    ratings: RatingArrays, n_items: int, how: str, not_pertinent_share: float, min_ratings: int
+) -> tuple[ItemLabels, ModelResult | None]:
+    """The items' labels by the policy `how`: the model's (with the fit), or mean, median or round's."""
+    if how == MODEL:
+        return model_labels(ratings, n_items, not_pertinent_share, min_ratings)
+    return label_items(ratings, n_items, how, not_pertinent_share, min_ratings), None
 
 
 def model_labels(

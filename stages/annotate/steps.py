@@ -22,7 +22,7 @@ from pipeline.errors import UserError
 from pipeline.records import StageRun, require_record
 from pipeline.shards import read_table
 from stages.annotate import crowd, quality, tasks
-from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary, label_items
+from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
 from stages.annotate.files import read_jsonl, write_csv, write_json, write_parquet
 from stages.annotate.kept import KeptSource
 from stages.annotate.layout import (
@@ -230,11 +230,7 @@ def import_ratings(
     if not accepted:
         raise screen.nothing_valid(results, "ratings")
     ratings = RatingArrays.of(accepted)
-    model = None
-    if how == quality.MODEL:
-        labels, model = quality.model_labels(ratings, len(items), not_pertinent_share, min_ratings)
-    else:
-        labels = label_items(ratings, len(items), how, not_pertinent_share, min_ratings)
+    labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings)
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
     checks = quality.high_low(items, labels, model)
     workers = quality.workers_table(model, ratings)
