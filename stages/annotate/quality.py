@@ -117,13 +117,17 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays) -> pa.Table:
     return pa.table(columns, schema=WORKERS_SCHEMA)
 
 
-def workers_summary(table: pa.Table) -> dict[str, Any]:
-    """What agreement.json says about the workers table: how many, how many unreliable, the threshold."""
+def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
+    """What agreement.json says about the model and the workers: how many, how many unreliable, the threshold,
+    the EM iterations and the fitted prior over the labels."""
     return {
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
         "unreliable_below": UNRELIABLE_BELOW,
         "gold_accuracy": None,
+        "em_iterations": model.fit.iterations,
+        "converged": model.fit.converged,
+        "label_prior": [round(float(p), 4) for p in model.fit.prior],
     }
 
 

@@ -234,7 +234,10 @@ def import_ratings(
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
     checks = quality.high_low(items, labels, model)
     workers = quality.workers_table(model, ratings)
-    agreement |= {"high_low": checks.summary, "model_workers": quality.workers_summary(workers) if model else None}
+    agreement |= {
+        "high_low": checks.summary,
+        "model_workers": quality.workers_summary(model, workers) if model else None,
+    }
 
     stage.begin(force=True)
     screen.write_report(stage.staging / REPORT)
