@@ -96,8 +96,9 @@ class OrdinalFit:
 
 def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, np.ndarray]:
     """Per posterior row, the contiguous run of labels lo..hi around the most probable label whose probability is
-    closest to `mass` (the shorter run on a tie). On five discrete labels a run holding *at least* 90% holds 97%
-    on average and covers the truth as often: the nearest-to-nominal run covers it about 90% of the time."""
+    closest to `mass` (the shorter run on a tie). On five discrete labels a run holding *at least* 90% held 97% on
+    average on simulated crowds and covered the truth on 93-98% of items; the nearest-to-nominal run covers it
+    on about 92% (bench/crowd_models.py)."""
     k = posterior.shape[1]
     cumulative = np.concatenate([np.zeros((len(posterior), 1)), np.cumsum(posterior, axis=1)], axis=1)
     runs = [(lo, hi) for lo in range(k) for hi in range(lo, k)]
