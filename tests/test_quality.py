@@ -293,3 +293,13 @@ def test_the_model_with_no_ratings_or_one_rating():
     labels, model = model_labels(single, 2, 0.5, 1)
     assert labels.status.tolist() == ["kept", "unanswered"] and 3.5 < labels.label[0] < 4.5
     assert model.low[0] <= 4 <= model.high[0]
+
+
+@pytest.mark.slow
+def test_the_docs_worker_reliability_figure_is_reproducible(tmp_path: Path):
+    from bench.worker_reliability import draw
+
+    found = draw(tmp_path / "a.png", seed=0)
+    draw(tmp_path / "b.png", seed=0)
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    assert max(found["spammer"]) < UNRELIABLE_BELOW < min(found["careful"] + found["lenient"] + found["harsh"])
