@@ -1,4 +1,4 @@
-"""`csts-pipeline annotate export|import|split`: the human round trip around condition writing and rating
+"""`csts-pipeline annotate export|import|split|audit`: the human round trip around condition writing and rating
 (stages/annotate/, docs/annotate.md). cli.py mounts `annotate_app` as the `annotate` sub-command."""
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ AggregateOpt = Annotated[
     typer.Option(
         "--aggregate",
         "--label-policy",
-        help="ratings: an item's label, mean, median, or round (the median rounded to an integer, as the "
-        "paper's released labels); default mean.",
+        help="ratings: an item's label, mean, median, round (the median rounded to an integer, as the "
+        "paper's released labels) or model (an ordinal rater model weighing each worker by reliability and "
+        "bias: a distribution and a 90% interval per item, ratings/workers.parquet); default mean.",
     ),
 ]
 AgreementSampleOpt = Annotated[
@@ -65,7 +66,8 @@ NotPertinentOpt = Annotated[
     float | None,
     typer.Option(
         "--not-pertinent-share",
-        help="ratings: drop an item when more than this share of its raters flag it not pertinent (default 0.5).",
+        help="ratings: drop an item when more than this share of its raters flag it not pertinent (with "
+        "--aggregate model: when the Dawid-Skene P(not pertinent) is above it) (default 0.5).",
     ),
 ]
 WorkersOpt = Annotated[
@@ -144,6 +146,15 @@ def annotate_export(
     ] = None,
     seed: SeedOpt = 0,
     out: AnnotateOutOpt = None,
+    more: Annotated[
+        bool,
+        typer.Option(
+            "--more",
+            metavar="",
+            help="ratings: a follow-up batch (<annotate>/ratings_more/) for the imported items whose label is "
+            "still uncertain; import it with the first batch's results.",
+        ),
+    ] = False,
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
@@ -155,12 +166,18 @@ def annotate_export(
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
     _only_for(stage, "qualification", gold=gold)
+    _only_for(stage, "ratings", more=more or None)
     folder, work_dir = _annotate_dir(dataset, manifest, out)
     if stage == "qualification":
         record = annotate.export_qualification(folder, gold, force)
     elif stage == "conditions":
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
+    elif stage == "ratings" and more:
+        from stages.annotate.followup import describe_more, export_more
+
+        typer.echo(describe_more(export_more(folder, force)))
+        return
     elif stage == "ratings":
         record = annotate.export_ratings(folder, seed, force)
     elif stage == "bws":
@@ -244,3 +261,21 @@ def annotate_split(
 
     folder, _ = _annotate_dir(dataset, manifest, out)
     typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels)))
+
+
+@annotate_app.command("audit")
+@user_errors
+def annotate_audit(
+    labels: Annotated[Path, typer.Option("--labels", help="The dataset's C-STS file (CSV or Parquet).")],
+    reference: Annotated[
+        Path,
+        typer.Option("--reference", help="A re-annotation of (part of) it, C-STS CSV or Parquet; label -1 = rejected."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Folder for audit.json and audit.md.")] = Path("audit"),
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    force: ForceOpt = False,
+) -> None:
+    """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
+    from stages.annotate.audit_report import describe_audit, run_audit
+
+    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))

@@ -76,6 +76,22 @@ CSTS_SCHEMA = pa.schema(
     ]
 )
 
+# annotate/ratings/workers.parquet (annotate import --stage ratings --aggregate model): one row per worker
+WORKERS_SCHEMA = pa.schema(
+    [
+        ("worker_id", pa.string()),
+        ("answers", pa.int64()),  # accepted answers (ratings and not-pertinent flags)
+        ("ratings", pa.int64()),  # of which 1-5 ratings
+        ("reliability", pa.float64()),  # ordinal model: corr(true label, answer) under the worker's fit, 0..1
+        ("bias", pa.float64()),  # ordinal model: shift in points (> 0 lenient, < 0 harsh)
+        ("noise", pa.float64()),  # ordinal model: spread of the answers around the shifted true label
+        ("flag_skill", pa.float64()),  # not-pertinent votes: mean P(vote = verdict | verdict) (Dawid-Skene)
+        ("unreliable", pa.bool_()),  # reliability below the stated threshold
+        ("gold_accuracy", pa.float64()),  # share of gold items answered right; null until gold is scored
+        ("gold_answers", pa.int64()),
+    ]
+)
+
 
 def check_columns(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
     """`table` with the schema's columns, in its order and types; a missing column is an error naming `source`."""

@@ -665,8 +665,9 @@ def test_cli_round_trip_through_a_manifest(tmp_path: Path, kept: pa.Table):
         r"Fleiss' kappa 0\.\d{3}, Krippendorff's alpha ordinal 0\.\d{3}, interval 0\.\d{3} over \d+ items with 2\+",
         output,
     )
-    assert output.splitlines()[3].split() == ["worker", "items", "spearman", "mean|diff|", "within", "1", "flag"]
-    assert "must be mean, median or round" in cli_error(*args, "--aggregate", "mode")
+    assert output.splitlines()[3].startswith("high vs low: ")
+    assert output.splitlines()[4].split() == ["worker", "items", "spearman", "mean|diff|", "within", "1", "flag"]
+    assert "must be mean, median, round or model" in cli_error(*args, "--aggregate", "mode")
     output = cli("annotate", "split", "-m", manifest, "--seed", 1)
     assert re.search(r"train +\d+ rows", output) and (work / "annotate" / "csts" / "test.csv").is_file()
     assert "--ratios" in cli_error("annotate", "split", "-m", manifest, "--ratios", "1:2")
@@ -677,7 +678,7 @@ def test_annotate_commands_document_every_option():
     import typer.main
 
     group = typer.main.get_command(app).commands["annotate"]
-    assert set(group.commands) == {"export", "import", "split"}
+    assert set(group.commands) == {"export", "import", "split", "audit"}
     for name, command in group.commands.items():
         assert command.help, name
         for param in command.params:

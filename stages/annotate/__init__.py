@@ -9,8 +9,12 @@ The package, by responsibility:
 - `pages`: the HIT pages (templates/), rendered into each task folder's template.html;
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
 - `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
-- `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `krippendorff`: alpha;
+- `agreement`: labels from ratings, Fleiss' kappa, Krippendorff's alpha (the `krippendorff` package),
+  per-worker agreement;
   `splits`: train/validation/test;
+- label quality: `ordinal` (the ordinal rater model), `verdict` (crowd-kit's Dawid-Skene for the not-pertinent
+  flags), `quality` (model labels, workers table, high-vs-low check), `followup` (`export --more`), `audit` and
+  `audit_report` (`annotate audit`), `soft_labels` (published ratings and distributions), `simulate` (crowds);
 - `summary`: what a step did, as the command line prints it;
 - `layout`: folder and file names, ids and schemas; `files`: atomic writes.
 

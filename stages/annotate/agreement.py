@@ -10,15 +10,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import krippendorff
 import numpy as np
 from scipy.stats import spearmanr
 
 from pipeline.errors import UserError
-from stages.annotate import krippendorff
 from stages.annotate.crowd import Rating
 from stages.annotate.layout import RATING_SCALE
 
-AGGREGATES = ("mean", "median", "round")
+AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/quality.py
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
 FLAG_BELOW = 0.3
 
@@ -44,6 +44,17 @@ def fleiss_kappa(counts: np.ndarray) -> FleissKappa:
     return FleissKappa(kappa, observed, expected)
 
 
+def krippendorff_alpha(counts: np.ndarray, values: np.ndarray, metric: str) -> float:
+    """Krippendorff's alpha of counts[unit, value] over the sorted `values` (nominal, ordinal or interval), by the
+    `krippendorff` package; nan when nothing is pairable (no unit with two values) or nothing varies."""
+    counts = np.asarray(counts)
+    if counts.size == 0 or (counts.sum(axis=1) >= 2).sum() == 0:
+        return float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = krippendorff.alpha(value_counts=counts, value_domain=list(values), level_of_measurement=metric)
+    return float(value)
+
+
 def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-item label and number of ratings: the mean or median of its ratings, or `round`, the median rounded to
     an integer with halves up (3.5 -> 4), as the paper's released integer labels; nan without any rating."""
@@ -59,7 +70,7 @@ def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> t
         if how == "round":
             label = np.floor(label + 0.5)
     else:
-        raise UserError(f"--aggregate must be mean, median or round (got {how!r})")
+        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
     return label, count
 
 
@@ -157,7 +168,7 @@ def agreement_figures(item: np.ndarray, rating: np.ndarray) -> dict[str, Any]:
         result["observed_agreement"] = round(kappa.observed, 4)
         result["chance_agreement"] = round(kappa.expected, 4)
         for metric in ("ordinal", "interval"):
-            value = krippendorff.alpha(counts, np.arange(low, high + 1), metric)
+            value = krippendorff_alpha(counts, np.arange(low, high + 1), metric)
             result[f"alpha_{metric}"] = None if np.isnan(value) else round(value, 4)
     return result
 

@@ -62,6 +62,7 @@ def render_card(release: Release, stats: dict[str, Any], histogram: Histogram, p
         _histogram(histogram, png),
         _labels(release.labels),
         _agreement(release),
+        _soft_labels(release.soft_labels),
         _funnel(release.funnel),
     ]
     if release.notes:
@@ -112,7 +113,66 @@ def _agreement(release: Release) -> str:
     for scope, figures in rows:
         cells = [_show(figures.get(k)) for k in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")]
         lines.append(f"| {scope} | {figures['items']} | " + " | ".join(cells) + " |")
-    lines.append(f"\nLabels per item: {found.get('label_policy', 'mean')} of its ratings.")
+    lines.append(f"\n{_policy(found.get('label_policy', 'mean'))}")
+    lines += _label_quality(found)
+    return "\n".join(lines) + "\n"
+
+
+def _policy(policy: str) -> str:
+    if policy == "model":
+        return (
+            "Labels per item: the posterior mean of an ordinal rater model fitted to all ratings by EM, which "
+            "estimates each worker's bias (lenient or harsh) and noise and weighs their ratings accordingly; "
+            "each item's posterior over 1-5 and its 90% interval are published with the individual ratings "
+            "(below). The not-pertinent verdict is Dawid-Skene's over the raters' flags."
+        )
+    return f"Labels per item: {policy} of its ratings."
+
+
+def _label_quality(found: dict[str, Any]) -> list[str]:
+    """The high-against-low check and the workers, as far as the import measured them."""
+    lines = []
+    checked = found.get("high_low")
+    if checked and checked["pairs"]:
+        unsure = ""
+        if checked.get("unsure_below") is not None:
+            unsure = (
+                f" and {checked['unsure']} more whose order the model holds less likely than {checked['unsure_below']}"
+            )
+        lines.append(
+            f"\nHigh against low: of the {checked['pairs']:,} pairs with both conditions kept, {checked['inverted']:,} "
+            f"have a high condition's label at or below the low one's{unsure}: an inversion rate of "
+            f"{100 * checked['rate']:.1f}%."
+        )
+    workers = found.get("model_workers")
+    if workers:
+        gold = workers.get("gold_accuracy")
+        lines.append(
+            f"\nWorkers: {workers['workers']:,}, of whom {workers['unreliable']:,} answered close to at random "
+            f"(reliability below {workers['unreliable_below']}). Gold accuracy: "
+            + ("not measured (no gold items)." if gold is None else f"{gold:.3f}.")
+        )
+    return lines
+
+
+def _soft_labels(files: dict[str, int]) -> str:
+    """Where the individual ratings and distributions are, and how to read them."""
+    if not files:
+        return ""
+    lines = ["## Individual ratings and soft labels\n"]
+    for path, rows in files.items():
+        what = (
+            "every rating of the published items (`item_id`, `pair_id`, `condition_type`, `worker`, `rating`, "
+            "`not_pertinent`); workers are pseudonyms, a keyed hash of the platform's id with a salt kept private"
+            if path.endswith("ratings.parquet")
+            else "each item's posterior over the labels 1-5 (`distribution`), its 90% interval "
+            "(`interval_low`, `interval_high`) and P(not pertinent)"
+        )
+        lines.append(f"- `{path}` ({rows:,} rows): {what}.")
+    lines.append(
+        '\nThey are not part of the default configuration; read them with `load_dataset("parquet", '
+        'data_files="annotations/ratings.parquet")` or pyarrow.'
+    )
     return "\n".join(lines) + "\n"
 
 

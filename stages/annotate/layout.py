@@ -26,6 +26,8 @@ TRIPLETS = "conditions.parquet"
 ITEMS = "items.parquet"
 INDIVIDUAL_RATINGS = "ratings.parquet"
 AGREEMENT = "agreement.json"
+WORKERS = "workers.parquet"  # ratings/: per-worker reliability and bias
+INVERSIONS = "inversions.csv"  # ratings/: pairs whose high condition is not surely above the low one
 BWS_ITEMS = "items.jsonl"  # bws_tasks/: the items the tuples index
 ANNOTATIONS = "annotations.parquet"  # bws/: the accepted best/worst answers
 RELIABILITY = "reliability.json"  # bws/: split-half reliability
@@ -84,6 +86,11 @@ ITEM_SCHEMA = pa.schema(
         ("not_pertinent", pa.int64()),
         ("answers", pa.int64()),
         ("status", pa.string()),
+        # --aggregate model only (null otherwise): posterior over 1..5, the 90% interval, P(not pertinent)
+        ("distribution", pa.list_(pa.float64())),
+        ("interval_low", pa.int64()),
+        ("interval_high", pa.int64()),
+        ("p_not_pertinent", pa.float64()),
     ]
 )
 RATING_SCHEMA = pa.schema(

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from pipeline.errors import UserError
 from pipeline.records import previous_of, read_json, read_record, require_record, staging_of, swap_in
 from pipeline.shards import read_table, write_atomic, write_table
+from stages.annotate import soft_labels
 from stages.annotate.card import render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
 
@@ -48,6 +49,7 @@ class Release:
     design: dict[str, Any] | None = None
     funnel: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    soft_labels: dict[str, int] = field(default_factory=dict)  # file under annotations/ -> rows
 
 
 def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, license: str, force: bool) -> dict:
@@ -59,6 +61,7 @@ def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, l
     for split, table in release.tables.items():
         write_table(table, staging / Path(shard_path(split)).name)
     swap_in(out / DATA, staging, previous_of(out / DATA))
+    _write_soft_labels(annotate_dir, release, out)
     histogram = label_histogram(release.tables)
     save_histogram(histogram, out / HISTOGRAM)
     files = {split: shard_path(split) for split in release.tables}
@@ -66,6 +69,22 @@ def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, l
     write_atomic(out / CARD, lambda handle: handle.write(card.encode()))
     rows = {split: table.num_rows for split, table in release.tables.items()}
     return {"out": str(out), "rows": rows, "card": str(out / CARD), "histogram": str(out / HISTOGRAM)}
+
+
+def _write_soft_labels(annotate_dir: Path, release: Release, out: Path) -> None:
+    """`annotations/`: the individual ratings (pseudonymous workers) and model distributions of the published
+    items, swapped in whole as data/ is; an old one is removed when there is nothing to publish."""
+    found = soft_labels.soft_label_tables(annotate_dir, release.tables) if release.labels["source"] == "likert" else {}
+    folder = out / soft_labels.ANNOTATIONS
+    if not found:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    staging = staging_of(folder)
+    shutil.rmtree(staging, ignore_errors=True)
+    for name, table in found.items():
+        write_table(table, staging / name)
+    swap_in(folder, staging, previous_of(folder))
+    release.soft_labels = {f"{soft_labels.ANNOTATIONS}/{name}": table.num_rows for name, table in found.items()}
 
 
 def gather(annotate_dir: Path, work_dir: Path | None, name: str, license: str) -> Release:

@@ -104,6 +104,8 @@ def label_description(labels: str, upstream_params: dict[str, Any]) -> dict[str,
         return {"source": "bws", "scale": [low, high], "policy": "1 + 4 * (score + 1) / 2", "description": how}
     policy = upstream_params.get("aggregate", "mean")
     how = f"{policy} of the 1-5 Likert ratings" + (" (median rounded to an integer)" if policy == "round" else "")
+    if policy == "model":
+        how = "posterior mean of an ordinal rater model (worker bias and noise) fitted to the 1-5 Likert ratings"
     return {"source": "likert", "scale": [low, high], "policy": policy, "description": how}
 
 

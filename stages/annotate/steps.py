@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from pipeline.errors import UserError
 from pipeline.records import StageRun, require_record
 from pipeline.shards import read_table
-from stages.annotate import crowd, qualification, tasks
-from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary, label_items
+from stages.annotate import crowd, qualification, quality, tasks
+from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
 from stages.annotate.files import read_jsonl, write_csv, write_json, write_parquet
 from stages.annotate.kept import KeptSource
 from stages.annotate.layout import (
@@ -33,6 +33,7 @@ from stages.annotate.layout import (
     CONDITIONS_TASKS,
     CSTS,
     INDIVIDUAL_RATINGS,
+    INVERSIONS,
     ITEM_SCHEMA,
     ITEMS,
     LABEL_SOURCES,
@@ -45,6 +46,7 @@ from stages.annotate.layout import (
     TASKS,
     TRIPLET_SCHEMA,
     TRIPLETS,
+    WORKERS,
     rating_item_id,
 )
 from stages.annotate.sampling import hash64, strata_summary, stratified_sample, unique_pairs
@@ -234,13 +236,21 @@ def import_ratings(
     if not accepted:
         raise screen.nothing_valid(results, "ratings")
     ratings = RatingArrays.of(accepted)
-    labels = label_items(ratings, len(items), how, not_pertinent_share, min_ratings)
+    labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings)
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
+    checks = quality.high_low(items, labels, model)
+    workers = quality.workers_table(model, ratings)
+    agreement |= {
+        "high_low": checks.summary,
+        "model_workers": quality.workers_summary(model, workers) if model else None,
+    }
 
     stage.begin(force=True)
     screen.write_report(stage.staging / REPORT)
-    write_parquet(_item_table(items, labels), stage.staging / ITEMS)
+    write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), stage.staging / ITEMS)
     write_parquet(_individual_table(items, accepted), stage.staging / INDIVIDUAL_RATINGS)
+    write_parquet(workers, stage.staging / WORKERS)
+    write_csv(checks.table, stage.staging / INVERSIONS)
     write_json(stage.staging / AGREEMENT, agreement)
     status = labels.status
     counts = {
@@ -251,7 +261,7 @@ def import_ratings(
         **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
         "items_unanswered": int((status == "unanswered").sum()),
     }
-    files = {name: str(stage.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT)}
+    files = {name: str(stage.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
     files["report"] = str(stage.folder / REPORT)
     figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
     return stage.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
@@ -259,15 +269,15 @@ def import_ratings(
 
 def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
     if how not in AGGREGATES:
-        raise UserError(f"--aggregate must be mean, median or round (got {how!r})")
+        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
     if not 0 <= not_pertinent_share < 1:
         raise UserError(f"--not-pertinent-share must be in [0, 1) (got {not_pertinent_share})")
     if min_ratings < 1:
         raise UserError(f"--min-ratings must be at least 1 (got {min_ratings})")
 
 
-def _item_table(items: list[dict], labels: ItemLabels) -> pa.Table:
-    """`items.parquet`: every rating item with its label, counts and status."""
+def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, list]) -> pa.Table:
+    """`items.parquet`: every rating item with its label, counts and status (and the model's `extra` columns)."""
     rows = [
         {
             **{name: task[name] for name in ("item_id", *PROVENANCE, "sentence1", "sentence2", "condition")},
@@ -277,6 +287,7 @@ def _item_table(items: list[dict], labels: ItemLabels) -> pa.Table:
             "not_pertinent": int(labels.flags[i]),
             "answers": int(labels.answers[i]),
             "status": labels.status[i],
+            **{name: values[i] for name, values in extra.items()},
         }
         for i, task in enumerate(items)
     ]

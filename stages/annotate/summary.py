@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stages.annotate.layout import AGREEMENT, ITEMS, SPLITS
+from stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -145,7 +145,22 @@ def _import_ratings(record: dict[str, Any]) -> str:
             f"sample of {sample['items']} items (asked {sample['asked']}, seed {sample['seed']}), "
             f"{sample['ratings_each']} ratings each: {_figures(sample)}"
         )
+    lines.append(_high_low(agreement.get("high_low"), files.get(INVERSIONS)))
+    model = agreement.get("model_workers")
+    if model is not None:
+        lines.append(
+            f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
+            f"{model['unreliable_below']}) -> {files[WORKERS]}"
+        )
     return "\n".join([*lines, agreement_table(agreement)])
+
+
+def _high_low(found: dict[str, Any] | None, path: str | None) -> str:
+    """The high-against-low check in a line: pairs inverted, and unsure ones when the model gave probabilities."""
+    if not found or not found["pairs"]:
+        return "high vs low: no pair with both conditions kept"
+    unsure = f", {found['unsure']} unsure (P(high > low) < {found['unsure_below']})" if found["unsure_below"] else ""
+    return f"high vs low: {found['inverted']} of {found['pairs']} pairs inverted (high label <= low){unsure} -> {path}"
 
 
 def _figures(agreement: dict[str, Any]) -> str:

@@ -1,0 +1,131 @@
+"""`annotate export --stage ratings --more`: a follow-up batch for the items whose label is still uncertain, so a
+requester pays for a third or fourth rating only where it can change something (docs/annotate.md, "Label
+quality").
+
+An item needs more ratings when it is kept (or has too few ratings, or none) and has fewer than MAX_ANSWERS
+answers, and, with `--aggregate model`, the standard deviation of its posterior over 1-5 is above MORE_ABOVE_SD;
+with the other policies, when its raters disagree (their ratings span DISAGREE_SPAN points or more) or it has
+fewer than two ratings. The batch is closed to the workers the model found unreliable (`exclude_workers.csv`, for
+a qualification or block list on the platform). Its items keep their ids, so the next import takes the first
+batch's results and the follow-up's together (`--results first.csv --results more.csv`) and merges them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.errors import UserError
+from pipeline.records import StageRun, require_record
+from pipeline.shards import read_table
+from stages.annotate import tasks
+from stages.annotate.files import read_jsonl, write_csv
+from stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, RATINGS_TASKS, TASKS, WORKERS
+from stages.annotate.ordinal import SCALE
+
+log = logging.getLogger(__name__)
+RATINGS_MORE = "ratings_more"
+EXCLUDE = "exclude_workers.csv"
+MORE_ABOVE_SD = 0.5
+DISAGREE_SPAN = 2
+MAX_ANSWERS = 8
+OPEN = ("kept", "too_few_ratings", "unanswered")
+
+
+def posterior_sd(distribution: np.ndarray) -> np.ndarray:
+    """Standard deviation of each posterior row over 1..5 (nan rows stay nan)."""
+    mean = distribution @ SCALE
+    return np.sqrt(np.maximum(distribution @ SCALE**2 - mean**2, 0.0))
+
+
+def needs_more(distribution: np.ndarray, answers: np.ndarray, status: np.ndarray) -> np.ndarray:
+    """Model labels: items open for ratings, under the answer cap, without ratings or with a posterior sd above
+    MORE_ABOVE_SD (`distribution` rows of nan for items without ratings)."""
+    sd = posterior_sd(np.nan_to_num(distribution, nan=0.0))
+    unrated = np.isnan(distribution).any(axis=1)
+    return np.isin(status, OPEN) & (answers < MAX_ANSWERS) & (unrated | (sd > MORE_ABOVE_SD))
+
+
+def disagreeing(item: np.ndarray, rating: np.ndarray, answers: np.ndarray, status: np.ndarray) -> np.ndarray:
+    """Other policies: items open for ratings, under the cap, with fewer than two ratings or a span of
+    DISAGREE_SPAN points or more among them (`item`, `rating`: the 1-5 ratings)."""
+    n = len(status)
+    count = np.bincount(item, minlength=n)
+    high = np.full(n, -np.inf)
+    low = np.full(n, np.inf)
+    np.maximum.at(high, item, rating)
+    np.minimum.at(low, item, rating)
+    wide = (count >= 2) & (high - low >= DISAGREE_SPAN)
+    return np.isin(status, OPEN) & (answers < MAX_ANSWERS) & ((count < 2) | wide)
+
+
+def _selection(ratings_dir: Path) -> tuple[np.ndarray, str]:
+    """The item ids that need more ratings, and the rule used."""
+    items = read_table(ratings_dir / ITEMS)
+    status = items.column("status").to_numpy(zero_copy_only=False)
+    answers = items.column("answers").to_numpy()
+    distribution = items.column("distribution")
+    if distribution.null_count < items.num_rows:
+        rows = np.array([[np.nan] * len(SCALE) if d is None else d for d in distribution.to_pylist()])
+        return items.column("item_id").to_numpy(zero_copy_only=False)[needs_more(rows, answers, status)], "model"
+    ratings = read_table(ratings_dir / INDIVIDUAL_RATINGS).filter(pc.invert(pc.field("not_pertinent")))
+    index = pc.index_in(ratings.column("item_id"), items.column("item_id")).to_numpy(zero_copy_only=False)
+    values = ratings.column("rating").to_numpy(zero_copy_only=False).astype(np.float64)
+    chosen = disagreeing(index.astype(np.int64), values, answers, status)
+    return items.column("item_id").to_numpy(zero_copy_only=False)[chosen], "disagreement"
+
+
+def excluded_workers(ratings_dir: Path) -> pa.Table:
+    """The workers the model found unreliable, with their reliability (empty without the model)."""
+    workers = read_table(ratings_dir / WORKERS)
+    unreliable = workers.filter(pc.field("unreliable"))
+    return unreliable.select(["worker_id", "reliability", "ratings"])
+
+
+def export_more(annotate_dir: Path, force: bool) -> dict[str, Any]:
+    """Write `ratings_more/`: hits.csv and tasks.jsonl for the items that need more ratings, exclude_workers.csv."""
+    ratings_dir = annotate_dir / RATINGS
+    upstream = require_record(ratings_dir, "annotate import --stage ratings")
+    params = {"more_above_sd": MORE_ABOVE_SD, "disagree_span": DISAGREE_SPAN, "max_answers": MAX_ANSWERS}
+    stage = StageRun("annotate-export-more", annotate_dir / RATINGS_MORE, params, {"ratings": upstream["fingerprint"]})
+    if stage.is_done() and not force:
+        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
+    wanted, rule = _selection(ratings_dir)
+    if len(wanted) == 0:
+        raise UserError(f"{ratings_dir / ITEMS}: no item needs more ratings (rule: {rule}); nothing was written")
+    wanted_set = set(wanted.tolist())
+    records = [task for task in read_jsonl(annotate_dir / RATINGS_TASKS / TASKS) if task["item_id"] in wanted_set]
+    exclude = excluded_workers(ratings_dir)
+
+    stage.begin(force=True)
+    hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
+    files = {
+        key: str(stage.folder / name)
+        for key, name in tasks.write_task_files(stage.staging, hits, records, "ratings").items()
+    }
+    write_csv(exclude, stage.staging / EXCLUDE)
+    files["exclude"] = str(stage.folder / EXCLUDE)
+    counts = {"items": len(records), "exclude_workers": exclude.num_rows}
+    return stage.finish(counts, rule=rule, files=files)
+
+
+def describe_more(record: dict[str, Any]) -> str:
+    """What the command prints."""
+    if record.get("status") == "up-to-date":
+        return f"up to date: {record['folder']} (nothing to do; --force recomputes)"
+    counts, files = record["counts"], record["files"]
+    rule = (
+        f"posterior sd above {MORE_ABOVE_SD}"
+        if record["rule"] == "model"
+        else f"ratings {DISAGREE_SPAN}+ points apart or fewer than 2"
+    )
+    return (
+        f"{counts['items']} items need more ratings ({rule}; at most {MAX_ANSWERS} answers each)\n"
+        f"  upload: {files['hits']} (1 assignment per HIT)\n  ids:    {files['tasks']}\n"
+        f"  close the batch to {counts['exclude_workers']} unreliable worker(s): {files['exclude']}\n"
+        "then import the first batch's results and this one's together"
+    )

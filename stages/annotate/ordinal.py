@@ -1,0 +1,180 @@
+"""An ordinal rater model for 1-5 ratings: each item's true label, each worker's bias and noise, fitted by EM.
+
+The model (an ordinal Dawid-Skene with two parameters per worker instead of a free 5 x 5 confusion matrix):
+every item i has a true label t_i in 1..5, drawn from a shared prior; worker w answers y with probability
+
+    P(y | t, w) = exp(-(y - t - b_w)^2 / (2 s_w^2)) / Z(t, b_w, s_w),   y in 1..5,
+
+a Gaussian kernel around the true label shifted by the worker's bias b_w (lenient > 0, harsh < 0), with spread
+s_w (noise), normalised over the five answers. A careful worker has a small s_w; as s_w grows the answers tend
+to uniform, which is what a spammer gives, so one family covers careful, lenient, harsh and random raters. Two
+parameters per worker, rather than Dawid-Skene's 20, are estimable from the 20-100 ratings a crowd worker
+typically gives, and the order of the scale is built in (a 4 for a true 5 is a small error).
+
+EM: the E-step gives each item a posterior over 1..5 from its ratings; the M-step sets the prior to the mean
+posterior and picks each worker's (b_w, s_w) on a fixed grid (bias -2..2 by 0.1, noise 0.25..8 log-spaced)
+maximising the expected log-likelihood plus a prior (MAP): bias ~ N(0, 1) and two pseudo-ratings of a typical
+worker (b 0, s 1), so a worker with a handful of ratings is not judged on them alone. The grid makes the M-step
+one matrix product for all workers, exact and free of step sizes.
+
+A worker's **reliability** is the correlation between the true label and the worker's answer under the fitted
+P(y | t, w), with the true label uniform on 1..5: about 0.95 for a careful worker, 0.8-0.9 for one shifted by a
+point (the scale's ends clip the shift), 0 for uniform answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+SCALE = np.arange(1, 6, dtype=np.float64)
+BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
+NOISE_GRID = np.geomspace(0.25, 8.0, 24)
+BIAS_PRIOR_SD = 1.0
+PSEUDO_RATINGS = 2.0
+TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
+INTERVAL_MASS = 0.9
+
+
+def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """P(y | t) for each (bias, noise): array [..., t, y] over the scale 1..5."""
+    bias, noise = np.asarray(bias, np.float64), np.asarray(noise, np.float64)
+    centre = SCALE[:, None] + bias[..., None, None]  # [..., t, 1]
+    kernel = np.exp(-((SCALE[None, :] - centre) ** 2) / (2 * noise[..., None, None] ** 2))
+    return kernel / kernel.sum(axis=-1, keepdims=True)
+
+
+def reliability(table: np.ndarray) -> np.ndarray:
+    """Correlation of t and y under P(y | t) [..., t, y] with t uniform on the scale."""
+    joint = table / len(SCALE)
+    t, y = SCALE[:, None], SCALE[None, :]
+    mean_t, mean_y = SCALE.mean(), (joint * y).sum(axis=(-2, -1))
+    cov = (joint * t * y).sum(axis=(-2, -1)) - mean_t * mean_y
+    var_y = (joint * y**2).sum(axis=(-2, -1)) - mean_y**2
+    return cov / np.sqrt(SCALE.var() * np.maximum(var_y, 1e-12))
+
+
+@cache
+def _grid() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The grid's (bias, noise) points, their log P(y | t) flattened to 25 cells, and their log prior."""
+    bias, noise = (g.reshape(-1) for g in np.meshgrid(BIAS_GRID, NOISE_GRID, indexing="ij"))
+    log_table = np.log(response(bias, noise)).reshape(len(bias), -1)
+    log_prior = -0.5 * (bias / BIAS_PRIOR_SD) ** 2
+    return bias, noise, log_table, log_prior
+
+
+@dataclass
+class OrdinalFit:
+    """The fitted model: per item a posterior over 1..5 (rows of zeros-information items equal the prior), per
+    worker (in `workers` order) bias, noise and reliability."""
+
+    posterior: np.ndarray
+    prior: np.ndarray
+    workers: np.ndarray
+    bias: np.ndarray
+    noise: np.ndarray
+    reliability: np.ndarray
+    answers: np.ndarray
+    iterations: int
+    converged: bool
+
+    @property
+    def label(self) -> np.ndarray:
+        """The point label: the posterior mean (a float on 1-5, as the mean of ratings)."""
+        return self.posterior @ SCALE
+
+    def interval(self, mass: float = INTERVAL_MASS) -> tuple[np.ndarray, np.ndarray]:
+        """Per item the run of labels lo..hi around the most probable one holding closest to `mass`."""
+        return credible_interval(self.posterior, mass)
+
+    def p_higher(self, high: np.ndarray, low: np.ndarray) -> np.ndarray:
+        """P(true label of item `high` > that of item `low`), the two posteriors taken as independent."""
+        below = np.cumsum(self.posterior[low], axis=1) - self.posterior[low]  # P(low < k) for k = 1..5
+        return (self.posterior[high] * below).sum(axis=1)
+
+
+def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per posterior row, the contiguous run of labels lo..hi around the most probable label whose probability is
+    closest to `mass` (the shorter run on a tie). On five discrete labels a run holding *at least* 90% held 97% on
+    average on simulated crowds and covered the truth on 93-98% of items; the nearest-to-nominal run covers it
+    on about 92% (bench/crowd_models.py)."""
+    k = posterior.shape[1]
+    cumulative = np.concatenate([np.zeros((len(posterior), 1)), np.cumsum(posterior, axis=1)], axis=1)
+    runs = [(lo, hi) for lo in range(k) for hi in range(lo, k)]
+    lows, highs = np.array([r[0] for r in runs]), np.array([r[1] for r in runs])
+    held = cumulative[:, highs + 1] - cumulative[:, lows]
+    mode = np.argmax(posterior, axis=1)[:, None]
+    around = (lows[None, :] <= mode) & (mode <= highs[None, :])
+    score = np.where(around, -np.abs(held - mass) - 1e-6 * (highs - lows), -np.inf)
+    best = np.argmax(score, axis=1)
+    return lows[best] + 1, highs[best] + 1
+
+
+def item_posterior(
+    item: np.ndarray, code: np.ndarray, rating: np.ndarray, log_table: np.ndarray, prior: np.ndarray, n_items: int
+) -> np.ndarray:
+    """E-step: per item, the posterior over 1..5 given its ratings; log_table[worker, t, y] holds log P(y | t)."""
+    per_rating = log_table[code, :, rating.astype(np.int64) - 1]  # [ratings, t]
+    log_post = np.tile(np.log(prior), (n_items, 1))
+    for t in range(len(SCALE)):
+        log_post[:, t] += np.bincount(item, weights=per_rating[:, t], minlength=n_items)
+    log_post -= log_post.max(axis=1, keepdims=True)
+    post = np.exp(log_post)
+    return post / post.sum(axis=1, keepdims=True)
+
+
+def worker_counts(posterior: np.ndarray, item: np.ndarray, code: np.ndarray, rating: np.ndarray, n: int) -> np.ndarray:
+    """Expected counts[worker, t, y]: each rating y spread over the true labels by its item's posterior."""
+    counts = np.zeros((n, len(SCALE), len(SCALE)))
+    np.add.at(counts, (code, slice(None), rating.astype(np.int64) - 1), posterior[item])
+    return counts
+
+
+def best_parameters(counts: np.ndarray) -> np.ndarray:
+    """M-step: the grid point maximising each worker's expected log-likelihood plus the prior (pseudo-ratings of
+    a typical worker spread evenly over the true labels, and the bias prior)."""
+    _, _, log_table, log_prior = _grid()
+    pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
+    flat = (counts + pseudo).reshape(len(counts), len(SCALE) ** 2)
+    return np.argmax(flat @ log_table.T + log_prior, axis=1)
+
+
+def fit(
+    item: np.ndarray, worker: np.ndarray, rating: np.ndarray, n_items: int, max_iter: int = 200, tol: float = 1e-6
+) -> OrdinalFit:
+    """Fit the model by EM to ratings (`item` indexes 0..n_items-1, `worker` ids, `rating` integers 1-5)."""
+    workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
+    rating = np.asarray(rating, np.float64)
+    if len(rating) and (rating.min() < 1 or rating.max() > 5 or (rating != np.round(rating)).any()):
+        raise ValueError("ratings must be integers from 1 to 5")
+    bias_grid, noise_grid, log_grid, _ = _grid()
+    start = int(np.argmin(np.abs(bias_grid - TYPICAL[0]) + np.abs(np.log(noise_grid / TYPICAL[1]))))
+    choice = np.full(len(workers), start)
+    prior = np.full(len(SCALE), 1 / len(SCALE))
+    posterior = np.tile(prior, (n_items, 1))
+    converged, iterations = False, 0
+    while iterations < max_iter:
+        iterations += 1
+        log_table = log_grid[choice].reshape(len(workers), len(SCALE), len(SCALE))
+        updated = item_posterior(item, code, rating, log_table, prior, n_items)
+        answered = np.bincount(item, minlength=n_items) > 0
+        prior = (updated[answered].sum(axis=0) + 1) / (answered.sum() + len(SCALE))
+        choice = best_parameters(worker_counts(updated, item, code, rating, len(workers)))
+        change = float(np.abs(updated - posterior).max()) if n_items else 0.0
+        posterior = updated
+        if change < tol:
+            converged = True
+            break
+    bias, noise = bias_grid[choice], noise_grid[choice]
+    return OrdinalFit(
+        posterior=posterior,
+        prior=prior,
+        workers=workers,
+        bias=bias,
+        noise=noise,
+        reliability=reliability(response(bias, noise)),
+        answers=np.bincount(code, minlength=len(workers)),
+        iterations=iterations,
+        converged=converged,
+    )

@@ -1,0 +1,151 @@
+"""Simulated crowds with a known truth, for the tests, the bench scripts and the docs' figures.
+
+Items come in pairs, a high condition then a low one, each with an integer true label on 1-5 (high: mostly 4-5,
+low: mostly 1-2; some pairs close) and, on a share of the items, a condition that is not pertinent. Workers are
+of four kinds: careful (the truth plus Gaussian noise, rounded), lenient and harsh (the same, shifted by +1 or -1
+point, clipped to the scale) and spammers (uniform 1-5, flags at random). Every item is rated by `per_item`
+distinct workers drawn at random."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stages.annotate.agreement import RatingArrays
+
+KINDS = ("careful", "lenient", "harsh", "spammer")
+SHIFT = {"careful": 0, "lenient": 1, "harsh": -1, "spammer": 0}
+HIGH_TRUTH = (0.0, 0.0, 0.2, 0.4, 0.4)  # P(true label = 1..5) of a high condition
+LOW_TRUTH = (0.4, 0.4, 0.2, 0.0, 0.0)
+
+
+@dataclass
+class Crowd:
+    """A simulated crowd's answers (`ratings`, with flagged answers' rating 0) and what produced them."""
+
+    ratings: RatingArrays
+    truth: np.ndarray  # per item, integer 1-5
+    bad: np.ndarray  # per item: the condition is not pertinent
+    kind: dict[str, str]  # worker id -> kind
+
+    @property
+    def n_items(self) -> int:
+        return len(self.truth)
+
+    def workers_of(self, kind: str) -> list[str]:
+        return [w for w, k in self.kind.items() if k == kind]
+
+
+def crowd_workers(n_workers: int, spam: float, lenient: float, harsh: float) -> dict[str, str]:
+    """Worker ids W000... with their kinds: the shares rounded to whole workers, the rest careful."""
+    shares = {"spammer": spam, "lenient": lenient, "harsh": harsh}
+    counts = {kind: round(share * n_workers) for kind, share in shares.items()}
+    kinds = [kind for kind, n in counts.items() for _ in range(n)]
+    kinds += ["careful"] * (n_workers - len(kinds))
+    return {f"W{j:03d}": kind for j, kind in enumerate(kinds)}
+
+
+def truth_labels(n_pairs: int, rng: np.random.Generator) -> np.ndarray:
+    """2 x n_pairs integer labels, high then low for each pair."""
+    high = rng.choice(np.arange(1, 6), n_pairs, p=HIGH_TRUTH)
+    low = rng.choice(np.arange(1, 6), n_pairs, p=LOW_TRUTH)
+    return np.stack([high, low], axis=1).reshape(-1)
+
+
+def answer(truth: np.ndarray, kinds: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """One rating per (item truth, worker kind): shifted, noisy and rounded, or uniform for a spammer."""
+    shift = np.array([SHIFT[k] for k in kinds])
+    honest = np.clip(np.rint(truth + shift + rng.normal(0, noise, len(truth))), 1, 5)
+    return np.where(kinds == "spammer", rng.integers(1, 6, len(truth)), honest).astype(np.float64)
+
+
+def flags(bad: np.ndarray, kinds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Honest workers flag a bad condition with probability 0.85 and a good one with 0.04; spammers 0.3 either way."""
+    p = np.where(kinds == "spammer", 0.3, np.where(bad, 0.85, 0.04))
+    return rng.random(len(bad)) < p
+
+
+def simulate_crowd(
+    n_items: int = 400,
+    per_item: int = 3,
+    n_workers: int = 20,
+    spam: float = 0.25,
+    lenient: float = 0.15,
+    harsh: float = 0.15,
+    noise: float = 0.6,
+    bad_share: float = 0.1,
+    seed: int = 0,
+) -> Crowd:
+    """A crowd of `n_workers` (shares of spammers, lenient and harsh workers; careful the rest) rating `n_items`
+    items (an even number: pairs), `per_item` distinct workers each."""
+    rng = np.random.default_rng(seed)
+    kind = crowd_workers(n_workers, spam, lenient, harsh)
+    names = np.array(list(kind))
+    truth = truth_labels(n_items // 2, rng)
+    bad = rng.random(len(truth)) < bad_share
+    chosen = np.argsort(rng.random((len(truth), n_workers)), axis=1)[:, :per_item]  # distinct workers per item
+    item = np.repeat(np.arange(len(truth)), per_item)
+    worker = names[chosen.reshape(-1)]
+    kinds = np.array([kind[w] for w in worker])
+    rating = answer(truth[item], kinds, noise, rng)
+    flagged = flags(bad[item], kinds, rng)
+    rating[flagged] = 0
+    return Crowd(RatingArrays(item, worker, rating, flagged), truth, bad, kind)
+
+
+def more_ratings(
+    crowd: Crowd,
+    items: np.ndarray,
+    extra: int,
+    exclude: frozenset[str] = frozenset(),
+    noise: float = 0.6,
+    seed: int = 1,
+) -> Crowd:
+    """The crowd with `extra` more answers on each of `items`, by workers who have not rated the item yet and are
+    not in `exclude` (a follow-up batch closed to the workers found unreliable); same kinds and answer model."""
+    rng = np.random.default_rng(seed)
+    names = np.array([w for w in crowd.kind if w not in exclude])
+    given = {(int(i), str(w)) for i, w in zip(crowd.ratings.item, crowd.ratings.worker)}
+    new_item, new_worker = [], []
+    for i in items:
+        free = [w for w in names[rng.permutation(len(names))] if (int(i), str(w)) not in given]
+        for w in free[:extra]:
+            new_item.append(int(i))
+            new_worker.append(str(w))
+    item, worker = np.array(new_item, np.int64), np.array(new_worker)
+    kinds = np.array([crowd.kind[w] for w in worker])
+    rating = answer(crowd.truth[item], kinds, noise, rng)
+    flagged = flags(crowd.bad[item], kinds, rng)
+    rating[flagged] = 0
+    old = crowd.ratings
+    merged = RatingArrays(
+        np.concatenate([old.item, item]),
+        np.concatenate([old.worker, worker]),
+        np.concatenate([old.rating, rating]),
+        np.concatenate([old.flagged, flagged]),
+    )
+    return Crowd(merged, crowd.truth, crowd.bad, crowd.kind)
+
+
+def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
+    """A crowd that first gives `start` ratings per item, then up to `rounds` follow-up batches of one more
+    rating on each item `annotate export --more` would choose (followup.needs_more), from the workers it does
+    not exclude (reliability below quality.UNRELIABLE_BELOW)."""
+    from stages.annotate import followup, ordinal
+    from stages.annotate.quality import UNRELIABLE_BELOW
+
+    grown = simulate_crowd(per_item=start, seed=seed, **crowd)
+    for round_ in range(rounds):
+        r = grown.ratings
+        fit = ordinal.fit(r.item[r.rated], r.worker[r.rated], r.rating[r.rated], grown.n_items)
+        rated = np.bincount(r.item[r.rated], minlength=grown.n_items) > 0
+        distribution = np.where(rated[:, None], fit.posterior, np.nan)
+        answers = np.bincount(r.item, minlength=grown.n_items)
+        wanted = np.flatnonzero(followup.needs_more(distribution, answers, np.full(grown.n_items, "kept")))
+        if len(wanted) == 0:
+            break
+        exclude = frozenset(fit.workers[fit.reliability < UNRELIABLE_BELOW].tolist())
+        grown = more_ratings(grown, wanted, 1, exclude=exclude, seed=seed * 1000 + 100 + round_)
+    return grown
