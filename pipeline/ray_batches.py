@@ -11,7 +11,6 @@ that dies leaves the finished units' markers for the next run.
 from __future__ import annotations
 
 import logging
-import os
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.errors import UserError
+from pipeline.failpoints import armed, failpoint_once, forwarded
 from pipeline.stage import BatchPipeline, BatchStep, Stage, Unit
 
 log = logging.getLogger(__name__)
@@ -71,9 +71,7 @@ def _map(executor: Any, name: str, dataset: Any, step: BatchStep, keys: list[str
     """One step as `map_batches`: tasks for a function, an actor pool for a class."""
     import ray.data
 
-    from pipeline.ray_executor import _forwarded_failpoint
-
-    options = executor.options(step.resources) | _forwarded_failpoint()
+    options = executor.options(step.resources) | forwarded()
     common = {"batch_size": step.batch_size, "batch_format": "numpy", "zero_copy_batch": True}
     if not step.stateful:
         return dataset.map_batches(step.fn, **common, **options)
@@ -106,10 +104,7 @@ class _StepActor:
         self.inner, self.stage, self.keys = cls(*args), stage, keys
 
     def __call__(self, batch: Batch) -> Batch:
-        from pipeline.ray_executor import failpoint_once
-        from pipeline.records import FAILPOINT
-
-        if os.environ.get(FAILPOINT):
+        if armed():
             for index in np.unique(batch["unit"]).tolist():
                 failpoint_once(f"{self.stage}:unit:{self.keys[index]}")
         return self.inner(batch)

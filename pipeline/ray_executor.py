@@ -24,13 +24,12 @@ from typing import Any
 
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
-from pipeline.records import FAILPOINT, failpoint
+from pipeline.failpoints import failpoint, forwarded
 from pipeline.stage import Resources, Stage, Unit
 
 log = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
 IN_FLIGHT_PER_ACTOR = 2  # one unit running, one queued: an actor never waits for the driver between units
-FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"  # tests: a flag file; the failpoint fires while it is missing
 
 
 # Ray's own switch for single-machine use: with it off, a local Ray takes 127.0.0.1 as its node address, so it
@@ -130,7 +129,7 @@ class RayExecutor(LocalExecutor):
         options = self.actor_options(stage)
         size = self.pool_size(options, len(pending))
         log.info("%s: %d units on %d Ray actors (%s each)", stage.name, len(pending), size, options)
-        worker = ray.remote(StageWorker).options(**options, **_forwarded_failpoint())
+        worker = ray.remote(StageWorker).options(**options, **forwarded())
         stage_ref = ray.put(stage)
         actors = [worker.remote(stage_ref) for _ in range(size)]
         self.actors_used = size
@@ -200,20 +199,3 @@ class RayTasks:
                 yield ray.get(in_flight.popleft())
         while in_flight:
             yield ray.get(in_flight.popleft())
-
-
-def _forwarded_failpoint() -> dict[str, Any]:
-    """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
-    names = {name: os.environ[name] for name in (FAILPOINT, FAILPOINT_ONCE) if os.environ.get(name)}
-    return {"runtime_env": {"env_vars": names}} if names else {}
-
-
-def failpoint_once(name: str) -> None:
-    """`failpoint`, but only the first time across processes when CSTS_PIPELINE_FAILPOINT_ONCE names a flag
-    file: Ray Data restarts a killed actor and retries its batch, which must then go through."""
-    flag = os.environ.get(FAILPOINT_ONCE)
-    if os.environ.get(FAILPOINT) != name or (flag and os.path.exists(flag)):
-        return
-    if flag:
-        Path(flag).touch()
-    failpoint(name)

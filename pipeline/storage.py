@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.records import RECORD, failpoint, output_problems, read_json, read_record, write_json
+from pipeline.failpoints import failpoint
+from pipeline.records import RECORD, output_problems, read_json, read_record, write_json
 from pipeline.shards import write_atomic
 
 log = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ import pyarrow as pa
 import pytest
 import torch
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import load_manifest
-from pipeline.records import StageRun
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import list_shards, read_shards, write_table
 from pipeline.stage import SerialTasks
@@ -124,7 +124,7 @@ def _fake_embed_stage(
         ),
         folder / CAPTIONS / "part-00000.parquet",
     )
-    StageRun("embed", folder, {"fake": True}, {}).record_in_place({"images_embedded": n_images})
+    OutputFolder("embed", folder, {"fake": True}, {}).record_in_place({"images_embedded": n_images})
 
 
 def _manifest(tmp_path: Path, **mine_config):

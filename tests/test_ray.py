@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.ray_executor import FAILPOINT_ONCE, LOOPBACK_ONLY
-from pipeline.records import FAILPOINT
+from pipeline.failpoints import FAILPOINT, FAILPOINT_ONCE
+from pipeline.ray_executor import LOOPBACK_ONLY
 from pipeline.stage import Stage
 from tests.conftest import STAGES, contents
 

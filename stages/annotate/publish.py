@@ -10,7 +10,6 @@ condition lengths, agreement, the filter funnel), computed from the files it pub
 from __future__ import annotations
 
 import itertools
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import previous_of, read_json, read_record, require_record, staging_of, swap_in
+from pipeline.records import read_json, read_record, require_record
 from pipeline.shards import read_table, write_atomic, write_table
 from stages.annotate.card import render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
@@ -51,20 +51,24 @@ class Release:
 
 
 def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, license: str, force: bool) -> dict:
-    """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`)."""
+    """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`),
+    committed whole (pipeline.commit): a failed export leaves the previous one, and whatever else the folder holds
+    (a checkout's `.git`, notes) stays."""
     release = gather(annotate_dir, work_dir, name, license)
     _prepare(out, force)
-    staging = staging_of(out / DATA)  # data/ is swapped in whole: a failed export leaves the old one readable
-    shutil.rmtree(staging, ignore_errors=True)
-    for split, table in release.tables.items():
-        write_table(table, staging / Path(shard_path(split)).name)
-    swap_in(out / DATA, staging, previous_of(out / DATA))
-    histogram = label_histogram(release.tables)
-    save_histogram(histogram, out / HISTOGRAM)
-    files = {split: shard_path(split) for split in release.tables}
-    card = render_card(release, statistics(release.tables), histogram, HISTOGRAM, files)
-    write_atomic(out / CARD, lambda handle: handle.write(card.encode()))
-    rows = {split: table.num_rows for split, table in release.tables.items()}
+    params = {"format": "hf", "name": name, "license": license}
+    inputs = {"csts": require_record(annotate_dir / CSTS, "annotate split")["fingerprint"]}
+    with OutputFolder("export-hf", out, params, inputs, reads=(annotate_dir / CSTS,), keep_others=True) as output:
+        output.begin(force=True)
+        for split, table in release.tables.items():
+            write_table(table, output.staging / shard_path(split))
+        histogram = label_histogram(release.tables)
+        save_histogram(histogram, output.staging / HISTOGRAM)
+        files = {split: shard_path(split) for split in release.tables}
+        card = render_card(release, statistics(release.tables), histogram, HISTOGRAM, files)
+        write_atomic(output.staging / CARD, lambda handle: handle.write(card.encode()))
+        rows = {split: table.num_rows for split, table in release.tables.items()}
+        output.finish({"rows": sum(rows.values())}, rows=rows)
     return {"out": str(out), "rows": rows, "card": str(out / CARD), "histogram": str(out / HISTOGRAM)}
 
 
