@@ -1,4 +1,4 @@
-"""A stage's `batch_pipeline` (pipeline.stage.BatchPipeline) on Ray Data, for the Ray executor.
+"""A stage's `batch_pipeline` (pipeline.cluster.BatchPipeline) on Ray Data, for the Ray executor.
 
 The rows become a dataset; each step becomes a `map_batches`: a function as stateless tasks, a class as an actor
 pool (`concurrency` actors, each built once: a model loaded per actor, with `num_gpus` when the cluster has GPUs).
@@ -19,16 +19,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.cluster import BatchPipeline, BatchStep, ClusterStage
 from pipeline.errors import UserError
 from pipeline.failpoints import armed, failpoint_once, forwarded
-from pipeline.stage import BatchPipeline, BatchStep, Stage, Unit
+from pipeline.stage import Unit
 
 log = logging.getLogger(__name__)
 Batch = dict[str, np.ndarray]
 
 
 def run_batches(
-    executor: Any, stage: Stage, batches: BatchPipeline, pending: list[Unit], staging: Path
+    executor: Any, stage: ClusterStage, batches: BatchPipeline, pending: list[Unit], staging: Path
 ) -> Iterator[tuple[Unit, dict[str, Any]]]:
     """(unit, stats) as each unit's rows are all back and collected, in any order."""
     import ray.data

@@ -4,7 +4,7 @@ Everything but the units stays on the driver, in the code of pipeline.executor: 
 `recover`, the staging folder, `setup` (its failures come before anything is written; filter's fills the sentence
 embedding cache, so the actors read it instead of all encoding at once), `prepare` (mine's kNN search), the
 completion markers, `finish`, the record and the commit. Only `_run_units` differs: the stage is pickled once
-after `prepare` (without its `worker_state`, pipeline.stage) and handed to each actor, which runs `setup()` once
+after `prepare` (without its `worker_state`, pipeline.cluster) and handed to each actor, which runs `setup()` once
 and then `process(unit, staging)` per unit; results stream back as they finish and the driver writes each marker.
 A stage that offers a `batch_pipeline` (embed) runs on Ray Data instead (pipeline.ray_batches), and a stage's
 `tasks.map` in `prepare` (mine's query blocks) becomes Ray tasks sharing one object-store copy of their input.
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.cluster import ClusterStage
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.failpoints import failpoint, forwarded
@@ -78,7 +79,8 @@ class RayExecutor(LocalExecutor):
         return {"kind": "ray", "address": self.address or "local", "actors": self.actors_used}
 
     def run(self, stage: Stage, force: bool = False) -> dict[str, Any]:
-        stage.tasks = RayTasks(self)  # `prepare` fans out as Ray tasks; left out of the stage's pickle
+        if isinstance(stage, ClusterStage):
+            stage.tasks = RayTasks(self)  # `prepare` fans out as Ray tasks; left out of the stage's pickle
         return super().run(stage, force)
 
     def connect(self) -> None:
@@ -119,7 +121,7 @@ class RayExecutor(LocalExecutor):
         if not pending:
             return
         self.connect()
-        batches = stage.batch_pipeline(pending, staging)
+        batches = stage.batch_pipeline(pending, staging) if isinstance(stage, ClusterStage) else None
         if batches is not None:
             from pipeline.ray_batches import run_batches
 
@@ -172,9 +174,9 @@ class RayExecutor(LocalExecutor):
 
 
 class RayTasks:
-    """`Stage.tasks` under Ray: `fn(shared, item)` as one Ray task per item, `shared` put once in the object store
-    (each node maps one copy; NumPy arrays are read without a copy). Results come back in item order, with at most
-    two tasks per fitting slot in flight so that the driver's memory holds a bounded number of results."""
+    """`ClusterStage.tasks` under Ray: `fn(shared, item)` as one Ray task per item, `shared` put once in the object
+    store (each node maps one copy; NumPy arrays are read without a copy). Results come back in item order, with at
+    most two tasks per fitting slot in flight so that the driver's memory holds a bounded number of results."""
 
     distributed = True
 

@@ -10,7 +10,6 @@ condition lengths, agreement, the filter funnel), computed from the files it pub
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import read_json, read_record, require_record
 from pipeline.shards import read_table, write_atomic, write_table
-from stages.annotate.card import render_card
+from stages.annotate.card import Histogram, Release, render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
 
 FORMATS = ("hf",)
@@ -34,20 +33,6 @@ DATA = "data"
 def shard_path(split: str) -> str:
     """The Hub's file naming for a split held in one Parquet file."""
     return f"{DATA}/{split}-00000-of-00001.parquet"
-
-
-@dataclass
-class Release:
-    """What the card describes: the splits, how the labels were made, agreement and the filter's funnel."""
-
-    name: str
-    license: str
-    tables: dict[str, pa.Table]
-    labels: dict[str, Any]
-    agreement: dict[str, Any] | None = None
-    design: dict[str, Any] | None = None
-    funnel: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, license: str, force: bool) -> dict:
@@ -131,15 +116,6 @@ def statistics(tables: dict[str, pa.Table]) -> dict[str, Any]:
         "condition_words": float(conditions.mean()) if len(conditions) else None,
         "total": rows.num_rows,
     }
-
-
-@dataclass
-class Histogram:
-    """Label counts per split over shared bins: one per integer when every label is one, else half-points."""
-
-    edges: np.ndarray
-    labels: list[str]
-    counts: dict[str, np.ndarray]
 
 
 def label_histogram(tables: dict[str, pa.Table], low: float = 1.0, high: float = 5.0) -> Histogram:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.cluster import ClusterStage
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import Manifest
@@ -32,7 +33,7 @@ from pipeline.schemas import (
     check_columns,
 )
 from pipeline.shards import read_shards, read_table, write_table
-from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
+from pipeline.stage import Resources, StagePlan, StageResult, Unit
 from stages.filter.criteria import Criteria
 from stages.filter.lookup import CaptionLookup
 
@@ -58,7 +59,7 @@ def _check_upstream(manifest: Manifest, record: dict) -> None:
         raise UserError(f"{mine_dir}: older than the embed output it should come from; rerun `csts-pipeline mine`")
 
 
-class FilterStage(Stage):
+class FilterStage(ClusterStage):
     name = STAGE
     upstream = UPSTREAM
     resources = Resources(cpus=1, gpus=1)
