@@ -17,6 +17,7 @@ from pydantic.fields import FieldInfo
 from csts_pipeline.options import ForceOpt, PrecisionOpt, user_errors
 from pipeline.manifest import TrainConfig, open_manifest, train_config
 from pipeline.records import read_record
+from pipeline.storage import is_url, output_cache
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 MetricsOutOpt = Annotated[
@@ -79,7 +80,10 @@ def train(
     train_data: Annotated[
         Path, typer.Option("--train", help="C-STS training data: CSV, Parquet file or folder of Parquet shards.")
     ],
-    out: Annotated[Path, typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record.")],
+    out: Annotated[
+        str,
+        typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record (a path or a URL)."),
+    ],
     validation: Annotated[
         Path | None, typer.Option(help="Validation data (default: the --train source's split == validation rows).")
     ] = None,
@@ -117,9 +121,10 @@ def train(
     """Fine-tune a C-STS cross/bi/tri-encoder; keep the best epoch by validation Spearman (<out>/best/)."""
     from stages.train import train as stage
 
+    folder = output_cache(out) if is_url(out) else Path(out)
     options = stage.TrainOptions(
         train=train_data,
-        out=out,
+        out=folder,
         validation=validation,
         test=test,
         config=train_config(preset, hyperparameters, _manifest_train_section(dataset, manifest)),
@@ -133,7 +138,7 @@ def train(
     record = stage.run(options, force=force)
     if record.get("status") == "up-to-date":
         typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
-        record = read_record(out)
+        record = read_record(folder)
     else:
         typer.echo(
             f"train: done in {record['timings']['seconds']:.1f}s, {record['select']} epoch {record['selected_epoch']}"

@@ -97,6 +97,15 @@ def mirror_folder(url: str) -> Path:
     return folder
 
 
+def output_cache(url: str) -> Path:
+    """The local folder of an output given as a URL (`train --out memory://runs/a`): `a` in the working cache of
+    its parent URL, from where it is published (pipeline.commit)."""
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if "://" not in parent or not name:
+        raise UserError(f"{url}: name a folder under a store URL, e.g. s3://bucket/runs/train-1")
+    return mirror_folder(parent) / name
+
+
 def remote_of(work_dir: Path) -> str | None:
     """The URL a work folder mirrors, or None for an ordinary local work folder."""
     marker = work_dir / MARKER

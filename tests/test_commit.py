@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,3 +122,22 @@ def test_train_killed_inside_its_commit(tmp_path: Path, tiny_bert: Path, csts_fi
     assert result.returncode == 0, result.stderr
     record = read_record(out)
     assert record["fingerprint"] != first["fingerprint"] and record["counts"]["optimizer_steps"] == 1
+
+
+def test_train_into_a_store_url(tmp_path: Path, tiny_bert: Path, csts_files: dict[str, Path], monkeypatch) -> None:  # noqa: F811
+    from typer.testing import CliRunner
+
+    from csts_pipeline.cli import app
+
+    monkeypatch.setenv(storage.CACHE_ENV, str(tmp_path / "cache"))
+    url = f"file://{tmp_path / 'store'}"
+    args = ["train", "--train", csts_files["train"], "--validation", csts_files["validation"]]
+    args += ["--out", f"{url}/run", "--model", tiny_bert, "--max-steps", "1", "--batch-size", "8", "--device", "cpu"]
+    first = CliRunner().invoke(app, [str(a) for a in args])
+    assert first.exit_code == 0, first.output
+    record = storage.remote_record(url, "run")
+    assert record["stage"] == "train" and storage.remote_problems(url, "run", record) == []
+    assert any(name.startswith("best/") for name in record["output_files"])
+    shutil.rmtree(tmp_path / "cache")  # another machine: the store's output is up to date, its record read back
+    again = CliRunner().invoke(app, [str(a) for a in args])
+    assert again.exit_code == 0 and "up to date" in again.output, again.output
