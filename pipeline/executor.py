@@ -24,7 +24,16 @@ from pipeline import storage
 from pipeline.commit import UNITS, OutputFolder, staging_of
 from pipeline.errors import UserError
 from pipeline.locks import stage_lock
-from pipeline.records import STARTED, fingerprint, output_problems, read_json, read_record, write_json
+from pipeline.records import (
+    STARTED,
+    fingerprint,
+    output_problems,
+    read_json,
+    read_record,
+    require_current,
+    require_record,
+    write_json,
+)
 from pipeline.stage import Stage, StagePlan, Unit
 
 log = logging.getLogger(__name__)
@@ -41,6 +50,19 @@ def output_of(stage: Stage, plan: StagePlan | None = None) -> OutputFolder:
     if plan is not None:
         output.params, output.inputs = plan.params, plan.inputs
     return output
+
+
+def check_upstream(stage: Stage) -> None:
+    """Before planning: the upstream output is there, whole, and computed from the current output of its own
+    upstream (its record names it; a record written before it did: the inputs named after a stage folder of this
+    work_dir); else one line naming the stage to rerun."""
+    if stage.upstream is None:
+        return
+    folder = stage.work_dir / stage.upstream
+    record = require_record(folder, stage.upstream)
+    inputs = record.get("inputs", {})
+    above = [record["upstream"]] if record.get("upstream") else [k for k in inputs if (stage.work_dir / k).is_dir()]
+    require_current(folder, stage.upstream, {name: stage.work_dir / name for name in above})
 
 
 def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
@@ -95,6 +117,7 @@ class LocalExecutor:
             _pull(stage, remote)
         output = output_of(stage)
         with output:
+            check_upstream(stage)
             plan = stage.plan()
             output.params, output.inputs = plan.params, plan.inputs
             if not force and output.up_to_date():
@@ -126,7 +149,7 @@ class LocalExecutor:
         result = stage.finish([markers[unit.key] for unit in units], staging)
         timings["finish"] = time.perf_counter() - clock
         extra = {"resumed": resumed, "units": len(units), "units_reused": len(units) - len(pending)}
-        extra |= {"executor": self.describe(), "resources": vars(stage.resources)}
+        extra |= {"executor": self.describe(), "resources": vars(stage.resources), "upstream": stage.upstream}
         return output.finish(result.counts, timings=timings, **(extra | result.extra))
 
     @staticmethod

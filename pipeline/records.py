@@ -127,3 +127,19 @@ def require_record(folder: Path, stage: str) -> dict[str, Any]:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"{problems[0]}{more}: the {stage} output is incomplete; rerun `csts-pipeline {stage}`")
     return record
+
+
+def require_current(folder: Path, command: str, sources: dict[str, Path]) -> dict[str, Any]:
+    """`require_record`, and the output was computed from the current output of each of `sources` (its input key
+    -> that output's folder): an upstream rerun since then makes it stale, refused in one line naming the command
+    that rebuilds it."""
+    record = require_record(folder, command)
+    for key, source in sources.items():
+        made_from = record.get("inputs", {}).get(key)
+        found = read_record(source)
+        if made_from is not None and found is not None and made_from != found.get("fingerprint"):
+            raise UserError(
+                f"{folder}: stale: the {source.name} output it was computed from has changed since; "
+                f"rerun `csts-pipeline {command}` first"
+            )
+    return record

@@ -421,7 +421,8 @@ def test_mine_output_from_other_parameters_is_refused(work):
 def test_mine_output_older_than_embed_is_refused(work):
     (work / "embed").mkdir()
     OutputFolder("embed", work / "embed", {}, {}).record_in_place({})
-    with pytest.raises(UserError, match="older than the embed output"):
+    stale = r"mine: stale: the embed output it was computed from has changed since; rerun `csts-pipeline mine`"
+    with pytest.raises(UserError, match=stale):
         stage.run(manifest_for(work))
 
 

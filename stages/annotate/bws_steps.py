@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import require_record
+from pipeline.records import require_current
 from pipeline.shards import read_table
 from stages.annotate import bws, crowd, tasks
 from stages.annotate.files import read_jsonl, write_json, write_jsonl, write_parquet
@@ -24,6 +24,7 @@ from stages.annotate.layout import (
     BWS_ITEMS,
     BWS_TASKS,
     CONDITIONS,
+    CONDITIONS_TASKS,
     ITEMS,
     PROVENANCE,
     RELIABILITY,
@@ -40,7 +41,9 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
     """One BWS item per written condition, arranged in seeded 4-tuples (about 2N for N items, each item in
     `appearances` tuples); `hits.csv` shows each tuple's four items without ids or condition types."""
     conditions_dir = annotate_dir / CONDITIONS
-    upstream = require_record(conditions_dir, "annotate import --stage conditions")
+    upstream = require_current(
+        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
+    )
     params = {"seed": seed, "appearances": appearances}
     inputs = {"conditions": upstream["fingerprint"]}
     with OutputFolder("annotate-export-bws", annotate_dir / BWS_TASKS, params, inputs, reads=(conditions_dir,)) as out:
@@ -74,7 +77,7 @@ def import_bws(annotate_dir: Path, results: list[Path], repeats: int, seed: int,
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
     tasks_dir = annotate_dir / BWS_TASKS
-    upstream = require_record(tasks_dir, "annotate export --stage bws")
+    upstream = require_current(tasks_dir, "annotate export --stage bws", {"conditions": annotate_dir / CONDITIONS})
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     params = {"repeats": repeats, "seed": seed}
     with OutputFolder("annotate-import-bws", annotate_dir / BWS, params, inputs, reads=(tasks_dir,)) as out:

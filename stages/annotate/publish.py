@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import read_json, read_record, require_record
+from pipeline.records import read_json, read_record, require_current, require_record
 from pipeline.shards import read_table, write_atomic, write_table
 from stages.annotate.card import Histogram, Release, render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
@@ -42,7 +42,8 @@ def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, l
     release = gather(annotate_dir, work_dir, name, license)
     _prepare(out, force)
     params = {"format": "hf", "name": name, "license": license}
-    inputs = {"csts": require_record(annotate_dir / CSTS, "annotate split")["fingerprint"]}
+    sources = {"likert": annotate_dir / RATINGS, "bws": annotate_dir / BWS}
+    inputs = {"csts": require_current(annotate_dir / CSTS, "annotate split", sources)["fingerprint"]}
     with OutputFolder("export-hf", out, params, inputs, reads=(annotate_dir / CSTS,), keep_others=True) as output:
         output.begin(force=True)
         for split, table in release.tables.items():

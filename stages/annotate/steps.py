@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import require_record
+from pipeline.records import require_current, require_record
 from pipeline.shards import read_table
 from stages.annotate import crowd, tasks
 from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary, label_items
@@ -29,6 +29,7 @@ from stages.annotate.kept import KeptSource
 from stages.annotate.layout import (
     AGREEMENT,
     BWS,
+    BWS_TASKS,
     CONDITION_TYPES,
     CONDITIONS,
     CONDITIONS_TASKS,
@@ -170,7 +171,9 @@ def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
     hides which condition was meant to be high or low."""
     conditions_dir = annotate_dir / CONDITIONS
-    upstream = require_record(conditions_dir, "annotate import --stage conditions")
+    upstream = require_current(
+        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
+    )
     with OutputFolder(
         "annotate-export-ratings",
         annotate_dir / RATINGS_TASKS,
@@ -218,7 +221,7 @@ def import_ratings(
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
     tasks_dir = annotate_dir / RATINGS_TASKS
-    upstream = require_record(tasks_dir, "annotate export --stage ratings")
+    upstream = require_current(tasks_dir, "annotate export --stage ratings", {"conditions": annotate_dir / CONDITIONS})
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
     params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
@@ -307,7 +310,8 @@ def split(
         raise UserError(f"--labels must be likert or bws (got {labels!r})")
     ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
     step = "annotate import --stage ratings" if labels == "likert" else "annotate import --stage bws"
-    upstream = require_record(ratings_dir, step)
+    tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
+    upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
     with OutputFolder(
         "annotate-split",
         annotate_dir / CSTS,
