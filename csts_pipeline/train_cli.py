@@ -14,10 +14,11 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import typer
 from pydantic.fields import FieldInfo
 
-from csts_pipeline.options import ForceOpt, PrecisionOpt, user_errors
-from pipeline.manifest import TrainConfig, open_manifest, train_config
+from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_errors
+from pipeline.manifest import TrainConfig, open_manifest
 from pipeline.records import read_record
 from pipeline.storage import is_url, output_cache
+from stages.train.presets import train_config
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 MetricsOutOpt = Annotated[
@@ -136,8 +137,7 @@ def train(
         _train_seeds(options, seeds, force)
         return
     record = stage.run(options, force=force)
-    if record.get("status") == "up-to-date":
-        typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
+    if say_up_to_date(record, "--force retrains"):
         record = read_record(folder)
     else:
         typer.echo(

@@ -91,6 +91,7 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     if problems:
         return "incomplete", record, problems[0]
     try:
+        check_upstream(stage)
         current = plan_fingerprint(stage, stage.plan()) == record.get("fingerprint")
     except Exception as exc:  # an upstream that is missing or incomplete makes this output stale
         return "stale", record, str(exc)

@@ -23,7 +23,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig, load_manifest, train_config
+from pipeline.manifest import TrainConfig, load_manifest
 from pipeline.packaged_models import resolve_model_path
 from pipeline.records import output_problems, read_record
 from stages.train import evaluate as evaluate_stage
@@ -33,6 +33,7 @@ from stages.train.batches import quad_loss
 from stages.train.checkpoint import load_checkpoint, save_checkpoint
 from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
 from stages.train.models import ModelSpec, load_model
+from stages.train.presets import train_config
 from stages.train.sample import sample_rows, write_sample_parquet, write_sample_splits
 from stages.train.scoring import correlations, pearson, spearman
 

@@ -36,7 +36,7 @@ NOT_FINGERPRINTED = {"eval_batch_size"}  # scoring batch size: no effect on the 
 @dataclass
 class TrainOptions:
     """Where `train` reads and writes and on what it runs; the hyperparameters are `config` (defaults, bounds and
-    descriptions in pipeline.manifest.TrainConfig; `train_config(preset, overrides)` builds one)."""
+    descriptions in pipeline.manifest.TrainConfig; stages.train.presets.train_config(preset, overrides) builds one)."""
 
     train: Path
     out: Path
