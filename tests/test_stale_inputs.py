@@ -64,3 +64,27 @@ def test_an_annotate_step_whose_input_changed_is_refused(tmp_path: Path, rated: 
     annotate.export_ratings(rated, 1, True)  # new rating tasks: the imported ratings are of the old ones
     with pytest.raises(UserError, match=r"ratings: stale: .*rerun `csts-pipeline annotate import --stage ratings`"):
         annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
+
+
+def test_the_commands_are_the_registry() -> None:
+    """Every registered stage is a command with the common options, in the registry's order, and its class has the
+    registry's name and upstream; `run` and `status` go through the same list."""
+    import typer.main
+
+    from csts_pipeline.cli import app
+    from csts_pipeline.stage_cli import COMMON
+    from stages import REGISTRY
+
+    commands = {info.name: info for info in app.registered_commands}
+    names = [info.name for info in app.registered_commands]
+    assert [name for name in names if name in {spec.name for spec in REGISTRY}] == [spec.name for spec in REGISTRY]
+    for spec in REGISTRY:
+        options = {
+            param.name
+            for param in typer.main.get_command_from_info(
+                commands[spec.name], pretty_exceptions_short=True, rich_markup_mode=None
+            ).params
+        }
+        assert set(COMMON) <= options, spec.name
+        stage_class = spec.load()
+        assert (stage_class.name, stage_class.upstream) == (spec.name, spec.upstream)
