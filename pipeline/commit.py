@@ -133,8 +133,8 @@ class OutputFolder:
         store = self.store
         if store is not None:
             current = storage.publish_current(store[0], self.folder, store[1], self.fingerprint)
-            if current:  # readers of this folder (train's metrics, the next step) read the cache
-                storage.pull(store[0], self.folder.parents[store[1].count("/")], store[1])
+            if current:  # the record (train's metrics, what the CLI reports) is read from the cache
+                storage.pull_record(store[0], self.folder.parents[store[1].count("/")], store[1])
         else:
             current = self._whole_here()
         if current:

@@ -244,7 +244,7 @@ def pull_upstream(url: str, work_dir: Path, name: str, upstream: str | None) -> 
         if other == upstream:
             pull(url, work_dir, other)
         elif other != name and not other.startswith((".", "_")):
-            _pull_record(url, work_dir, other)
+            pull_record(url, work_dir, other)
 
 
 def _in_cache(folder: Path, record: dict[str, Any], files: bool) -> bool:
@@ -280,7 +280,7 @@ def pull(url: str, work_dir: Path, name: str) -> None:
     log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, _display(fs, base))
 
 
-def _pull_record(url: str, work_dir: Path, name: str) -> None:
+def pull_record(url: str, work_dir: Path, name: str) -> None:
     """Only the record of a stage that is read for its record alone; the cached files it replaces go."""
     record = remote_record(url, name)
     folder = work_dir / name
