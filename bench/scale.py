@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from pipeline.commit import OutputFolder
 from pipeline.datasets import read_coco
-from pipeline.records import StageRun
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import shard_name, write_table
 from stages.embed.encoder import embeddings_table
@@ -71,7 +71,7 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
         ),
         folder / CAPTIONS / shard_name(0),
     )
-    StageRun("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).record_in_place(
+    OutputFolder("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).record_in_place(
         {"images_embedded": n_images}
     )
 

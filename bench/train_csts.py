@@ -24,11 +24,11 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.device import resolve_device
-from pipeline.manifest import train_config
 from pipeline.packaged_models import resolve_model_path
 from stages.train import train
 from stages.train.data import read_csts
 from stages.train.models import ModelSpec, load_model, model_pooling
+from stages.train.presets import train_config
 from stages.train.sample import write_sample_splits
 from stages.train.scoring import half_precision, score_split
 

@@ -24,10 +24,10 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.manifest import train_config
 from pipeline.shards import write_table
 from stages.train import evaluate, train
 from stages.train.data import read_csts
+from stages.train.presets import train_config
 from stages.train.sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, user_errors
+from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
 from pipeline.errors import UserError
 from pipeline.manifest import open_manifest
 from pipeline.storage import pull, remote_of
@@ -113,6 +113,14 @@ def _annotate_dir(dataset: str | None, manifest: str | None, out: Path | None) -
     return (out if out is not None else work_dir / "annotate"), work_dir
 
 
+def _say(record: dict[str, Any]) -> None:
+    """What a step did, or that it had nothing to do."""
+    from stages import annotate
+
+    if not say_up_to_date(record):
+        typer.echo(annotate.describe(record))
+
+
 def _only_for(stage: str, wanted: str, **given: Any) -> None:
     used = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
     if stage != wanted and used:
@@ -184,7 +192,7 @@ def annotate_export(
         record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:
         raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
-    typer.echo(annotate.describe(record))
+    _say(record)
 
 
 @annotate_app.command("import")
@@ -237,7 +245,7 @@ def annotate_import(
         record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
     else:
         raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
-    typer.echo(annotate.describe(record))
+    _say(record)
 
 
 @annotate_app.command("split")
@@ -260,7 +268,7 @@ def annotate_split(
     from stages import annotate
 
     folder, _ = _annotate_dir(dataset, manifest, out)
-    typer.echo(annotate.describe(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels)))
+    _say(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels))
 
 
 @annotate_app.command("audit")

@@ -31,6 +31,14 @@ ForceOpt = Annotated[
 PrecisionOpt = Annotated[str | None, typer.Option(help=PRECISION_HELP)]
 
 
+def say_up_to_date(record: dict[str, Any], redo: str = "--force recomputes") -> bool:
+    """The one way a command says it had nothing to do; True when `record` is such a marker."""
+    if record.get("status") != "up-to-date":
+        return False
+    typer.echo(f"up to date: {record['folder']} (nothing to do; {redo})")
+    return True
+
+
 def user_errors(command: Callable[..., None]) -> Callable[..., None]:
     """Print a user mistake as one line and exit 2, instead of a traceback."""
 

@@ -14,9 +14,11 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import typer
 from pydantic.fields import FieldInfo
 
-from csts_pipeline.options import ForceOpt, PrecisionOpt, user_errors
-from pipeline.manifest import TrainConfig, open_manifest, train_config
+from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_errors
+from pipeline.manifest import TrainConfig, open_manifest
 from pipeline.records import read_record
+from pipeline.storage import is_url, output_cache
+from stages.train.presets import train_config
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 MetricsOutOpt = Annotated[
@@ -79,7 +81,10 @@ def train(
     train_data: Annotated[
         Path, typer.Option("--train", help="C-STS training data: CSV, Parquet file or folder of Parquet shards.")
     ],
-    out: Annotated[Path, typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record.")],
+    out: Annotated[
+        str,
+        typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record (a path or a URL)."),
+    ],
     validation: Annotated[
         Path | None, typer.Option(help="Validation data (default: the --train source's split == validation rows).")
     ] = None,
@@ -117,9 +122,10 @@ def train(
     """Fine-tune a C-STS cross/bi/tri-encoder; keep the best epoch by validation Spearman (<out>/best/)."""
     from stages.train import train as stage
 
+    folder = output_cache(out) if is_url(out) else Path(out)
     options = stage.TrainOptions(
         train=train_data,
-        out=out,
+        out=folder,
         validation=validation,
         test=test,
         config=train_config(preset, hyperparameters, _manifest_train_section(dataset, manifest)),
@@ -131,9 +137,8 @@ def train(
         _train_seeds(options, seeds, force)
         return
     record = stage.run(options, force=force)
-    if record.get("status") == "up-to-date":
-        typer.echo(f"up to date: {record['folder']} (nothing to do; --force retrains)")
-        record = read_record(out)
+    if say_up_to_date(record, "--force retrains"):
+        record = read_record(folder)
     else:
         typer.echo(
             f"train: done in {record['timings']['seconds']:.1f}s, {record['select']} epoch {record['selected_epoch']}"

@@ -1,21 +1,18 @@
 """The local executor: runs a stage's units in order and commits the stage's output whole.
 
-A run never writes into the committed output. It works in a hidden staging folder beside it
-(`<work_dir>/.<stage>.next/`), where each finished unit leaves a completion marker (`_units/`). A crashed or
-failed run leaves the committed output untouched and its staging folder resumable: the next run with the same
-fingerprint skips the finished units. On success the record, listing every output file, is written last into
-the staging folder, and the staging folder is swapped in by two renames; `recover` completes or rolls back a
-swap that a crash interrupted. Progress bars and logging live here, not in the stages.
+The commit is pipeline.commit.OutputFolder's, as for every other writer: the lock, the staging folder
+(`<work_dir>/.<stage>.next/`), the record, the swap, the recovery of a cut swap and the publish to a URL store.
+What the executor adds is units: each finished unit leaves a completion marker (`_units/`) in the staging folder,
+so a crashed or failed run leaves its staging folder resumable and the next run with the same fingerprint skips
+the finished units. Progress bars and logging live here, not in the stages.
 
 A work_dir given as a URL runs in its local working cache (pipeline.storage): the upstream stage is pulled from
-the store first, and the committed stage is published to the store after its local commit; the store's record is
-then what "up to date" is checked against.
+the store first; the output folder publishes the committed stage to the store and checks "up to date" there.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,53 +21,52 @@ from typing import Any
 from tqdm import tqdm
 
 from pipeline import storage
+from pipeline.commit import UNITS, OutputFolder, staging_of
 from pipeline.errors import UserError
 from pipeline.locks import stage_lock
 from pipeline.records import (
-    RECORD,
     STARTED,
-    describe_files,
     fingerprint,
     output_problems,
-    previous_of,
     read_json,
     read_record,
-    recover_folder,
-    staging_of,
-    swap_in,
-    versions,
+    require_current,
+    require_record,
     write_json,
 )
-from pipeline.records import failpoint as _failpoint
-from pipeline.shards import remove_tmp_files
 from pipeline.stage import Stage, StagePlan, Unit
 
 log = logging.getLogger(__name__)
-UNITS = "_units"
 
 
 def staging_folder(stage: Stage) -> Path:
     return staging_of(stage.folder)
 
 
-def previous_folder(stage: Stage) -> Path:
-    return previous_of(stage.folder)
+def output_of(stage: Stage, plan: StagePlan | None = None) -> OutputFolder:
+    """The stage's output folder, its upstream's locked shared while it is written."""
+    reads = () if stage.upstream is None else (stage.work_dir / stage.upstream,)
+    output = OutputFolder(stage.name, stage.folder, reads=reads)
+    if plan is not None:
+        output.params, output.inputs = plan.params, plan.inputs
+    return output
+
+
+def check_upstream(stage: Stage) -> None:
+    """Before planning: the upstream output is there, whole, and computed from the current output of its own
+    upstream (its record names it; a record written before it did: the inputs named after a stage folder of this
+    work_dir); else one line naming the stage to rerun."""
+    if stage.upstream is None:
+        return
+    folder = stage.work_dir / stage.upstream
+    record = require_record(folder, stage.upstream)
+    inputs = record.get("inputs", {})
+    above = [record["upstream"]] if record.get("upstream") else [k for k in inputs if (stage.work_dir / k).is_dir()]
+    require_current(folder, stage.upstream, {name: stage.work_dir / name for name in above})
 
 
 def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
-    return fingerprint({"stage": stage.name, "params": plan.params, "inputs": plan.inputs})
-
-
-def recover(stage: Stage) -> None:
-    """Finish a commit that a crash cut short, or undo a half swap (pipeline.records.recover_folder)."""
-    recover_folder(stage.folder, staging_folder(stage), previous_folder(stage))
-    _drop_run_state(stage.folder)
-
-
-def _drop_run_state(folder: Path) -> None:
-    """Completion markers and the started marker are of no use once their run is committed."""
-    shutil.rmtree(folder / UNITS, ignore_errors=True)
-    (folder / STARTED).unlink(missing_ok=True)
+    return output_of(stage, plan).fingerprint
 
 
 def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
@@ -95,6 +91,7 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     if problems:
         return "incomplete", record, problems[0]
     try:
+        check_upstream(stage)
         current = plan_fingerprint(stage, stage.plan()) == record.get("fingerprint")
     except Exception as exc:  # an upstream that is missing or incomplete makes this output stale
         return "stale", record, str(exc)
@@ -119,29 +116,25 @@ class LocalExecutor:
         remote = storage.remote_of(stage.work_dir)
         if remote is not None:
             _pull(stage, remote)
-        if stage.upstream is None:
-            with stage_lock(stage.work_dir, stage.name):
-                return self._run_locked(stage, force)
-        with stage_lock(stage.work_dir, stage.upstream, exclusive=False), stage_lock(stage.work_dir, stage.name):
-            return self._run_locked(stage, force)
+        output = output_of(stage)
+        with output:
+            check_upstream(stage)
+            plan = stage.plan()
+            output.params, output.inputs = plan.params, plan.inputs
+            if not force and output.up_to_date():
+                return output.unchanged()
+            return self._run_locked(stage, plan, output, force)
 
-    def _run_locked(self, stage: Stage, force: bool) -> dict[str, Any]:
-        started = time.time()
-        plan = stage.plan()
-        key = plan_fingerprint(stage, plan)
-        recover(stage)
-        remote = storage.remote_of(stage.work_dir)
-        if not force and self._up_to_date(stage, key, remote):
-            self._drop_staging_of(stage, key)
-            return {"status": "up-to-date", "folder": f"{remote}/{stage.name}" if remote else str(stage.folder)}
+    def _run_locked(self, stage: Stage, plan: StagePlan, output: OutputFolder, force: bool) -> dict[str, Any]:
         clock = time.perf_counter()
         stage.setup()
         timings = {"setup": time.perf_counter() - clock}
-        staging = staging_folder(stage)
-        resumed = self._open_staging(staging, key, plan, force)
+        staging = output.staging
+        resumed = output.begin(force)
         clock = time.perf_counter()
         units = stage.prepare(staging, plan)
         timings["prepare"] = time.perf_counter() - clock
+        key = output.fingerprint
         markers = {unit.key: self._marker(staging, unit, key) for unit in units}
         pending = [unit for unit in units if markers[unit.key] is None]
         if resumed:
@@ -157,58 +150,8 @@ class LocalExecutor:
         result = stage.finish([markers[unit.key] for unit in units], staging)
         timings["finish"] = time.perf_counter() - clock
         extra = {"resumed": resumed, "units": len(units), "units_reused": len(units) - len(pending)}
-        extra["executor"] = self.describe()
-        record = self._record(stage, key, plan, result.counts, started, timings) | extra | result.extra
-        self._commit(stage, staging, record)
-        if remote is not None:
-            record = storage.publish(remote, stage.folder, stage.name, record)
-        return record
-
-    @staticmethod
-    def _up_to_date(stage: Stage, key: str, remote: str | None = None) -> bool:
-        """The committed output has fingerprint `key` and is whole: in the folder, or on the store for a URL."""
-        if remote is not None:
-            return storage.publish_current(remote, stage.folder, stage.name, key)
-        try:
-            record = read_record(stage.folder)
-        except Exception as exc:  # a corrupt record of our own output: it is about to be replaced
-            log.warning("%s", exc)
-            return False
-        if record is None or record.get("fingerprint") != key:
-            return False
-        problems = output_problems(stage.folder, record)
-        if problems:
-            log.warning("%s: %s; recomputing", stage.name, problems[0])
-        return not problems
-
-    @staticmethod
-    def _drop_staging_of(stage: Stage, key: str) -> None:
-        """An unfinished run of what is already committed is of no further use; one of other parameters stays."""
-        started = staging_folder(stage) / STARTED
-        try:
-            same = not started.is_file() or read_json(started).get("fingerprint") == key
-        except Exception:
-            same = True
-        if same:
-            shutil.rmtree(staging_folder(stage), ignore_errors=True)
-
-    @staticmethod
-    def _open_staging(staging: Path, key: str, plan: StagePlan, force: bool) -> bool:
-        """True when the staging folder holds a resumable run with this fingerprint; else it starts empty."""
-        started = staging / STARTED
-        resumable = False
-        if started.is_file() and not force:
-            try:
-                resumable = read_json(started).get("fingerprint") == key
-            except Exception:
-                resumable = False
-        if not resumable and staging.exists():
-            shutil.rmtree(staging)
-        staging.mkdir(parents=True, exist_ok=True)
-        remove_tmp_files(staging)
-        (staging / RECORD).unlink(missing_ok=True)
-        write_json(started, {"fingerprint": key, "params": plan.params, "inputs": plan.inputs})
-        return resumable
+        extra |= {"executor": self.describe(), "resources": vars(stage.resources), "upstream": stage.upstream}
+        return output.finish(result.counts, timings=timings, **(extra | result.extra))
 
     @staticmethod
     def _marker_path(staging: Path, unit: Unit) -> Path:
@@ -244,37 +187,6 @@ class LocalExecutor:
     def describe(self) -> dict[str, Any]:
         """How this executor ran the units, for the record."""
         return {"kind": "local"}
-
-    @staticmethod
-    def _record(stage: Stage, key: str, plan: StagePlan, counts: dict, started: float, timings: dict) -> dict[str, Any]:
-        finished = time.time()
-        return {
-            "stage": stage.name,
-            "status": "done",
-            "fingerprint": key,
-            "params": plan.params,
-            "inputs": plan.inputs,
-            "counts": counts,
-            "versions": versions(),
-            "resources": vars(stage.resources),
-            "timings": {
-                "started": started,
-                "finished": finished,
-                "seconds": round(finished - started, 3),
-                **{name: round(value, 3) for name, value in timings.items()},
-            },
-        }
-
-    @staticmethod
-    def _commit(stage: Stage, staging: Path, record: dict[str, Any]) -> None:
-        """Record last into the staging folder (the commit point), then swap it in by two renames."""
-        remove_tmp_files(staging)
-        record["output_files"] = describe_files(staging)  # hidden names (markers, _started.json) are not outputs
-        _failpoint(f"{stage.name}:before-record")
-        write_json(staging / RECORD, record)
-        _failpoint(f"{stage.name}:before-swap")
-        swap_in(stage.folder, staging, previous_folder(stage))
-        _drop_run_state(stage.folder)
 
 
 def _unit_fingerprint(stage_key: str, unit: Unit) -> str:

@@ -1,8 +1,9 @@
-"""YAML manifests, validated with pydantic: one file per dataset under manifests/, overridable from the CLI."""
+"""YAML manifests, validated with pydantic: one file per dataset under manifests/, overridable from the CLI. The
+sections (data, run, embed, mine, filter, train) and the reading of a manifest file live here; where manifests
+are and what their paths mean: pipeline.manifest_paths; the paper's training presets: stages.train.presets."""
 
 from __future__ import annotations
 
-import importlib.resources
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -12,18 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from pipeline import storage
 from pipeline.errors import UserError
-
-# The manifests users see and edit live in the repository's top-level manifests/; setup.py copies them into the
-# wheel as pipeline/manifests/, so an installed copy finds them too (docs/manifests.md).
-_PACKAGE_MANIFESTS = Path(__file__).resolve().parent / "manifests"
-_SOURCE_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
-PACKAGE_PREFIX = "package:"  # `package:stages.embed/resources/x.json`: a file shipped inside an installed package
-
-
-def bundled_manifest_dir() -> Path:
-    """The manifests that come with the code: the installed package's copy, else the source checkout's."""
-    return _PACKAGE_MANIFESTS if _PACKAGE_MANIFESTS.is_dir() else _SOURCE_MANIFESTS
-
+from pipeline.manifest_paths import find_manifest, localise_urls, resolve_path
 
 DatasetFormat = Literal[
     "coco",
@@ -215,95 +205,6 @@ class TrainConfig(_Section):
         return f"--{flag or name.replace('_', '-')}"
 
 
-# `--preset paper`: the hyperparameters of the authors' released script (princeton-nlp/c-sts, run_sts.sh and
-# run_sts.py defaults), the same for all three encodings there. Partial: other fields keep TrainConfig's defaults.
-# Sources per value in docs/train.md.
-_PAPER: dict[str, Any] = {
-    "model": "princeton-nlp/sup-simcse-roberta-large",
-    "pooler": "cls",  # their `cls` reads the [CLS] hidden state (the model is loaded without its pooler)
-    "transform": False,
-    "tri_head": "hadamard",
-    "margin": 1.0,
-    "learning_rate": 1e-5,
-    "batch_size": 8,  # run_sts.sh today: 8 x 4 accumulation (an early commit had 4 x 8); 32 per step either way
-    "grad_accum": 4,
-    "epochs": 3,
-    "weight_decay": 0.1,
-    "warmup_ratio": 0.1,
-    "max_grad_norm": 0.0,  # no clipping
-    "max_length": 512,
-    "seed": 42,
-    "select": "last",  # the authors report the final epoch of the setting chosen on validation
-}
-
-# `--preset paper:<model>:<encoding>`: the paper's Table 8 (the setting selected on validation per model and
-# encoding) on top of `paper`: learning rate, weight decay, transform, objective and, for tri, the head.
-PAPER_MODELS = {
-    "roberta-base": "roberta-base",
-    "roberta-large": "roberta-large",
-    "diffcse-base": "voidism/diffcse-roberta-base-sts",
-    "simcse-base": "princeton-nlp/sup-simcse-roberta-base",
-    "simcse-large": "princeton-nlp/sup-simcse-roberta-large",
-}
-PAPER_TABLE_8: dict[tuple[str, str], tuple[float, float, bool, str, str | None]] = {
-    ("roberta-base", "cross"): (3e-5, 0.10, True, "mse", None),
-    ("roberta-base", "bi"): (3e-5, 0.10, True, "mse", None),
-    ("roberta-base", "tri"): (3e-5, 0.00, False, "quad+mse", "concat"),
-    ("roberta-large", "cross"): (1e-5, 0.10, True, "mse", None),
-    ("roberta-large", "bi"): (1e-5, 0.10, True, "quad+mse", None),
-    ("roberta-large", "tri"): (1e-5, 0.00, True, "mse", "hadamard"),
-    ("diffcse-base", "cross"): (3e-5, 0.10, False, "mse", None),
-    ("diffcse-base", "bi"): (3e-5, 0.00, False, "mse", None),
-    ("diffcse-base", "tri"): (3e-5, 0.10, False, "quad+mse", "hadamard"),
-    ("simcse-base", "cross"): (3e-5, 0.10, True, "mse", None),
-    ("simcse-base", "bi"): (3e-5, 0.10, False, "mse", None),
-    ("simcse-base", "tri"): (3e-5, 0.10, False, "quad+mse", "hadamard"),
-    ("simcse-large", "cross"): (1e-5, 0.10, True, "mse", None),
-    ("simcse-large", "bi"): (1e-5, 0.10, False, "mse", None),
-    ("simcse-large", "tri"): (1e-5, 0.00, True, "mse", "hadamard"),
-}
-
-
-def _table_8_preset(model: str, encoding: str) -> dict[str, Any]:
-    lr, weight_decay, transform, objective, tri_head = PAPER_TABLE_8[(model, encoding)]
-    row = {"model": PAPER_MODELS[model], "encoding": encoding, "learning_rate": lr, "weight_decay": weight_decay}
-    row |= {"transform": transform, "objective": objective}
-    return {**_PAPER, **row, **({"tri_head": tri_head} if tri_head else {})}
-
-
-TRAIN_PRESETS: dict[str, dict[str, Any]] = {
-    "paper": _PAPER,
-    **{f"paper:{model}:{encoding}": _table_8_preset(model, encoding) for model, encoding in PAPER_TABLE_8},
-}
-
-
-def train_config(
-    preset: str | None = None, overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None
-) -> TrainConfig:
-    """TrainConfig defaults <- the preset <- `base` (the keys a manifest's `train:` section sets) <- `overrides`
-    (command-line options; None: not given). A bad value is a UserError naming the command-line option."""
-    if preset is not None and preset not in TRAIN_PRESETS:
-        raise UserError(
-            f"--preset {preset!r}: known presets: paper, paper:MODEL:ENCODING with MODEL one of "
-            f"{', '.join(PAPER_MODELS)} and ENCODING cross, bi or tri (the paper's Table 8)"
-        )
-    values = {**TRAIN_PRESETS.get(preset or "", {}), **(base or {})}
-    values.update({key: value for key, value in (overrides or {}).items() if value is not None})
-    try:
-        return TrainConfig.model_validate(values)
-    except ValidationError as exc:
-        raise UserError("; ".join(_describe_option(error) for error in exc.errors())) from None
-
-
-def _describe_option(error: dict[str, Any]) -> str:
-    if not error["loc"]:  # a model validator's message, already in terms of options
-        return error["msg"].removeprefix("Value error, ")
-    name = str(error["loc"][0])
-    if name not in TrainConfig.model_fields:
-        return f"unknown train option {name!r}"
-    return f"{TrainConfig.cli_flag(name)} {error.get('input')!r}: {error['msg'].lower()}"
-
-
 class Manifest(_Section):
     name: str
     description: str = ""
@@ -332,29 +233,6 @@ class Manifest(_Section):
         return self
 
 
-def find_manifest(dataset: str | None, path: Path | None) -> tuple[Path, bool]:
-    """The manifest file, and whether it is a bundled one. `--manifest PATH` takes any file; `--dataset NAME`
-    means ./manifests/NAME.yaml when the current folder has it, else the bundled NAME.yaml."""
-    if path is not None:
-        return path, False
-    if dataset is None:
-        raise UserError("give --dataset NAME or --manifest PATH")
-    local = Path.cwd() / "manifests" / f"{dataset}.yaml"
-    if local.is_file():
-        return local, False
-    bundled = bundled_manifest_dir() / f"{dataset}.yaml"
-    if bundled.is_file():
-        return bundled, True
-    folders = (Path.cwd() / "manifests", bundled_manifest_dir())
-    known = ", ".join(sorted({p.stem for folder in folders for p in folder.glob("*.yaml")}))
-    raise UserError(f"unknown dataset {dataset!r}: no manifests/{dataset}.yaml, here or bundled; known: {known}")
-
-
-def manifest_path(dataset: str | None, path: Path | None) -> Path:
-    """`--dataset coco` means manifests/coco.yaml (here, else bundled); `--manifest PATH` takes any file."""
-    return find_manifest(dataset, path)[0]
-
-
 def open_manifest(dataset: str | None, path: str | Path | None, overrides: dict[str, Any] | None = None) -> Manifest:
     """What the CLI loads: a bundled manifest's relative paths (work_dir, data) resolve against the current
     folder, never into the installed package; any other manifest's against its own folder (see load_manifest).
@@ -365,33 +243,6 @@ def open_manifest(dataset: str | None, path: str | Path | None, overrides: dict[
         return load_manifest(local, overrides, base_url=url.rsplit("/", 1)[0])
     found, bundled = find_manifest(dataset, Path(path) if path is not None else None)
     return load_manifest(found, overrides, base=Path.cwd() if bundled else None)
-
-
-_LOCATIONS = (("work_dir",), ("data", "captions"), ("data", "images"))
-
-
-def _localise_urls(raw: dict[str, Any], base_url: str | None) -> dict[str, str]:
-    """Put local paths in place of the URLs among work_dir, data.captions and data.images (a remote manifest's
-    relative paths are URLs too): work_dir becomes its working cache, an input the place of its cache copy.
-    Returns {data field: URL} of the inputs, which Manifest.fetch_inputs copies."""
-    inputs: dict[str, str] = {}
-    for *parents, leaf in _LOCATIONS:
-        section = raw
-        for part in parents:
-            section = section.get(part) if isinstance(section, dict) else None
-        value = section.get(leaf) if isinstance(section, dict) else None
-        if not isinstance(value, str):
-            continue
-        if base_url is not None and not storage.is_url(value) and not value.startswith(PACKAGE_PREFIX):
-            value = value if Path(value).is_absolute() else f"{base_url}/{value}"
-        if not storage.is_url(value):
-            continue
-        if leaf == "work_dir":
-            section[leaf] = str(storage.mirror_folder(value))
-        else:
-            inputs[leaf] = value
-            section[leaf] = str(storage.input_copy(value, is_file=leaf == "captions"))
-    return inputs
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -428,8 +279,8 @@ def load_manifest(
         *parents, leaf = dotted.split(".")
         for part in parents:
             section = section.setdefault(part, {})
-        section[leaf] = str(_resolve(Path.cwd(), value)) if isinstance(value, Path) else value
-    inputs = _localise_urls(raw, base_url)
+        section[leaf] = str(resolve_path(Path.cwd(), value)) if isinstance(value, Path) else value
+    inputs = localise_urls(raw, base_url)
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
@@ -439,30 +290,10 @@ def load_manifest(
     if base is None:
         folder = path.resolve().parent
         base = folder.parent if folder.name == "manifests" else folder
-    manifest.work_dir = _resolve(base, manifest.work_dir)
+    manifest.work_dir = resolve_path(base, manifest.work_dir)
     if manifest.data.captions is not None:
-        manifest.data.captions = _resolve(base, manifest.data.captions)
-    manifest.data.images = _resolve(base, manifest.data.images)
+        manifest.data.captions = resolve_path(base, manifest.data.captions)
+    manifest.data.images = resolve_path(base, manifest.data.images)
     if manifest.embed.model_config_path is not None:
-        manifest.embed.model_config_path = _resolve(base, manifest.embed.model_config_path)
+        manifest.embed.model_config_path = resolve_path(base, manifest.embed.model_config_path)
     return manifest
-
-
-def _resolve(base: Path, value: Path) -> Path:
-    if str(value).startswith(PACKAGE_PREFIX):
-        return package_file(str(value))
-    value = value.expanduser()
-    return value if value.is_absolute() else (base / value)
-
-
-def package_file(spec: str) -> Path:
-    """`package:stages.embed/resources/open_clip/x.json` -> that file inside the installed package (a regular
-    folder, not a zip: the package is installed as files)."""
-    package, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
-    if not package or not relative:
-        raise UserError(f"{spec!r}: expected {PACKAGE_PREFIX}PACKAGE/PATH, e.g. {PACKAGE_PREFIX}stages.embed/x.json")
-    try:
-        root = importlib.resources.files(package)
-    except ModuleNotFoundError:
-        raise UserError(f"{spec!r}: no Python package {package!r}") from None
-    return Path(str(root.joinpath(*relative.split("/"))))

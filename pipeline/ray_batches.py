@@ -1,4 +1,4 @@
-"""A stage's `batch_pipeline` (pipeline.stage.BatchPipeline) on Ray Data, for the Ray executor.
+"""A stage's `batch_pipeline` (pipeline.cluster.BatchPipeline) on Ray Data, for the Ray executor.
 
 The rows become a dataset; each step becomes a `map_batches`: a function as stateless tasks, a class as an actor
 pool (`concurrency` actors, each built once: a model loaded per actor, with `num_gpus` when the cluster has GPUs).
@@ -11,7 +11,6 @@ that dies leaves the finished units' markers for the next run.
 from __future__ import annotations
 
 import logging
-import os
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.cluster import BatchPipeline, BatchStep, ClusterStage
 from pipeline.errors import UserError
-from pipeline.stage import BatchPipeline, BatchStep, Stage, Unit
+from pipeline.failpoints import armed, failpoint_once, forwarded
+from pipeline.stage import Unit
 
 log = logging.getLogger(__name__)
 Batch = dict[str, np.ndarray]
 
 
 def run_batches(
-    executor: Any, stage: Stage, batches: BatchPipeline, pending: list[Unit], staging: Path
+    executor: Any, stage: ClusterStage, batches: BatchPipeline, pending: list[Unit], staging: Path
 ) -> Iterator[tuple[Unit, dict[str, Any]]]:
     """(unit, stats) as each unit's rows are all back and collected, in any order."""
     import ray.data
@@ -71,9 +72,7 @@ def _map(executor: Any, name: str, dataset: Any, step: BatchStep, keys: list[str
     """One step as `map_batches`: tasks for a function, an actor pool for a class."""
     import ray.data
 
-    from pipeline.ray_executor import _forwarded_failpoint
-
-    options = executor.options(step.resources) | _forwarded_failpoint()
+    options = executor.options(step.resources) | forwarded()
     common = {"batch_size": step.batch_size, "batch_format": "numpy", "zero_copy_batch": True}
     if not step.stateful:
         return dataset.map_batches(step.fn, **common, **options)
@@ -106,10 +105,7 @@ class _StepActor:
         self.inner, self.stage, self.keys = cls(*args), stage, keys
 
     def __call__(self, batch: Batch) -> Batch:
-        from pipeline.ray_executor import failpoint_once
-        from pipeline.records import FAILPOINT
-
-        if os.environ.get(FAILPOINT):
+        if armed():
             for index in np.unique(batch["unit"]).tolist():
                 failpoint_once(f"{self.stage}:unit:{self.keys[index]}")
         return self.inner(batch)

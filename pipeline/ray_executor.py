@@ -4,7 +4,7 @@ Everything but the units stays on the driver, in the code of pipeline.executor: 
 `recover`, the staging folder, `setup` (its failures come before anything is written; filter's fills the sentence
 embedding cache, so the actors read it instead of all encoding at once), `prepare` (mine's kNN search), the
 completion markers, `finish`, the record and the commit. Only `_run_units` differs: the stage is pickled once
-after `prepare` (without its `worker_state`, pipeline.stage) and handed to each actor, which runs `setup()` once
+after `prepare` (without its `worker_state`, pipeline.cluster) and handed to each actor, which runs `setup()` once
 and then `process(unit, staging)` per unit; results stream back as they finish and the driver writes each marker.
 A stage that offers a `batch_pipeline` (embed) runs on Ray Data instead (pipeline.ray_batches), and a stage's
 `tasks.map` in `prepare` (mine's query blocks) becomes Ray tasks sharing one object-store copy of their input.
@@ -22,15 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.cluster import ClusterStage
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
-from pipeline.records import FAILPOINT, failpoint
+from pipeline.failpoints import failpoint, forwarded
 from pipeline.stage import Resources, Stage, Unit
 
 log = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
 IN_FLIGHT_PER_ACTOR = 2  # one unit running, one queued: an actor never waits for the driver between units
-FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"  # tests: a flag file; the failpoint fires while it is missing
 
 
 # Ray's own switch for single-machine use: with it off, a local Ray takes 127.0.0.1 as its node address, so it
@@ -79,7 +79,8 @@ class RayExecutor(LocalExecutor):
         return {"kind": "ray", "address": self.address or "local", "actors": self.actors_used}
 
     def run(self, stage: Stage, force: bool = False) -> dict[str, Any]:
-        stage.tasks = RayTasks(self)  # `prepare` fans out as Ray tasks; left out of the stage's pickle
+        if isinstance(stage, ClusterStage):
+            stage.tasks = RayTasks(self)  # `prepare` fans out as Ray tasks; left out of the stage's pickle
         return super().run(stage, force)
 
     def connect(self) -> None:
@@ -120,7 +121,7 @@ class RayExecutor(LocalExecutor):
         if not pending:
             return
         self.connect()
-        batches = stage.batch_pipeline(pending, staging)
+        batches = stage.batch_pipeline(pending, staging) if isinstance(stage, ClusterStage) else None
         if batches is not None:
             from pipeline.ray_batches import run_batches
 
@@ -130,7 +131,7 @@ class RayExecutor(LocalExecutor):
         options = self.actor_options(stage)
         size = self.pool_size(options, len(pending))
         log.info("%s: %d units on %d Ray actors (%s each)", stage.name, len(pending), size, options)
-        worker = ray.remote(StageWorker).options(**options, **_forwarded_failpoint())
+        worker = ray.remote(StageWorker).options(**options, **forwarded())
         stage_ref = ray.put(stage)
         actors = [worker.remote(stage_ref) for _ in range(size)]
         self.actors_used = size
@@ -173,9 +174,9 @@ class RayExecutor(LocalExecutor):
 
 
 class RayTasks:
-    """`Stage.tasks` under Ray: `fn(shared, item)` as one Ray task per item, `shared` put once in the object store
-    (each node maps one copy; NumPy arrays are read without a copy). Results come back in item order, with at most
-    two tasks per fitting slot in flight so that the driver's memory holds a bounded number of results."""
+    """`ClusterStage.tasks` under Ray: `fn(shared, item)` as one Ray task per item, `shared` put once in the object
+    store (each node maps one copy; NumPy arrays are read without a copy). Results come back in item order, with at
+    most two tasks per fitting slot in flight so that the driver's memory holds a bounded number of results."""
 
     distributed = True
 
@@ -200,20 +201,3 @@ class RayTasks:
                 yield ray.get(in_flight.popleft())
         while in_flight:
             yield ray.get(in_flight.popleft())
-
-
-def _forwarded_failpoint() -> dict[str, Any]:
-    """Tests name a failpoint in the driver's environment; the actors, started by Ray, get it from here."""
-    names = {name: os.environ[name] for name in (FAILPOINT, FAILPOINT_ONCE) if os.environ.get(name)}
-    return {"runtime_env": {"env_vars": names}} if names else {}
-
-
-def failpoint_once(name: str) -> None:
-    """`failpoint`, but only the first time across processes when CSTS_PIPELINE_FAILPOINT_ONCE names a flag
-    file: Ray Data restarts a killed actor and retries its batch, which must then go through."""
-    flag = os.environ.get(FAILPOINT_ONCE)
-    if os.environ.get(FAILPOINT) != name or (flag and os.path.exists(flag)):
-        return
-    if flag:
-        Path(flag).touch()
-    failpoint(name)

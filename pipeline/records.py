@@ -2,32 +2,24 @@
 
 `_stage.json` records a stage's parameters, input fingerprints, counts, skips, package versions, timings and
 every output file with its size (and row count for Parquet). It is written last: it is the commit point, and a
-reader checks the listed files before trusting the folder (`require_record`). Every output is built in a hidden
-staging folder beside its own, which two renames swap in once its record is written (`swap_in`; `recover_folder`
-completes or undoes a swap a crash cut), so a failed run never touches the committed output. The executor
-(pipeline.executor) does this for the data stages; `StageRun` for the single-folder steps (train, annotate).
+reader checks the listed files before trusting the folder (`require_record`). How a record is committed with
+its folder (staging, lock, swap, publish) is pipeline.commit.OutputFolder, the one writer of every output.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
-import shutil
-import signal
-import time
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.shards import parquet_rows, remove_tmp_files, write_atomic
+from pipeline.shards import parquet_rows, write_atomic
 
 RECORD = "_stage.json"
 STARTED = "_started.json"
-FAILPOINT = "CSTS_PIPELINE_FAILPOINT"
 _VERSIONED = (
     "csts-pipeline",
     "torch",
@@ -137,120 +129,17 @@ def require_record(folder: Path, stage: str) -> dict[str, Any]:
     return record
 
 
-def failpoint(name: str) -> None:
-    """Die here, as `kill -9` would, when the environment names this point: how tests reach the narrow windows
-    of a commit that random kills rarely hit."""
-    if os.environ.get(FAILPOINT) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def staging_of(folder: Path) -> Path:
-    """Where the next output of `folder` is built: hidden beside it, on the same filesystem (renames are atomic)."""
-    return folder.with_name(f".{folder.name}.next")
-
-
-def previous_of(folder: Path) -> Path:
-    """Where the committed output waits during a swap."""
-    return folder.with_name(f".{folder.name}.old")
-
-
-def swap_in(folder: Path, staging: Path, old: Path) -> None:
-    """The committed staging folder replaces `folder`; between the two renames `recover_folder` can tell what to
-    do."""
-    if folder.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        folder.rename(old)
-        failpoint(f"{folder.name}:between-renames")
-    staging.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def recover_folder(folder: Path, staging: Path, old: Path) -> None:
-    """Finish a commit that a crash cut short (its record is in the staging folder), or undo a half swap."""
-    if (staging / RECORD).is_file():
-        swap_in(folder, staging, old)
-    elif old.exists() and not folder.exists():
-        old.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-@dataclass
-class StageRun:
-    """One execution of a single-folder step into `folder`, identified by the fingerprint of `params` and
-    `inputs`. The step writes into `staging` (kept across a crash for resuming) and `finish` swaps it in whole."""
-
-    stage: str
-    folder: Path
-    params: dict[str, Any]
-    inputs: dict[str, str]
-    started: float = field(default_factory=time.time)
-
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint({"stage": self.stage, "params": self.params, "inputs": self.inputs})
-
-    @property
-    def staging(self) -> Path:
-        return staging_of(self.folder)
-
-    def recover(self) -> None:
-        recover_folder(self.folder, self.staging, previous_of(self.folder))
-
-    def is_done(self) -> bool:
-        self.recover()
-        record = read_record(self.folder)
-        return record is not None and record.get("fingerprint") == self.fingerprint
-
-    def begin(self, force: bool = False) -> bool:
-        """Prepare the staging folder; True when an interrupted run with this fingerprint left work there."""
-        self.recover()
-        started = self.staging / STARTED
-        resumable = False
-        if started.is_file() and not force:
-            try:
-                resumable = json.loads(started.read_text()).get("fingerprint") == self.fingerprint
-            except json.JSONDecodeError:
-                resumable = False
-        if not resumable and self.staging.exists():
-            shutil.rmtree(self.staging)
-        self.staging.mkdir(parents=True, exist_ok=True)
-        remove_tmp_files(self.staging)
-        write_json(started, {"fingerprint": self.fingerprint, "params": self.params, "inputs": self.inputs})
-        return resumable
-
-    def finish(self, counts: dict[str, Any], record_copy: str | None = None, **extra: Any) -> dict[str, Any]:
-        """Write the record (and a visible copy named `record_copy`) into the staging folder, then swap it in."""
-        record = self._record(counts, extra)
-        (self.staging / STARTED).unlink(missing_ok=True)
-        if record_copy is not None:
-            write_json(self.staging / record_copy, record)  # all but output_files, which lists this copy
-        record["output_files"] = describe_files(self.staging)
-        write_json(self.staging / RECORD, record)
-        swap_in(self.folder, self.staging, previous_of(self.folder))
-        return record
-
-    def record_in_place(self, counts: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        """Record `folder` as it stands, without staging: for tests and benchmarks that fabricate a stage's
-        output file by file (bench/scale.py's synthetic embed folder)."""
-        record = self._record(counts, extra)
-        record["output_files"] = describe_files(self.folder)
-        write_json(self.folder / RECORD, record)
-        return record
-
-    def _record(self, counts: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-        finished = time.time()
-        return {
-            "stage": self.stage,
-            "status": "done",
-            "fingerprint": self.fingerprint,
-            "params": self.params,
-            "inputs": self.inputs,
-            "counts": counts,
-            "versions": versions(),
-            "timings": {
-                "started": self.started,
-                "finished": finished,
-                "seconds": round(finished - self.started, 3),
-            },
-            **extra,
-        }
+def require_current(folder: Path, command: str, sources: dict[str, Path]) -> dict[str, Any]:
+    """`require_record`, and the output was computed from the current output of each of `sources` (its input key
+    -> that output's folder): an upstream rerun since then makes it stale, refused in one line naming the command
+    that rebuilds it."""
+    record = require_record(folder, command)
+    for key, source in sources.items():
+        made_from = record.get("inputs", {}).get(key)
+        found = read_record(source)
+        if made_from is not None and found is not None and made_from != found.get("fingerprint"):
+            raise UserError(
+                f"{folder}: stale: the {source.name} output it was computed from has changed since; "
+                f"rerun `csts-pipeline {command}` first"
+            )
+    return record

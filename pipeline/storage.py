@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import UserError
-from pipeline.records import RECORD, failpoint, output_problems, read_json, read_record, write_json
+from pipeline.failpoints import failpoint
+from pipeline.records import RECORD, output_problems, read_json, read_record, write_json
 from pipeline.shards import write_atomic
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,15 @@ def mirror_folder(url: str) -> Path:
     if remote_of(folder) != url:
         write_json(folder / MARKER, {"url": url})
     return folder
+
+
+def output_cache(url: str) -> Path:
+    """The local folder of an output given as a URL (`train --out memory://runs/a`): `a` in the working cache of
+    its parent URL, from where it is published (pipeline.commit)."""
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if "://" not in parent or not name:
+        raise UserError(f"{url}: name a folder under a store URL, e.g. s3://bucket/runs/train-1")
+    return mirror_folder(parent) / name
 
 
 def remote_of(work_dir: Path) -> str | None:
@@ -234,7 +244,7 @@ def pull_upstream(url: str, work_dir: Path, name: str, upstream: str | None) -> 
         if other == upstream:
             pull(url, work_dir, other)
         elif other != name and not other.startswith((".", "_")):
-            _pull_record(url, work_dir, other)
+            pull_record(url, work_dir, other)
 
 
 def _in_cache(folder: Path, record: dict[str, Any], files: bool) -> bool:
@@ -270,7 +280,7 @@ def pull(url: str, work_dir: Path, name: str) -> None:
     log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, _display(fs, base))
 
 
-def _pull_record(url: str, work_dir: Path, name: str) -> None:
+def pull_record(url: str, work_dir: Path, name: str) -> None:
     """Only the record of a stage that is read for its record alone; the cached files it replaces go."""
     record = remote_record(url, name)
     folder = work_dir / name

@@ -1,21 +1,21 @@
 """Build the report: read the records and bounded samples, draw the figures, make the thumbnails, render the
 template (report/templates/index.html, jinja2 with autoescaping) and put the page and its files in place.
 
-The page's files go in a folder beside it (`index.html` -> `index_files/`), built in a hidden staging folder and
-swapped in whole (pipeline.records.swap_in) before the page itself is written atomically, so a failed run leaves
-the previous report as it was."""
+The page's files go in a folder beside it (`index.html` -> `index_files/`), committed whole by
+`pipeline.commit.OutputFolder` (locked, staged, recorded, swapped in) before the page itself is written
+atomically, so a failed run leaves the previous report as it was."""
 
 from __future__ import annotations
 
 import datetime
-import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pipeline.commit import OutputFolder
 from pipeline.manifest import Manifest
-from pipeline.records import previous_of, read_json, recover_folder, staging_of, swap_in
+from pipeline.records import read_json
 from pipeline.shards import write_atomic
 from report.annotations import annotation_summary
 from report.funnel import funnel_rows, read_records
@@ -45,11 +45,29 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
     work_dir = manifest.work_dir
     records = read_records(work_dir)
     folder = files_folder(page)
-    staging, old = staging_of(folder), previous_of(folder)
     page.parent.mkdir(parents=True, exist_ok=True)
-    recover_folder(folder, staging, old)
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    inputs = {name: record["fingerprint"] for name, record in records.items() if record}
+    params = {"per_stratum": options.per_stratum, "near": options.near, "seed": options.seed}
+    params["candidate_sample"] = options.candidate_sample
+    with OutputFolder("report", folder, params, inputs) as out:
+        out.begin(force=True)
+        html, shown = _build(manifest, records, out.staging, folder.name, options)
+        out.finish({"kept_shown": shown["kept"], "images": shown["images"]})
+        write_atomic(page, lambda handle: handle.write(html.encode()))
+    return {
+        "page": page,
+        "files": folder,
+        "kept_shown": shown["kept"],
+        "images": shown["images"],
+        "near": shown["near"],
+    }
+
+
+def _build(
+    manifest: Manifest, records: dict[str, Any], staging: Path, files: str, options: ReportOptions
+) -> tuple[str, dict[str, Any]]:
+    """Draw the figures and thumbnails into `staging`; the page's HTML and what it shows."""
+    work_dir = manifest.work_dir
     histograms = read_json(work_dir / "filter" / "histograms.json")
     criteria = criteria_of(records["filter"])
     figures = distributions(histograms, image_cosine_histogram(work_dir), criteria, staging)
@@ -71,15 +89,12 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
         "kept_total": records["filter"]["funnel"]["kept"],
         "near": near,
         "criteria": {name: criteria.rule(name) for name in criteria.active()},
-        "thumbs": {image_id: f"{folder.name}/thumbs/{name}" for image_id, name in thumbs.items()},
-        "files": folder.name,
+        "thumbs": {image_id: f"{files}/thumbs/{name}" for image_id, name in thumbs.items()},
+        "files": files,
         "thumb_size": SIZE,
         "annotations": annotation_summary(work_dir / "annotate", staging),
     }
-    html = render(context)
-    swap_in(folder, staging, old)
-    write_atomic(page, lambda handle: handle.write(html.encode()))
-    return {"page": page, "files": folder, "kept_shown": len(kept), "images": len(thumbs), "near": near.source}
+    return render(context), {"kept": len(kept), "images": len(thumbs), "near": near.source}
 
 
 def render(context: dict[str, Any]) -> str:

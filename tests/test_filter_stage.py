@@ -19,10 +19,11 @@ from typer.testing import CliRunner
 
 import stages.filter.stage as stage
 from csts_pipeline.cli import app
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.executor import plan_fingerprint, staging_folder
 from pipeline.manifest import load_manifest
-from pipeline.records import StageRun, read_record
+from pipeline.records import read_record
 from pipeline.schemas import CAPTIONS, KEPT_SCHEMA, REJECTED_SCHEMA
 from pipeline.shards import shard_name, write_table
 from stages.filter import scoring
@@ -124,7 +125,7 @@ def template(tmp_path_factory) -> Path:
             owners[rows_2[part]],
             np.array(cosines[part]),
         )
-    StageRun("mine", mine_dir, MINE_PARAMS, {"embed": "test"}).record_in_place({"candidate_pairs": len(rows_1)})
+    OutputFolder("mine", mine_dir, MINE_PARAMS, {"embed": "test"}).record_in_place({"candidate_pairs": len(rows_1)})
     return manifest.work_dir
 
 
@@ -419,8 +420,9 @@ def test_mine_output_from_other_parameters_is_refused(work):
 
 def test_mine_output_older_than_embed_is_refused(work):
     (work / "embed").mkdir()
-    StageRun("embed", work / "embed", {}, {}).record_in_place({})
-    with pytest.raises(UserError, match="older than the embed output"):
+    OutputFolder("embed", work / "embed", {}, {}).record_in_place({})
+    stale = r"mine: stale: the embed output it was computed from has changed since; rerun `csts-pipeline mine`"
+    with pytest.raises(UserError, match=stale):
         stage.run(manifest_for(work))
 
 

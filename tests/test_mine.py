@@ -7,13 +7,13 @@ import pyarrow as pa
 import pytest
 import torch
 
+from pipeline.cluster import SerialTasks
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import load_manifest
-from pipeline.records import StageRun
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import list_shards, read_shards, write_table
-from pipeline.stage import SerialTasks
 from stages.embed.encoder import embeddings_table
 from stages.mine import knn
 from stages.mine import pairs as mine_pairs
@@ -124,7 +124,7 @@ def _fake_embed_stage(
         ),
         folder / CAPTIONS / "part-00000.parquet",
     )
-    StageRun("embed", folder, {"fake": True}, {}).record_in_place({"images_embedded": n_images})
+    OutputFolder("embed", folder, {"fake": True}, {}).record_in_place({"images_embedded": n_images})
 
 
 def _manifest(tmp_path: Path, **mine_config):
@@ -171,7 +171,7 @@ def test_mine_without_faiss_names_the_extras(tmp_path: Path, monkeypatch):
 
 
 class _ClusterTasks(SerialTasks):
-    """`Stage.tasks` as Ray runs them, in this process: `shared` arrives through a pickle and read-only (as from
+    """`ClusterStage.tasks` as Ray runs them, in this process: `shared` arrives through a pickle and read-only (as from
     the object store), and FAISS and torch start on one thread (a 1-CPU Ray task) where the driver's loop used
     every core."""
 

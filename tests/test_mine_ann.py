@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.commit import OutputFolder
 from pipeline.manifest import MineConfig, load_manifest
-from pipeline.records import StageRun
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import read_shards, write_table
 from stages.embed.encoder import embeddings_table
@@ -38,7 +38,7 @@ def _embed_folder(work_dir: Path, vectors: np.ndarray, per_shard: int = 300, cap
     ids = np.arange(len(owners), dtype=np.int64)
     captions = {"caption_id": ids, "image_id": owners, "caption": ["c"] * len(owners)}
     write_table(pa.table(captions), folder / CAPTIONS / "part-00000.parquet")
-    StageRun("embed", folder, {"n": n}, {}).record_in_place({"images_embedded": n})
+    OutputFolder("embed", folder, {"n": n}, {}).record_in_place({"images_embedded": n})
 
 
 def _rows(table: pa.Table) -> list[tuple]:
@@ -147,7 +147,7 @@ def test_mine_by_text_pairs_images_whose_captions_agree(tmp_path: Path):
     texts = [TOPICS[(owner - 500) % 4] if j == 0 else f"Photo {owner}." for owner, j in zip(owners, [0, 1] * n)]
     captions = {"caption_id": np.arange(2 * n, dtype=np.int64), "image_id": owners, "caption": texts}
     write_table(pa.table(captions), folder / CAPTIONS / "part-00000.parquet")
-    StageRun("embed", folder, {"n": n}, {}).record_in_place({"images_embedded": n})
+    OutputFolder("embed", folder, {"n": n}, {}).record_in_place({"images_embedded": n})
     record = mine.run(manifest)
     assert record["search"]["by"] == "text" and record["params"]["by"] == "text"
     pairs = read_shards(manifest.work_dir / "mine" / "image_pairs")

@@ -15,8 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.ray_executor import FAILPOINT_ONCE, LOOPBACK_ONLY
-from pipeline.records import FAILPOINT
+from pipeline.cluster import ClusterStage
+from pipeline.failpoints import FAILPOINT, FAILPOINT_ONCE
+from pipeline.ray_executor import LOOPBACK_ONLY
 from pipeline.stage import Stage
 from tests.conftest import STAGES, contents
 
@@ -128,7 +129,7 @@ def test_an_actor_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tm
 
 def test_pool_size_follows_the_stage_resources(ray_session):
     from pipeline.ray_executor import RayExecutor
-    from pipeline.stage import Resources, Stage
+    from pipeline.stage import Resources
 
     class Heavy(Stage):
         resources = Resources(cpus=2, gpus=1)
@@ -141,7 +142,7 @@ def test_pool_size_follows_the_stage_resources(ray_session):
     assert executor.pool_size({"num_cpus": 1, "num_gpus": 0}, pending=1) == 1
 
 
-class _WithModel(Stage):
+class _WithModel(ClusterStage):
     worker_state = ("model",)
 
 

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.records import FAILPOINT
+from pipeline.failpoints import FAILPOINT
 from tests.conftest import STAGES, contents
 
 REPO = Path(__file__).resolve().parents[1]

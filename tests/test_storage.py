@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.records import FAILPOINT
+from pipeline.failpoints import FAILPOINT
 from pipeline.storage import CACHE_ENV, filesystem, mirror_folder, remote_problems, remote_record
 from tests.conftest import REPO, STAGES, contents, write_manifest
 

@@ -23,15 +23,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig, load_manifest, train_config
+from pipeline.manifest import TrainConfig, load_manifest
 from pipeline.packaged_models import resolve_model_path
 from pipeline.records import output_problems, read_record
 from stages.train import evaluate as evaluate_stage
+from stages.train import loop
 from stages.train import train as train_stage
 from stages.train.batches import quad_loss
 from stages.train.checkpoint import load_checkpoint, save_checkpoint
 from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
 from stages.train.models import ModelSpec, load_model
+from stages.train.presets import train_config
 from stages.train.sample import sample_rows, write_sample_parquet, write_sample_splits
 from stages.train.scoring import correlations, pearson, spearman
 
@@ -437,7 +439,7 @@ def test_quad_trains_on_ties_and_records_what_pairing_found(
     pq.write_table(pa.Table.from_pylist(_awkward_rows()), train)
     files = {**csts_files, "train": train}
     options = _options(tiny_bert, files, tmp_path / "run", encoding=encoding, objective=objective, epochs=1)
-    with caplog.at_level("INFO", logger="stages.train.train"):
+    with caplog.at_level("INFO", logger="stages.train"):
         record = train_stage.run(options)
     counts = record["counts"]
     assert (counts["quad_pairs"], counts["quad_tied_pairs"], counts["quad_contradicted_pairs"]) == (5, 2, 1)
@@ -513,18 +515,18 @@ def test_interrupted_training_resumes_after_the_last_epoch(
     tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     options = _options(tiny_bert, csts_files, tmp_path / "run", epochs=2, objective="quad", encoding="tri")
-    save = train_stage._save_checkpoint
+    save = loop._save_checkpoint
 
     def crash_after_first_epoch(path: Path, state: dict) -> None:
         save(path, state)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_stage, "_save_checkpoint", crash_after_first_epoch)
+    monkeypatch.setattr(loop, "_save_checkpoint", crash_after_first_epoch)
     with pytest.raises(KeyboardInterrupt):
         train_stage.run(options)
     assert not (tmp_path / "run").exists()  # the interrupted run lives in its staging folder only
     interrupted = load_checkpoint(tmp_path / ".run.next" / train_stage.CHECKPOINT)["state"]
-    monkeypatch.setattr(train_stage, "_save_checkpoint", save)
+    monkeypatch.setattr(loop, "_save_checkpoint", save)
 
     record = train_stage.run(options)
     assert not (tmp_path / ".run.next").exists() and not (tmp_path / "run" / train_stage.CHECKPOINT).exists()

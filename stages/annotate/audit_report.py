@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import StageRun, file_fingerprint
+from pipeline.records import file_fingerprint
 from pipeline.shards import write_atomic
 from stages.annotate.audit import audit
 from stages.annotate.files import write_json
@@ -23,17 +24,17 @@ def run_audit(labels: Path, reference: Path, out: Path, seed: int, force: bool) 
         if not path.is_file():
             raise UserError(f"{path}: not found")
         inputs[name] = file_fingerprint(path)
-    stage = StageRun("annotate-audit", out, {"seed": seed}, inputs)
-    if stage.is_done() and not force:
-        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-    result = audit(labels, reference, seed)
-    stage.begin(force=True)
-    write_json(stage.staging / AUDIT_JSON, result)
-    text = render(result)
-    write_atomic(stage.staging / AUDIT_MD, lambda handle: handle.write(text.encode()))
-    files = {"json": str(out / AUDIT_JSON), "summary": str(out / AUDIT_MD)}
-    counts = {"matched": result["matched"], "rejected_by_reference": result["rejected_by_reference"]}
-    return stage.finish(counts, audit=result, files=files)
+    with OutputFolder("annotate-audit", out, {"seed": seed}, inputs) as step:
+        if step.up_to_date() and not force:
+            return step.unchanged()
+        result = audit(labels, reference, seed)
+        step.begin(force=True)
+        write_json(step.staging / AUDIT_JSON, result)
+        text = render(result)
+        write_atomic(step.staging / AUDIT_MD, lambda handle: handle.write(text.encode()))
+        files = {"json": str(out / AUDIT_JSON), "summary": str(out / AUDIT_MD)}
+        counts = {"matched": result["matched"], "rejected_by_reference": result["rejected_by_reference"]}
+        return step.finish(counts, audit=result, files=files)
 
 
 def _show(value: float | None, digits: int = 3) -> str:

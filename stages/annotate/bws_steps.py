@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import StageRun, require_record
+from pipeline.records import require_current
 from pipeline.shards import read_table
 from stages.annotate import bws, crowd, qualification, tasks
 from stages.annotate.files import read_jsonl, write_json, write_jsonl, write_parquet
@@ -23,6 +24,7 @@ from stages.annotate.layout import (
     BWS_ITEMS,
     BWS_TASKS,
     CONDITIONS,
+    CONDITIONS_TASKS,
     ITEMS,
     PROVENANCE,
     RELIABILITY,
@@ -39,31 +41,34 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
     """One BWS item per written condition, arranged in seeded 4-tuples (about 2N for N items, each item in
     `appearances` tuples); `hits.csv` shows each tuple's four items without ids or condition types."""
     conditions_dir = annotate_dir / CONDITIONS
-    upstream = require_record(conditions_dir, "annotate import --stage conditions")
+    upstream = require_current(
+        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
+    )
     params = {"seed": seed, "appearances": appearances}
-    stage = StageRun("annotate-export-bws", annotate_dir / BWS_TASKS, params, {"conditions": upstream["fingerprint"]})
-    if stage.is_done() and not force:
-        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-    tasks.guard_tasks(stage, force)
-    triplets = read_table(conditions_dir / TRIPLETS)
-    items = tasks.rating_tasks(triplets)
-    design = bws.design_tuples(len(items), seed, appearances)
-    item_ids = np.array([item["item_id"] for item in items], dtype=object)
-    tuple_ids = [bws_tuple_id(index, list(row)) for index, row in enumerate(item_ids[design])]
-    hits: dict[str, Any] = {"tuple_id": tuple_ids}
-    for position in range(bws.TUPLE_SIZE):
-        rows = pa.array(design[:, position])
-        for name in HIT_FIELDS:
-            hits[f"{name}_{position + 1}"] = triplets.column(name).take(rows)
-    records = [{"tuple_id": t, "item_ids": list(row)} for t, row in zip(tuple_ids, item_ids[design])]
+    inputs = {"conditions": upstream["fingerprint"]}
+    with OutputFolder("annotate-export-bws", annotate_dir / BWS_TASKS, params, inputs, reads=(conditions_dir,)) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tasks.guard_tasks(out, force)
+        triplets = read_table(conditions_dir / TRIPLETS)
+        items = tasks.rating_tasks(triplets)
+        design = bws.design_tuples(len(items), seed, appearances)
+        item_ids = np.array([item["item_id"] for item in items], dtype=object)
+        tuple_ids = [bws_tuple_id(index, list(row)) for index, row in enumerate(item_ids[design])]
+        hits: dict[str, Any] = {"tuple_id": tuple_ids}
+        for position in range(bws.TUPLE_SIZE):
+            rows = pa.array(design[:, position])
+            for name in HIT_FIELDS:
+                hits[f"{name}_{position + 1}"] = triplets.column(name).take(rows)
+        records = [{"tuple_id": t, "item_ids": list(row)} for t, row in zip(tuple_ids, item_ids[design])]
 
-    stage.begin(force=True)
-    written = tasks.write_task_files(stage.staging, pa.table(hits), records, "bws")
-    files = {key: str(stage.folder / name) for key, name in written.items()}
-    write_jsonl(items, stage.staging / BWS_ITEMS)
-    files["items"] = str(stage.folder / BWS_ITEMS)
-    stats = bws.design_stats(design, len(items))
-    return stage.finish({"items": len(items), "tuples": len(records)}, design=stats, files=files)
+        out.begin(force=True)
+        written = tasks.write_task_files(out.staging, pa.table(hits), records, "bws")
+        files = {key: str(out.folder / name) for key, name in written.items()}
+        write_jsonl(items, out.staging / BWS_ITEMS)
+        files["items"] = str(out.folder / BWS_ITEMS)
+        stats = bws.design_stats(design, len(items))
+        return out.finish({"items": len(items), "tuples": len(records)}, design=stats, files=files)
 
 
 def import_bws(
@@ -74,46 +79,49 @@ def import_bws(
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
     tasks_dir = annotate_dir / BWS_TASKS
-    upstream = require_record(tasks_dir, "annotate export --stage bws")
+    upstream = require_current(tasks_dir, "annotate export --stage bws", {"conditions": annotate_dir / CONDITIONS})
     qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
-    stage = StageRun("annotate-import-bws", annotate_dir / BWS, {"repeats": repeats, "seed": seed}, inputs)
-    if stage.is_done() and not force:
-        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-    tuple_records = read_jsonl(tasks_dir / TASKS)
-    items = read_jsonl(tasks_dir / BWS_ITEMS)
-    index = {item["item_id"]: i for i, item in enumerate(items)}
-    design = np.array([[index[i] for i in t["item_ids"]] for t in tuple_records], np.int64).reshape(-1, bws.TUPLE_SIZE)
-    screen, accepted = crowd.screen_bws(tuple_records, results, tasks_dir / TASKS, qualified)
-    if not accepted:
-        raise screen.nothing_valid(results, "best-worst answers")
-    annotations = _annotations(design, accepted)
-    scores = bws.counting_scores(design, annotations, len(items))
-    reliability = bws.split_half(design, annotations, len(items), repeats, seed)
-    per_tuple = np.bincount(annotations.tuple_index, minlength=len(design))
-    spread = np.unique(per_tuple, return_counts=True)
-    reliability["annotations_per_tuple"] = {str(k): int(v) for k, v in zip(*spread)}
+    params = {"repeats": repeats, "seed": seed}
+    with OutputFolder("annotate-import-bws", annotate_dir / BWS, params, inputs, reads=(tasks_dir,)) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tuple_records = read_jsonl(tasks_dir / TASKS)
+        items = read_jsonl(tasks_dir / BWS_ITEMS)
+        index = {item["item_id"]: i for i, item in enumerate(items)}
+        design = np.array([[index[i] for i in t["item_ids"]] for t in tuple_records], np.int64).reshape(
+            -1, bws.TUPLE_SIZE
+        )
+        screen, accepted = crowd.screen_bws(tuple_records, results, tasks_dir / TASKS, qualified)
+        if not accepted:
+            raise screen.nothing_valid(results, "best-worst answers")
+        annotations = _annotations(design, accepted)
+        scores = bws.counting_scores(design, annotations, len(items))
+        reliability = bws.split_half(design, annotations, len(items), repeats, seed)
+        per_tuple = np.bincount(annotations.tuple_index, minlength=len(design))
+        spread = np.unique(per_tuple, return_counts=True)
+        reliability["annotations_per_tuple"] = {str(k): int(v) for k, v in zip(*spread)}
 
-    stage.begin(force=True)
-    screen.write_report(stage.staging / REPORT)
-    write_parquet(_item_table(items, scores), stage.staging / ITEMS)
-    write_parquet(_annotation_table(tuple_records, items, design, accepted), stage.staging / ANNOTATIONS)
-    write_json(stage.staging / RELIABILITY, reliability)
-    counts = {
-        "tuples": len(design),
-        "items": len(items),
-        "rows_read": screen.rows_read,
-        "accepted": len(accepted),
-        "excluded_rows": screen.excluded_rows(),
-        "tuples_answered": int((per_tuple > 0).sum()),
-        "items_scored": int((scores.seen > 0).sum()),
-        "items_unanswered": int((scores.seen == 0).sum()),
-        "workers": len(np.unique(annotations.worker)),
-    }
-    files = {name: str(stage.folder / name) for name in (ITEMS, ANNOTATIONS, RELIABILITY)}
-    files["report"] = str(stage.folder / REPORT)
-    return stage.finish(counts, problems=screen.summary(), reliability=reliability, files=files)
+        out.begin(force=True)
+        screen.write_report(out.staging / REPORT)
+        write_parquet(_item_table(items, scores), out.staging / ITEMS)
+        write_parquet(_annotation_table(tuple_records, items, design, accepted), out.staging / ANNOTATIONS)
+        write_json(out.staging / RELIABILITY, reliability)
+        counts = {
+            "tuples": len(design),
+            "items": len(items),
+            "rows_read": screen.rows_read,
+            "accepted": len(accepted),
+            "excluded_rows": screen.excluded_rows(),
+            "tuples_answered": int((per_tuple > 0).sum()),
+            "items_scored": int((scores.seen > 0).sum()),
+            "items_unanswered": int((scores.seen == 0).sum()),
+            "workers": len(np.unique(annotations.worker)),
+        }
+        files = {name: str(out.folder / name) for name in (ITEMS, ANNOTATIONS, RELIABILITY)}
+        files["report"] = str(out.folder / REPORT)
+        return out.finish(counts, problems=screen.summary(), reliability=reliability, files=files)
 
 
 def _annotations(design: np.ndarray, accepted: list[crowd.Choice]) -> bws.Annotations:

@@ -4,14 +4,39 @@ paper reports, in Markdown."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import yaml
 
 from pipeline.schemas import CSTS_SCHEMA
 
-if TYPE_CHECKING:
-    from stages.annotate.publish import Histogram, Release
+
+@dataclass
+class Release:
+    """What the card describes: the splits, how the labels were made, agreement and the filter's funnel."""
+
+    name: str
+    license: str
+    tables: dict[str, pa.Table]
+    labels: dict[str, Any]
+    agreement: dict[str, Any] | None = None
+    design: dict[str, Any] | None = None
+    funnel: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    soft_labels: dict[str, int] = field(default_factory=dict)  # file under annotations/ -> rows
+
+
+@dataclass
+class Histogram:
+    """Label counts per split over shared bins: one per integer when every label is one, else half-points."""
+
+    edges: np.ndarray
+    labels: list[str]
+    counts: dict[str, np.ndarray]
+
 
 _SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
 

@@ -19,8 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import StageRun, require_record
+from pipeline.records import require_current
 from pipeline.shards import read_table
 from stages.annotate import tasks
 from stages.annotate.files import read_jsonl, write_csv
@@ -89,28 +90,34 @@ def excluded_workers(ratings_dir: Path) -> pa.Table:
 def export_more(annotate_dir: Path, force: bool) -> dict[str, Any]:
     """Write `ratings_more/`: hits.csv and tasks.jsonl for the items that need more ratings, exclude_workers.csv."""
     ratings_dir = annotate_dir / RATINGS
-    upstream = require_record(ratings_dir, "annotate import --stage ratings")
+    upstream = require_current(ratings_dir, "annotate import --stage ratings", {"tasks": annotate_dir / RATINGS_TASKS})
     params = {"more_above_sd": MORE_ABOVE_SD, "disagree_span": DISAGREE_SPAN, "max_answers": MAX_ANSWERS}
-    stage = StageRun("annotate-export-more", annotate_dir / RATINGS_MORE, params, {"ratings": upstream["fingerprint"]})
-    if stage.is_done() and not force:
-        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-    wanted, rule = _selection(ratings_dir)
-    if len(wanted) == 0:
-        raise UserError(f"{ratings_dir / ITEMS}: no item needs more ratings (rule: {rule}); nothing was written")
-    wanted_set = set(wanted.tolist())
-    records = [task for task in read_jsonl(annotate_dir / RATINGS_TASKS / TASKS) if task["item_id"] in wanted_set]
-    exclude = excluded_workers(ratings_dir)
+    with OutputFolder(
+        "annotate-export-more",
+        annotate_dir / RATINGS_MORE,
+        params,
+        {"ratings": upstream["fingerprint"]},
+        reads=(ratings_dir,),
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        wanted, rule = _selection(ratings_dir)
+        if len(wanted) == 0:
+            raise UserError(f"{ratings_dir / ITEMS}: no item needs more ratings (rule: {rule}); nothing was written")
+        wanted_set = set(wanted.tolist())
+        records = [task for task in read_jsonl(annotate_dir / RATINGS_TASKS / TASKS) if task["item_id"] in wanted_set]
+        exclude = excluded_workers(ratings_dir)
 
-    stage.begin(force=True)
-    hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
-    files = {
-        key: str(stage.folder / name)
-        for key, name in tasks.write_task_files(stage.staging, hits, records, "ratings").items()
-    }
-    write_csv(exclude, stage.staging / EXCLUDE)
-    files["exclude"] = str(stage.folder / EXCLUDE)
-    counts = {"items": len(records), "exclude_workers": exclude.num_rows}
-    return stage.finish(counts, rule=rule, files=files)
+        out.begin(force=True)
+        hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
+        files = {
+            key: str(out.folder / name)
+            for key, name in tasks.write_task_files(out.staging, hits, records, "ratings").items()
+        }
+        write_csv(exclude, out.staging / EXCLUDE)
+        files["exclude"] = str(out.folder / EXCLUDE)
+        counts = {"items": len(records), "exclude_workers": exclude.num_rows}
+        return out.finish(counts, rule=rule, files=files)
 
 
 def describe_more(record: dict[str, Any]) -> str:

@@ -10,8 +10,6 @@ condition lengths, agreement, the filter funnel), computed from the files it pub
 from __future__ import annotations
 
 import itertools
-import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import previous_of, read_json, read_record, require_record, staging_of, swap_in
+from pipeline.records import read_json, read_record, require_current, require_record
 from pipeline.shards import read_table, write_atomic, write_table
 from stages.annotate import soft_labels
-from stages.annotate.card import render_card
+from stages.annotate.card import Histogram, Release, render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
 
 FORMATS = ("hf",)
@@ -37,53 +36,36 @@ def shard_path(split: str) -> str:
     return f"{DATA}/{split}-00000-of-00001.parquet"
 
 
-@dataclass
-class Release:
-    """What the card describes: the splits, how the labels were made, agreement and the filter's funnel."""
-
-    name: str
-    license: str
-    tables: dict[str, pa.Table]
-    labels: dict[str, Any]
-    agreement: dict[str, Any] | None = None
-    design: dict[str, Any] | None = None
-    funnel: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    soft_labels: dict[str, int] = field(default_factory=dict)  # file under annotations/ -> rows
-
-
 def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, license: str, force: bool) -> dict:
-    """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`)."""
+    """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`),
+    committed whole (pipeline.commit): a failed export leaves the previous one, and whatever else the folder holds
+    (a checkout's `.git`, notes) stays."""
     release = gather(annotate_dir, work_dir, name, license)
     _prepare(out, force)
-    staging = staging_of(out / DATA)  # data/ is swapped in whole: a failed export leaves the old one readable
-    shutil.rmtree(staging, ignore_errors=True)
-    for split, table in release.tables.items():
-        write_table(table, staging / Path(shard_path(split)).name)
-    swap_in(out / DATA, staging, previous_of(out / DATA))
-    _write_soft_labels(annotate_dir, release, out)
-    histogram = label_histogram(release.tables)
-    save_histogram(histogram, out / HISTOGRAM)
-    files = {split: shard_path(split) for split in release.tables}
-    card = render_card(release, statistics(release.tables), histogram, HISTOGRAM, files)
-    write_atomic(out / CARD, lambda handle: handle.write(card.encode()))
-    rows = {split: table.num_rows for split, table in release.tables.items()}
+    params = {"format": "hf", "name": name, "license": license}
+    sources = {"likert": annotate_dir / RATINGS, "bws": annotate_dir / BWS}
+    inputs = {"csts": require_current(annotate_dir / CSTS, "annotate split", sources)["fingerprint"]}
+    with OutputFolder("export-hf", out, params, inputs, reads=(annotate_dir / CSTS,), keep_others=True) as output:
+        output.begin(force=True)
+        for split, table in release.tables.items():
+            write_table(table, output.staging / shard_path(split))
+        _write_soft_labels(annotate_dir, release, output.staging)
+        histogram = label_histogram(release.tables)
+        save_histogram(histogram, output.staging / HISTOGRAM)
+        files = {split: shard_path(split) for split in release.tables}
+        card = render_card(release, statistics(release.tables), histogram, HISTOGRAM, files)
+        write_atomic(output.staging / CARD, lambda handle: handle.write(card.encode()))
+        rows = {split: table.num_rows for split, table in release.tables.items()}
+        output.finish({"rows": sum(rows.values())}, rows=rows)
     return {"out": str(out), "rows": rows, "card": str(out / CARD), "histogram": str(out / HISTOGRAM)}
 
 
-def _write_soft_labels(annotate_dir: Path, release: Release, out: Path) -> None:
-    """`annotations/`: the individual ratings (pseudonymous workers) and model distributions of the published
-    items, swapped in whole as data/ is; an old one is removed when there is nothing to publish."""
+def _write_soft_labels(annotate_dir: Path, release: Release, staging: Path) -> None:
+    """`annotations/` in the export's staging folder: the individual ratings (pseudonymous workers) and model
+    distributions of the published items; nothing when the labels are not ratings."""
     found = soft_labels.soft_label_tables(annotate_dir, release.tables) if release.labels["source"] == "likert" else {}
-    folder = out / soft_labels.ANNOTATIONS
-    if not found:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    staging = staging_of(folder)
-    shutil.rmtree(staging, ignore_errors=True)
     for name, table in found.items():
-        write_table(table, staging / name)
-    swap_in(folder, staging, previous_of(folder))
+        write_table(table, staging / soft_labels.ANNOTATIONS / name)
     release.soft_labels = {f"{soft_labels.ANNOTATIONS}/{name}": table.num_rows for name, table in found.items()}
 
 
@@ -146,15 +128,6 @@ def statistics(tables: dict[str, pa.Table]) -> dict[str, Any]:
         "condition_words": float(conditions.mean()) if len(conditions) else None,
         "total": rows.num_rows,
     }
-
-
-@dataclass
-class Histogram:
-    """Label counts per split over shared bins: one per integer when every label is one, else half-points."""
-
-    edges: np.ndarray
-    labels: list[str]
-    counts: dict[str, np.ndarray]
 
 
 def label_histogram(tables: dict[str, pa.Table], low: float = 1.0, high: float = 5.0) -> Histogram:

@@ -19,8 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import StageRun, file_fingerprint, fingerprint, require_record
+from pipeline.records import file_fingerprint, fingerprint, require_record
 from stages.annotate import crowd, tasks
 from stages.annotate.files import read_jsonl, write_csv
 from stages.annotate.layout import REPORT, TASKS
@@ -116,21 +117,23 @@ def export_qualification(annotate_dir: Path, gold: Path | None, force: bool) -> 
     gold answers (`tasks.jsonl`) and its page (`template.html`)."""
     path = gold or default_gold()
     items = read_gold(path)
-    stage = StageRun(
+    with OutputFolder(
         "annotate-export-qualification", annotate_dir / QUALIFICATION_TASKS, {}, {"gold": file_fingerprint(path)}
-    )
-    if stage.is_done() and not force:
-        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-    tasks.guard_tasks(stage, force)
-    test_id = "q-" + hashlib.blake2b(path.read_bytes(), digest_size=8).hexdigest()
-    hits = pa.table({name: [value] for name, value in {"test_id": test_id, **hits_columns(items)}.items()})
-    counts = {kind: sum(item["kind"] == kind for item in items) for kind in KINDS}
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tasks.guard_tasks(out, force)
+        test_id = "q-" + hashlib.blake2b(path.read_bytes(), digest_size=8).hexdigest()
+        hits = pa.table({name: [value] for name, value in {"test_id": test_id, **hits_columns(items)}.items()})
+        counts = {kind: sum(item["kind"] == kind for item in items) for kind in KINDS}
 
-    stage.begin(force=True)
-    written = tasks.write_task_files(stage.staging, hits, [{"test_id": test_id, "items": items}], QUALIFICATION, counts)
-    files = {key: str(stage.folder / name) for key, name in written.items()}
-    gold_name = "the default gold set" if gold is None else str(gold)
-    return stage.finish({"write_items": counts["write"], "rate_items": counts["rate"]}, gold=gold_name, files=files)
+        out.begin(force=True)
+        written = tasks.write_task_files(
+            out.staging, hits, [{"test_id": test_id, "items": items}], QUALIFICATION, counts
+        )
+        files = {key: str(out.folder / name) for key, name in written.items()}
+        gold_name = "the default gold set" if gold is None else str(gold)
+        return out.finish({"write_items": counts["write"], "rate_items": counts["rate"]}, gold=gold_name, files=files)
 
 
 # ------------------------------------------------------------------------------------------------------- import
@@ -177,35 +180,40 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     inputs["verdicts"] = fingerprint(sorted(verdicts.items()))
     params = {"max_rating_error": max_error, "qualification_name": name}
-    stage = StageRun("annotate-import-qualification", annotate_dir / QUALIFICATION, params, inputs)
-    if stage.is_done() and not force:
-        return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-    (test,) = read_jsonl(tasks_dir / TASKS)
-    screen, answers = _screen_tests(test["test_id"], results, tasks_dir / TASKS)
-    if not answers:
-        raise screen.nothing_valid(results, "qualification answers")
-    workers, rows = [], []
-    for worker, row in answers.items():
-        scored, answered = _score(test["items"], row, max_error, verdicts.get(worker, ""))
-        workers.append(scored)
-        rows += answered
+    with OutputFolder(
+        "annotate-import-qualification", annotate_dir / QUALIFICATION, params, inputs, reads=(tasks_dir,)
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        (test,) = read_jsonl(tasks_dir / TASKS)
+        screen, answers = _screen_tests(test["test_id"], results, tasks_dir / TASKS)
+        if not answers:
+            raise screen.nothing_valid(results, "qualification answers")
+        workers, rows = [], []
+        for worker, row in answers.items():
+            scored, answered = _score(test["items"], row, max_error, verdicts.get(worker, ""))
+            workers.append(scored)
+            rows += answered
 
-    stage.begin(force=True)
-    screen.write_report(stage.staging / REPORT)
-    write_csv(pa.Table.from_pylist(workers, schema=WORKER_SCHEMA), stage.staging / WORKERS)
-    write_csv(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), stage.staging / ANSWERS)
-    grant = {"Worker ID": [w["worker_id"] for w in workers], f"UPDATE-{name}": [int(w["qualified"]) for w in workers]}
-    write_csv(pa.table(grant), stage.staging / GRANT)
-    counts = {
-        "rows_read": screen.rows_read,
-        "excluded_rows": screen.excluded_rows(),
-        "workers": len(workers),
-        "qualified": sum(w["qualified"] for w in workers),
-        "manual_verdicts": sum(bool(w["manual_verdict"]) for w in workers),
-    }
-    files = {key: str(stage.folder / value) for key, value in (("workers", WORKERS), ("answers", ANSWERS))}
-    files |= {"grant": str(stage.folder / GRANT), "report": str(stage.folder / REPORT)}
-    return stage.finish(counts, problems=screen.summary(), files=files, **params)
+        out.begin(force=True)
+        screen.write_report(out.staging / REPORT)
+        write_csv(pa.Table.from_pylist(workers, schema=WORKER_SCHEMA), out.staging / WORKERS)
+        write_csv(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), out.staging / ANSWERS)
+        grant = {
+            "Worker ID": [w["worker_id"] for w in workers],
+            f"UPDATE-{name}": [int(w["qualified"]) for w in workers],
+        }
+        write_csv(pa.table(grant), out.staging / GRANT)
+        counts = {
+            "rows_read": screen.rows_read,
+            "excluded_rows": screen.excluded_rows(),
+            "workers": len(workers),
+            "qualified": sum(w["qualified"] for w in workers),
+            "manual_verdicts": sum(bool(w["manual_verdict"]) for w in workers),
+        }
+        files = {key: str(out.folder / value) for key, value in (("workers", WORKERS), ("answers", ANSWERS))}
+        files |= {"grant": str(out.folder / GRANT), "report": str(out.folder / REPORT)}
+        return out.finish(counts, problems=screen.summary(), files=files, **params)
 
 
 def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[crowd.Screen, dict[str, Any]]:

@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import StageRun, require_record
+from pipeline.records import require_current, require_record
 from pipeline.shards import read_table
 from stages.annotate import crowd, qualification, quality, tasks
 from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
@@ -28,6 +29,7 @@ from stages.annotate.kept import KeptSource
 from stages.annotate.layout import (
     AGREEMENT,
     BWS,
+    BWS_TASKS,
     CONDITION_TYPES,
     CONDITIONS,
     CONDITIONS_TASKS,
@@ -55,10 +57,6 @@ from stages.annotate.splits import complete_pairs, csts_table, label_description
 log = logging.getLogger(__name__)
 
 
-def _up_to_date(stage: StageRun) -> dict[str, Any]:
-    return {"status": "up-to-date", "stage": stage.stage, "folder": str(stage.folder)}
-
-
 # ---------------------------------------------------------------------------------------- 1: export conditions
 
 
@@ -69,46 +67,46 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
         raise UserError(f"--n must be positive (got {n})")
     if bins <= 0:
         raise UserError(f"--bins must be positive (got {bins})")
-    stage = StageRun(
+    with OutputFolder(
         "annotate-export-conditions",
         annotate_dir / CONDITIONS_TASKS,
         {"n": n, "seed": seed, "bins": bins},
         {"kept": source.fingerprint},
-    )
-    if stage.is_done() and not force:
-        return _up_to_date(stage)
-    tasks.guard_tasks(stage, force)
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tasks.guard_tasks(out, force)
 
-    numeric, offsets = source.read(("pair_id", "caption_id_1", "caption_id_2", "image_cosine", "iou"))
-    for name in numeric.column_names:
-        if numeric.column(name).null_count:
-            raise UserError(f"{source.name}: {numeric.column(name).null_count} kept row(s) without {name}")
-    candidates = unique_pairs(numeric)
-    if len(candidates) == 0:
-        raise UserError(f"{source.name}: no kept pairs to sample from")
+        numeric, offsets = source.read(("pair_id", "caption_id_1", "caption_id_2", "image_cosine", "iou"))
+        for name in numeric.column_names:
+            if numeric.column(name).null_count:
+                raise UserError(f"{source.name}: {numeric.column(name).null_count} kept row(s) without {name}")
+        candidates = unique_pairs(numeric)
+        if len(candidates) == 0:
+            raise UserError(f"{source.name}: no kept pairs to sample from")
 
-    def column(name: str) -> np.ndarray:
-        return numeric.column(name).to_numpy()[candidates]
+        def column(name: str) -> np.ndarray:
+            return numeric.column(name).to_numpy()[candidates]
 
-    pair_ids, cosine, iou = column("pair_id"), column("image_cosine"), column("iou")
-    sample = stratified_sample(pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n, seed, bins)
-    records = tasks.condition_tasks(source.take(offsets, candidates[sample.rows]), sample.strata[sample.rows], bins)
-    hits = tasks.hits_table(records, ("task_id", "sentence1", "sentence2"))
-    strata = strata_summary(sample, bins)
+        pair_ids, cosine, iou = column("pair_id"), column("image_cosine"), column("iou")
+        sample = stratified_sample(pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n, seed, bins)
+        records = tasks.condition_tasks(source.take(offsets, candidates[sample.rows]), sample.strata[sample.rows], bins)
+        hits = tasks.hits_table(records, ("task_id", "sentence1", "sentence2"))
+        strata = strata_summary(sample, bins)
 
-    stage.begin(force=True)
-    files = {
-        key: str(stage.folder / name)
-        for key, name in tasks.write_task_files(stage.staging, hits, records, "conditions").items()
-    }
-    counts = {"kept_rows": numeric.num_rows, "unique_pairs": len(candidates), "tasks": len(records)}
-    return stage.finish(
-        counts | {"strata": len(strata)},
-        strata=strata,
-        cosine_edges=[round(float(e), 6) for e in sample.cosine_edges],
-        iou_edges=[round(float(e), 6) for e in sample.iou_edges],
-        files=files,
-    )
+        out.begin(force=True)
+        files = {
+            key: str(out.folder / name)
+            for key, name in tasks.write_task_files(out.staging, hits, records, "conditions").items()
+        }
+        counts = {"kept_rows": numeric.num_rows, "unique_pairs": len(candidates), "tasks": len(records)}
+        return out.finish(
+            counts | {"strata": len(strata)},
+            strata=strata,
+            cosine_edges=[round(float(e), 6) for e in sample.cosine_edges],
+            iou_edges=[round(float(e), 6) for e in sample.iou_edges],
+            files=files,
+        )
 
 
 # ---------------------------------------------------------------------------------------- 2: import conditions
@@ -122,30 +120,29 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool, work
     upstream = require_record(tasks_dir, "annotate export --stage conditions")
     qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
-    stage = StageRun(
-        "annotate-import-conditions", annotate_dir / CONDITIONS, {}, inputs | qualification.workers_input(qualified)
-    )
-    if stage.is_done() and not force:
-        return _up_to_date(stage)
-    condition_tasks = read_jsonl(tasks_dir / TASKS)
-    screen, answers = crowd.screen_conditions(condition_tasks, results, tasks_dir / TASKS, qualified)
-    if not answers:
-        raise screen.nothing_valid(results, "condition answers")
-    triplets = _triplets(condition_tasks, answers)
+    inputs |= qualification.workers_input(qualified)
+    with OutputFolder("annotate-import-conditions", annotate_dir / CONDITIONS, {}, inputs, reads=(tasks_dir,)) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        condition_tasks = read_jsonl(tasks_dir / TASKS)
+        screen, answers = crowd.screen_conditions(condition_tasks, results, tasks_dir / TASKS, qualified)
+        if not answers:
+            raise screen.nothing_valid(results, "condition answers")
+        triplets = _triplets(condition_tasks, answers)
 
-    stage.begin(force=True)
-    screen.write_report(stage.staging / REPORT)
-    write_parquet(pa.Table.from_pylist(triplets, schema=TRIPLET_SCHEMA), stage.staging / TRIPLETS)
-    counts = {
-        "tasks": len(condition_tasks),
-        "rows_read": screen.rows_read,
-        "accepted": len(answers),
-        "excluded_rows": screen.excluded_rows(),
-        "unanswered_tasks": len(condition_tasks) - len(answers),
-        "triplets": len(triplets),
-    }
-    files = {"conditions": str(stage.folder / TRIPLETS), "report": str(stage.folder / REPORT)}
-    return stage.finish(counts, problems=screen.summary(), files=files)
+        out.begin(force=True)
+        screen.write_report(out.staging / REPORT)
+        write_parquet(pa.Table.from_pylist(triplets, schema=TRIPLET_SCHEMA), out.staging / TRIPLETS)
+        counts = {
+            "tasks": len(condition_tasks),
+            "rows_read": screen.rows_read,
+            "accepted": len(answers),
+            "excluded_rows": screen.excluded_rows(),
+            "unanswered_tasks": len(condition_tasks) - len(answers),
+            "triplets": len(triplets),
+        }
+        files = {"conditions": str(out.folder / TRIPLETS), "report": str(out.folder / REPORT)}
+        return out.finish(counts, problems=screen.summary(), files=files)
 
 
 def _triplets(condition_tasks: list[dict], answers: dict[int, crowd.ResultRow]) -> list[dict[str, Any]]:
@@ -175,27 +172,33 @@ def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
     hides which condition was meant to be high or low."""
     conditions_dir = annotate_dir / CONDITIONS
-    upstream = require_record(conditions_dir, "annotate import --stage conditions")
-    stage = StageRun(
-        "annotate-export-ratings", annotate_dir / RATINGS_TASKS, {"seed": seed}, {"conditions": upstream["fingerprint"]}
+    upstream = require_current(
+        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
     )
-    if stage.is_done() and not force:
-        return _up_to_date(stage)
-    tasks.guard_tasks(stage, force)
-    triplets = read_table(conditions_dir / TRIPLETS)
-    is_low = triplets.column("condition_type").to_numpy(zero_copy_only=False) == "low"
-    key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
-    triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
-    records = tasks.rating_tasks(triplets)
+    with OutputFolder(
+        "annotate-export-ratings",
+        annotate_dir / RATINGS_TASKS,
+        {"seed": seed},
+        {"conditions": upstream["fingerprint"]},
+        reads=(conditions_dir,),
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tasks.guard_tasks(out, force)
+        triplets = read_table(conditions_dir / TRIPLETS)
+        is_low = triplets.column("condition_type").to_numpy(zero_copy_only=False) == "low"
+        key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
+        triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
+        records = tasks.rating_tasks(triplets)
 
-    stage.begin(force=True)
-    hits = triplets.select(["item_id", "sentence1", "sentence2", "condition"])
-    files = {
-        key: str(stage.folder / name)
-        for key, name in tasks.write_task_files(stage.staging, hits, records, "ratings").items()
-    }
-    counts = {"items": len(records), "pairs": len({r["pair_id"] for r in records})}
-    return stage.finish(counts, files=files)
+        out.begin(force=True)
+        hits = triplets.select(["item_id", "sentence1", "sentence2", "condition"])
+        files = {
+            key: str(out.folder / name)
+            for key, name in tasks.write_task_files(out.staging, hits, records, "ratings").items()
+        }
+        counts = {"items": len(records), "pairs": len({r["pair_id"] for r in records})}
+        return out.finish(counts, files=files)
 
 
 # ------------------------------------------------------------------------------------------- 4: import ratings
@@ -222,49 +225,49 @@ def import_ratings(
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
     tasks_dir = annotate_dir / RATINGS_TASKS
-    upstream = require_record(tasks_dir, "annotate export --stage ratings")
+    upstream = require_current(tasks_dir, "annotate export --stage ratings", {"conditions": annotate_dir / CONDITIONS})
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
     params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
     qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
-    stage = StageRun("annotate-import-ratings", annotate_dir / RATINGS, params, inputs)
-    if stage.is_done() and not force:
-        return _up_to_date(stage)
-    items = read_jsonl(tasks_dir / TASKS)
-    screen, accepted = crowd.screen_ratings(items, results, tasks_dir / TASKS, qualified)
-    if not accepted:
-        raise screen.nothing_valid(results, "ratings")
-    ratings = RatingArrays.of(accepted)
-    labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings)
-    agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
-    checks = quality.high_low(items, labels, model)
-    workers = quality.workers_table(model, ratings)
-    agreement |= {
-        "high_low": checks.summary,
-        "model_workers": quality.workers_summary(model, workers) if model else None,
-    }
+    with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        items = read_jsonl(tasks_dir / TASKS)
+        screen, accepted = crowd.screen_ratings(items, results, tasks_dir / TASKS, qualified)
+        if not accepted:
+            raise screen.nothing_valid(results, "ratings")
+        ratings = RatingArrays.of(accepted)
+        labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings)
+        agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
+        checks = quality.high_low(items, labels, model)
+        worker_table = quality.workers_table(model, ratings)
+        agreement |= {
+            "high_low": checks.summary,
+            "model_workers": quality.workers_summary(model, worker_table) if model else None,
+        }
 
-    stage.begin(force=True)
-    screen.write_report(stage.staging / REPORT)
-    write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), stage.staging / ITEMS)
-    write_parquet(_individual_table(items, accepted), stage.staging / INDIVIDUAL_RATINGS)
-    write_parquet(workers, stage.staging / WORKERS)
-    write_csv(checks.table, stage.staging / INVERSIONS)
-    write_json(stage.staging / AGREEMENT, agreement)
-    status = labels.status
-    counts = {
-        "items": len(items),
-        "rows_read": screen.rows_read,
-        "ratings_accepted": len(accepted),
-        "excluded_rows": screen.excluded_rows(),
-        **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
-        "items_unanswered": int((status == "unanswered").sum()),
-    }
-    files = {name: str(stage.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
-    files["report"] = str(stage.folder / REPORT)
-    figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
-    return stage.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
+        out.begin(force=True)
+        screen.write_report(out.staging / REPORT)
+        write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), out.staging / ITEMS)
+        write_parquet(_individual_table(items, accepted), out.staging / INDIVIDUAL_RATINGS)
+        write_parquet(worker_table, out.staging / WORKERS)
+        write_csv(checks.table, out.staging / INVERSIONS)
+        write_json(out.staging / AGREEMENT, agreement)
+        status = labels.status
+        counts = {
+            "items": len(items),
+            "rows_read": screen.rows_read,
+            "ratings_accepted": len(accepted),
+            "excluded_rows": screen.excluded_rows(),
+            **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
+            "items_unanswered": int((status == "unanswered").sum()),
+        }
+        files = {name: str(out.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
+        files["report"] = str(out.folder / REPORT)
+        figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
+        return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 
 
 def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
@@ -322,39 +325,42 @@ def split(
         raise UserError(f"--labels must be likert or bws (got {labels!r})")
     ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
     step = "annotate import --stage ratings" if labels == "likert" else "annotate import --stage bws"
-    upstream = require_record(ratings_dir, step)
-    stage = StageRun(
+    tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
+    upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
+    with OutputFolder(
         "annotate-split",
         annotate_dir / CSTS,
         {"seed": seed, "ratios": [round(r, 6) for r in ratios], "labels": labels},
         {labels: upstream["fingerprint"]},
-    )
-    if stage.is_done() and not force:
-        return _up_to_date(stage)
-    items = read_table(ratings_dir / ITEMS)
-    kept = items.filter(pc.equal(items.column("status"), "kept"))
-    complete, complete_ids = complete_pairs(kept)
-    if complete.num_rows == 0:
-        raise UserError(
-            f"{ratings_dir / ITEMS}: no sentence pair has both its high and its low condition kept; nothing to split"
-        )
-    table, sentence_pairs = csts_table(complete, seed, ratios)
-    described = label_description(labels, upstream["params"])
-    table = table.replace_schema_metadata(label_metadata(described))
-    parts = {name: table.filter(pc.equal(table.column("split"), name)) for name in SPLITS}
+        reads=(ratings_dir,),
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        items = read_table(ratings_dir / ITEMS)
+        kept = items.filter(pc.equal(items.column("status"), "kept"))
+        complete, complete_ids = complete_pairs(kept)
+        if complete.num_rows == 0:
+            raise UserError(
+                f"{ratings_dir / ITEMS}: no sentence pair has both its high and its low condition kept; "
+                "nothing to split"
+            )
+        table, sentence_pairs = csts_table(complete, seed, ratios)
+        described = label_description(labels, upstream["params"])
+        table = table.replace_schema_metadata(label_metadata(described))
+        parts = {name: table.filter(pc.equal(table.column("split"), name)) for name in SPLITS}
 
-    stage.begin(force=True)
-    counts: dict[str, Any] = {
-        "kept_items": kept.num_rows,
-        "incomplete_pairs_dropped": len(np.setdiff1d(kept.column("pair_id").to_numpy(), complete_ids)),
-        "sentence_pairs": sentence_pairs,
-    }
-    for name, part in parts.items():
-        write_parquet(part, stage.staging / f"{name}.parquet")
-        write_csv(part, stage.staging / f"{name}.csv")
-        counts[f"{name}_rows"] = part.num_rows
-        counts[f"{name}_pairs"] = len(np.unique(part.column("pair_id").to_numpy()))
-        if part.num_rows == 0:
-            log.warning("annotate split: %s is empty (%d sentence pairs in all)", name, sentence_pairs)
-    files = {name: str(stage.folder / f"{name}.parquet") for name in SPLITS}
-    return stage.finish(counts, labels=described, files=files)
+        out.begin(force=True)
+        counts: dict[str, Any] = {
+            "kept_items": kept.num_rows,
+            "incomplete_pairs_dropped": len(np.setdiff1d(kept.column("pair_id").to_numpy(), complete_ids)),
+            "sentence_pairs": sentence_pairs,
+        }
+        for name, part in parts.items():
+            write_parquet(part, out.staging / f"{name}.parquet")
+            write_csv(part, out.staging / f"{name}.csv")
+            counts[f"{name}_rows"] = part.num_rows
+            counts[f"{name}_pairs"] = len(np.unique(part.column("pair_id").to_numpy()))
+            if part.num_rows == 0:
+                log.warning("annotate split: %s is empty (%d sentence pairs in all)", name, sentence_pairs)
+        files = {name: str(out.folder / f"{name}.parquet") for name in SPLITS}
+        return out.finish(counts, labels=described, files=files)

@@ -12,9 +12,7 @@ from stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
 def describe(record: dict[str, Any]) -> str:
-    """A step's stage record (or its up-to-date note) as a few printable lines."""
-    if record.get("status") == "up-to-date":
-        return f"up to date: {record['folder']} (nothing to do; --force recomputes)"
+    """A step's stage record as a few printable lines."""
     stage = record["stage"]
     if stage == "annotate-export-conditions":
         return _export_conditions(record["counts"], record["files"])

@@ -10,20 +10,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import StageRun, read_record
 from pipeline.schemas import PROVENANCE
 from stages.annotate import pages
 from stages.annotate.files import write_csv, write_jsonl
 from stages.annotate.layout import HITS, TASKS, condition_task_id
 
 
-def guard_tasks(stage: StageRun, force: bool) -> None:
+def guard_tasks(out: OutputFolder, force: bool) -> None:
     """Task files may already be out with workers: replacing them with different tasks needs --force."""
-    record = read_record(stage.folder)
-    if record is not None and record.get("fingerprint") != stage.fingerprint and not force:
+    record = out.record()
+    if record is not None and record.get("fingerprint") != out.fingerprint and not force:
         raise UserError(
-            f"{stage.folder}: tasks were already exported from other inputs or parameters ({record.get('params')}); "
+            f"{out.folder}: tasks were already exported from other inputs or parameters ({record.get('params')}); "
             "answers collected for them may not match new ones; --force replaces them"
         )
 

@@ -1,4 +1,4 @@
-"""embed's units as a batch pipeline (pipeline.stage.BatchPipeline), which the Ray executor runs on Ray Data.
+"""embed's units as a batch pipeline (pipeline.cluster.BatchPipeline), which the Ray executor runs on Ray Data.
 
 - rows: one per pending image: its unit and its position in the dataset (stages.embed.encoder.ImageList).
 - `Decode`, stateless CPU tasks: PIL and open_clip's preprocess up to its to-tensor step, shipping uint8 pixels
@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.cluster import BatchPipeline, BatchStep
 from pipeline.shards import write_table
-from pipeline.stage import BatchPipeline, BatchStep, Resources, Unit
+from pipeline.stage import Resources, Unit
 from stages.embed.encoder import ImageList, _shard_table, encode
 from stages.embed.images import DevicePreprocess, _FileBytes, _PreprocessedImages, choose_decode, split_preprocess
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.cluster import BatchPipeline, ClusterStage
 from pipeline.datasets import Corpus, read_dataset
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
@@ -21,13 +22,13 @@ from pipeline.manifest import Manifest
 from pipeline.records import file_fingerprint, fingerprint
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import shard_name, write_table
-from pipeline.stage import BatchPipeline, Resources, Stage, StagePlan, StageResult, Unit
+from pipeline.stage import Resources, StagePlan, StageResult, Unit
 
 log = logging.getLogger(__name__)
 STAGE = "embed"
 
 
-class EmbedStage(Stage):
+class EmbedStage(ClusterStage):
     name = STAGE
     resources = Resources(cpus=1, gpus=1)
     worker_state = ("device", "encoder", "images")

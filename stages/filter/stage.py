@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.cluster import ClusterStage
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import Manifest
-from pipeline.records import read_record, require_record, write_json
+from pipeline.records import require_record, write_json
 from pipeline.schemas import (
     CANDIDATES,
     CANDIDATES_SCHEMA,
@@ -32,7 +33,7 @@ from pipeline.schemas import (
     check_columns,
 )
 from pipeline.shards import read_shards, read_table, write_table
-from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
+from pipeline.stage import Resources, StagePlan, StageResult, Unit
 from stages.filter.criteria import Criteria
 from stages.filter.lookup import CaptionLookup
 
@@ -44,7 +45,8 @@ FUNNEL_KEY = b"funnel"
 
 
 def _check_upstream(manifest: Manifest, record: dict) -> None:
-    """The mine output must come from this manifest's mine parameters and from the current embed output."""
+    """The mine output must come from this manifest's mine parameters (the executor checks that it comes from the
+    current embed output)."""
     mine_dir = manifest.work_dir / UPSTREAM
     for key, made_with in record.get("params", {}).items():
         wanted = getattr(manifest.mine, key, made_with)
@@ -53,12 +55,9 @@ def _check_upstream(manifest: Manifest, record: dict) -> None:
                 f"{mine_dir}: made with mine.{key}={made_with!r} but the manifest says {wanted!r}; rerun "
                 "`csts-pipeline mine` (or `csts-pipeline run`) first"
             )
-    embed_record = read_record(manifest.work_dir / "embed")
-    if embed_record is not None and record.get("inputs", {}).get("embed") != embed_record.get("fingerprint"):
-        raise UserError(f"{mine_dir}: older than the embed output it should come from; rerun `csts-pipeline mine`")
 
 
-class FilterStage(Stage):
+class FilterStage(ClusterStage):
     name = STAGE
     upstream = UPSTREAM
     resources = Resources(cpus=1, gpus=1)

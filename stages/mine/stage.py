@@ -3,7 +3,7 @@
 `prepare` streams the embed output: it copies the captions of the embedded images, builds the searcher (exact:
 stages.mine.knn; IVF or HNSW tuned to `mine.recall_target`: stages.mine.ann), searches query block by query block
 (under the Ray executor an exact search runs one Ray task per block, the base vectors shared through the object
-store: `Stage.tasks`) and writes one image-pairs shard per block (stages.mine.search). Each unit then expands
+store: `ClusterStage.tasks`) and writes one image-pairs shard per block (stages.mine.search). Each unit then expands
 one range of image pairs into the Cartesian product of their captions (stages.mine.pairs), one candidates shard
 per unit, cut at image-pair boundaries so that each holds about `mine.candidates_per_shard` caption pairs.
 Schemas: pipeline.schemas.
@@ -21,13 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.cluster import ClusterStage
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import Manifest
 from pipeline.records import require_record
 from pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
 from pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
-from pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
+from pipeline.stage import Resources, StagePlan, StageResult, Unit
 from stages.mine.ann import resolve_index
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ STAGE = "mine"
 UPSTREAM = "embed"
 
 
-class MineStage(Stage):
+class MineStage(ClusterStage):
     name = STAGE
     upstream = UPSTREAM
     resources = Resources(cpus=1, gpus=0)

@@ -1,0 +1,177 @@
+"""The data stages' commands, made from the stage registry (stages.REGISTRY): `run`, `status`, and one command per
+stage taking one shared block of common options (COMMON) plus its own (OWN). Each command loads the manifest,
+applies the options as overrides and runs the stage through the manifest's executor; `report` is the one way a
+stage run is printed, "up to date" included."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, get_args
+
+import typer
+
+from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+from pipeline.errors import UserError
+from pipeline.manifest import Manifest, open_manifest
+from pipeline.records import read_record
+from pipeline.storage import is_url, location, remote_record
+from stages import REGISTRY, StageSpec
+
+OutOpt = Annotated[
+    str | None,
+    typer.Option("--out", help="Work folder or URL (s3://, gs://, ...) for all stage outputs (overrides work_dir)."),
+]
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="local (units in this process) or ray (units in Ray actors; docs/ray.md); overrides run.executor."
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="With --executor ray: auto joins this machine's Ray cluster, or an address; default: a new local Ray."
+    ),
+]
+Option = tuple[Any, str | None]  # (annotated type, the manifest key it overrides, or None)
+# the options every stage command takes: name -> (type, manifest key); the stage's own go between `manifest`
+# and `device`, in help order
+COMMON: dict[str, Option] = {
+    "dataset": (DatasetOpt, None),
+    "manifest": (ManifestOpt, None),
+    "device": (DeviceOpt, "run.device"),
+    "out": (OutOpt, "work_dir"),
+    "force": (ForceOpt, None),
+    "executor": (ExecutorOpt, "run.executor"),
+    "ray_address": (RayAddressOpt, "run.ray_address"),
+}
+
+
+def manifest_for(given: dict[str, Any], overrides: dict[str, Any]) -> Manifest:
+    """The manifest with the command's overrides, its URL inputs copied into the cache (pipeline.storage)."""
+    overrides["work_dir"] = location(overrides.get("work_dir"))
+    loaded = open_manifest(given["dataset"], given["manifest"], overrides)
+    loaded.fetch_inputs()
+    if loaded.demo_encoders:
+        typer.secho(
+            f"note: {loaded.name} uses demo encoders (random-init CLIP, all-MiniLM-L6-v2): it shows the "
+            "mechanics, not the neighbours or similarities of real models.",
+            fg=typer.colors.YELLOW,
+        )
+    return loaded
+
+
+def executor_of(manifest: Manifest) -> Any:
+    """The executor the manifest's `run.executor` names; Ray is imported only when asked for."""
+    if manifest.run.executor == "ray":
+        from pipeline.ray_executor import RayExecutor
+
+        return RayExecutor(address=manifest.run.ray_address)
+    from pipeline.executor import LocalExecutor
+
+    return LocalExecutor()
+
+
+def run_stage(loaded: Manifest, spec: StageSpec, force: bool, executor: Any = None) -> None:
+    """One data stage through the manifest's executor (run.executor), then its report."""
+    executor = executor or executor_of(loaded)
+    report(executor.run(spec.load()(loaded), force=force), loaded)
+
+
+def report(record: dict, manifest: Manifest | None = None) -> None:
+    """One summary per stage run: what it did (or that it was up to date), its skips, and filter's funnel."""
+    if say_up_to_date(record):
+        folder = record["folder"]
+        record = (remote_record(*folder.rsplit("/", 1)) if is_url(folder) else read_record(Path(folder))) or {}
+    else:
+        counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
+        reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
+        typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts}{reused})")
+    if "reader_skip_counts" in record and record.get("status") == "done":
+        from pipeline.datasets import describe_skips
+
+        typer.echo(f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}")
+    if "funnel" in record and manifest is not None:
+        from stages.filter.stage import funnel_table
+
+        typer.echo(funnel_table(manifest, record))
+
+
+def stage_command(
+    spec: StageSpec, own: dict[str, Option], runner: Callable[[StageSpec, dict, dict], None] | None = None
+) -> Callable[..., None]:
+    """The command of `spec`: the common options and its own; each given option becomes its manifest override.
+    `runner(spec, given, overrides)` replaces the plain run where a stage has a mode of its own."""
+    options = {**dict(list(COMMON.items())[:2]), **own, **dict(list(COMMON.items())[2:])}
+    options |= {name: own[name] for name in own}  # a stage may word a common option its own way
+
+    def command(**given: Any) -> None:
+        overrides = {key: given[name] for name, (_, key) in options.items() if key is not None}
+        if runner is not None:
+            runner(spec, given, overrides)
+            return
+        run_stage(manifest_for(given, overrides), spec, given["force"])
+
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=_default(kind), annotation=kind)
+            for name, (kind, _) in options.items()
+        ]
+    )
+    command.__doc__ = spec.help
+    command.__name__ = f"{spec.name}_command"
+    return user_errors(command)
+
+
+def _default(kind: Any) -> bool | None:
+    """A flag is off unless given; any other option is None (the manifest's value stands)."""
+    return False if get_args(kind)[0] is bool else None
+
+
+def run(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    device: DeviceOpt = None,
+    out: OutOpt = None,
+    force: ForceOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
+) -> None:
+    """Run every data stage in order (embed, mine, filter); finished stages with unchanged inputs are skipped."""
+    given = {"dataset": dataset, "manifest": manifest}
+    overrides = {"run.device": device, "work_dir": out, "run.executor": executor, "run.ray_address": ray_address}
+    loaded = manifest_for(given, overrides)
+    runner = executor_of(loaded)
+    for spec in REGISTRY:
+        run_stage(loaded, spec, force, runner)
+
+
+def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
+    """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
+    from pipeline.executor import state
+
+    loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
+    loaded.fetch_inputs()
+    for spec in REGISTRY:
+        name = spec.name
+        try:
+            found, record, detail = state(spec.load()(loaded))
+        except UserError as exc:  # a corrupt record
+            typer.echo(f"{name:<8} corrupt   {exc}")
+            continue
+        if record is None:
+            typer.echo(f"{name:<8} {found:<10}{detail}".rstrip())
+            continue
+        counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
+        line = f"{name:<8} {found:<10}{record['timings']['seconds']:>8.1f}s  {counts}"
+        typer.echo(line + (f"\n         {detail}" if found in ("incomplete", "stale") and detail else ""))
+
+
+def register(app: typer.Typer, own: dict[str, dict[str, Option]], runners: dict[str, Callable] | None = None) -> None:
+    """`run`, `status` and one command per registered stage, in the registry's order."""
+    app.command("run")(user_errors(run))
+    app.command("status")(user_errors(status))
+    for spec in REGISTRY:
+        app.command(spec.name)(stage_command(spec, own.get(spec.name, {}), (runners or {}).get(spec.name)))

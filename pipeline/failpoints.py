@@ -1,0 +1,44 @@
+"""Failpoints: named places where a test makes this process die as `kill -9` would, to reach the narrow windows of
+a commit (between the record and the swap, between two renames, mid-upload) that random kills rarely hit.
+
+`CSTS_PIPELINE_FAILPOINT=NAME` names the point; `CSTS_PIPELINE_FAILPOINT_ONCE=FLAGFILE` makes it fire only the
+first time across processes (Ray restarts a killed actor and retries its work, which must then go through). The
+points are listed in docs/architecture.md ("The commit").
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+FAILPOINT = "CSTS_PIPELINE_FAILPOINT"
+FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"
+
+
+def armed() -> bool:
+    """True when a failpoint is named at all: callers skip per-item checks otherwise."""
+    return bool(os.environ.get(FAILPOINT))
+
+
+def failpoint(name: str) -> None:
+    """Die here when the environment names this point."""
+    if os.environ.get(FAILPOINT) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def failpoint_once(name: str) -> None:
+    """`failpoint`, but only while the flag file that CSTS_PIPELINE_FAILPOINT_ONCE names does not exist."""
+    flag = os.environ.get(FAILPOINT_ONCE)
+    if os.environ.get(FAILPOINT) != name or (flag and os.path.exists(flag)):
+        return
+    if flag:
+        Path(flag).touch()
+    failpoint(name)
+
+
+def forwarded() -> dict[str, Any]:
+    """Ray options that hand the driver's failpoint to the workers Ray starts (as `runtime_env` variables)."""
+    names = {name: os.environ[name] for name in (FAILPOINT, FAILPOINT_ONCE) if os.environ.get(name)}
+    return {"runtime_env": {"env_vars": names}} if names else {}

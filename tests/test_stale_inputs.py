@@ -1,0 +1,90 @@
+"""A stage or annotate step whose upstream output was computed from an input that has changed since is refused,
+in one line naming the output to rebuild and its command, before anything is planned or written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.executor import LocalExecutor
+from pipeline.records import read_record
+from pipeline.stage import Stage, StagePlan, StageResult, Unit
+from stages import annotate
+from tests.test_annotate import kept, kept_dir, rated, read_tasks, simulated_conditions, write_results  # noqa: F401
+
+
+class _Chain(Stage):
+    """One unit writing one file that names the stage and its parameter."""
+
+    def __init__(self, work_dir: Path, name: str, upstream: str | None, value: int = 0):
+        super().__init__(work_dir)
+        self.name, self.upstream, self.value = name, upstream, value
+
+    def plan(self) -> StagePlan:
+        inputs = {}
+        if self.upstream is not None:
+            inputs[self.upstream] = (read_record(self.work_dir / self.upstream) or {}).get("fingerprint", "")
+        return StagePlan({"value": self.value}, inputs, [Unit("out.txt")])
+
+    def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
+        (staging / unit.key).write_text(f"{self.name} {self.value}\n")
+        return {"files": 1}
+
+    def finish(self, stats: list[dict[str, Any]], staging: Path) -> StageResult:
+        return StageResult({"files": len(stats)})
+
+
+def test_a_stage_after_its_upstream_went_stale_is_refused_naming_it(tmp_path: Path) -> None:
+    executor = LocalExecutor(progress=False)
+    for name, upstream in (("embed", None), ("mine", "embed"), ("filter", "mine")):
+        executor.run(_Chain(tmp_path, name, upstream))
+    executor.run(_Chain(tmp_path, "embed", None, value=1))  # embed rerun with other parameters
+    before = read_record(tmp_path / "filter")
+    with pytest.raises(UserError) as refused:
+        executor.run(_Chain(tmp_path, "filter", "mine"))
+    message = str(refused.value)
+    assert "\n" not in message and f"{tmp_path / 'mine'}: stale" in message
+    assert "rerun `csts-pipeline mine` first" in message
+    assert read_record(tmp_path / "filter") == before
+    executor.run(_Chain(tmp_path, "mine", "embed"))  # the rebuild it names
+    assert executor.run(_Chain(tmp_path, "filter", "mine"))["status"] == "done"
+
+
+def test_an_annotate_step_whose_input_changed_is_refused(tmp_path: Path, rated: Path) -> None:  # noqa: F811
+    tasks = read_tasks(rated / "conditions_tasks")
+    answers = write_results(tmp_path / "c2.csv", simulated_conditions(tasks, seed=7))
+    annotate.import_conditions(rated, [answers], False)  # other condition answers: the rating tasks are stale
+    with pytest.raises(
+        UserError, match=r"ratings_tasks: stale: .*rerun `csts-pipeline annotate export --stage ratings`"
+    ):
+        annotate.import_ratings(rated, [tmp_path / "r.csv"], "mean", 0.5, 1, False)
+    annotate.export_ratings(rated, 1, True)  # new rating tasks: the imported ratings are of the old ones
+    with pytest.raises(UserError, match=r"ratings: stale: .*rerun `csts-pipeline annotate import --stage ratings`"):
+        annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
+
+
+def test_the_commands_are_the_registry() -> None:
+    """Every registered stage is a command with the common options, in the registry's order, and its class has the
+    registry's name and upstream; `run` and `status` go through the same list."""
+    import typer.main
+
+    from csts_pipeline.cli import app
+    from csts_pipeline.stage_cli import COMMON
+    from stages import REGISTRY
+
+    commands = {info.name: info for info in app.registered_commands}
+    names = [info.name for info in app.registered_commands]
+    assert [name for name in names if name in {spec.name for spec in REGISTRY}] == [spec.name for spec in REGISTRY]
+    for spec in REGISTRY:
+        options = {
+            param.name
+            for param in typer.main.get_command_from_info(
+                commands[spec.name], pretty_exceptions_short=True, rich_markup_mode=None
+            ).params
+        }
+        assert set(COMMON) <= options, spec.name
+        stage_class = spec.load()
+        assert (stage_class.name, stage_class.upstream) == (spec.name, spec.upstream)
