@@ -33,7 +33,8 @@ ResultsOpt = Annotated[
     list[Path],
     typer.Option(
         "--results",
-        help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
+        help="Results file: MTurk batch results CSV, CSV/JSONL with plain field names, or a Label Studio JSON "
+        "export (.json); repeat for several.",
     ),
 ]
 AggregateOpt = Annotated[
@@ -119,12 +120,21 @@ def annotate_export(
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
+    task_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="mturk (hits.csv, tasks.jsonl) or label-studio (also label_studio/config.xml and tasks.json).",
+        ),
+    ] = "mturk",
 ) -> None:
     """Write crowd tasks: an MTurk batch CSV (one HIT per row) and a JSONL of ids (<annotate>/<stage>_tasks/)."""
     from stages import annotate
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
+    if task_format not in ("mturk", "label-studio"):
+        raise UserError(f"--format {task_format!r}: expected mturk or label-studio")
     folder, work_dir = _annotate_dir(dataset, manifest, out)
     if stage == "conditions":
         source = annotate.kept_source(work_dir, input_path)
@@ -136,6 +146,9 @@ def annotate_export(
     else:
         raise UserError(f"--stage {stage!r}: expected conditions, ratings or bws")
     typer.echo(annotate.describe(record))
+    if task_format == "label-studio":
+        written = annotate.write_label_studio(folder / f"{stage}_tasks", stage)
+        typer.echo(f"  Label Studio: {written['config']} (labeling config), {written['tasks']} (tasks to import)")
 
 
 @annotate_app.command("import")

@@ -7,6 +7,7 @@ The package, by responsibility:
   reliability);
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
 - `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
+  `label_studio`: the same tasks and results for a Label Studio server (configs in templates/label_studio/);
 - `agreement`: labels from ratings, Fleiss' kappa, per-worker agreement; `krippendorff`: alpha;
   `splits`: train/validation/test;
 - `summary`: what a step did, as the command line prints it;
@@ -18,6 +19,7 @@ File formats and the answer fields a results file must carry: docs/annotate.md.
 from pipeline.schemas import CSTS_SCHEMA
 from stages.annotate.bws_steps import export_bws, import_bws
 from stages.annotate.kept import KeptSource, kept_source
+from stages.annotate.label_studio import write_project as write_label_studio
 from stages.annotate.layout import SPLITS
 from stages.annotate.splits import parse_ratios
 from stages.annotate.steps import export_conditions, export_ratings, import_conditions, import_ratings, split
@@ -35,6 +37,7 @@ __all__ = [
     "import_conditions",
     "import_ratings",
     "kept_source",
+    "write_label_studio",
     "parse_ratios",
     "split",
 ]
