@@ -37,7 +37,7 @@ __all__ = [
     "import_conditions",
     "import_ratings",
     "kept_source",
-    "write_label_studio",
     "parse_ratios",
     "split",
+    "write_label_studio",
 ]

@@ -1,7 +1,8 @@
 """What the crowd sends back: results files read and screened row by row (docs/annotate.md, steps 2-4).
 
 A results file is an MTurk batch-results CSV (`Input.x`, `Answer.x`, `WorkerId`, ...), a plain CSV/JSONL with
-the same fields unprefixed, or a Label Studio JSON export (`.json`, read by `label_studio`). Every row with a problem is left out and listed as a `Problem`, never dropped
+the same fields unprefixed, or a Label Studio JSON export (`.json`, read by `label_studio`).
+Every row with a problem is left out and listed as a `Problem`, never dropped
 silently; the import steps write those problems to `report.csv`."""
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def field_name(column: str) -> str:
 
 def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:
     """The rows of an MTurk batch-results CSV, of a plain CSV/JSONL with the same fields unprefixed, or of a Label
-    Studio JSON export; lines that are not JSON objects and cancelled annotations come back as problems. A file without the `required` fields is a UserError."""
+    Studio JSON export; lines that are not JSON objects and cancelled annotations come back as problems.
+    A file without the `required` fields is a UserError."""
     if not path.is_file():
         raise UserError(f"{path}: results file not found")
     if path.suffix == ".json":  # a Label Studio export; its reader builds the same rows (import kept local: cycle)
