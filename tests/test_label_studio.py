@@ -346,6 +346,7 @@ def test_export_reader_reports_cancelled_missing_and_unknown(conditions_dir: Pat
         ('{"data": {}}', "not a Label Studio JSON export"),
         ('[{"annotations": []}]', "not a Label Studio JSON export"),
         ('[{"data": {"item_id": "r-1"}, "annotations": []}]', "missing field\\(s\\) task_id"),
+        ('[{"id": 7, "data": {"task_id": "c-1"}, "annotations": [3]}]', "task 7: an annotation that is not"),
     ],
 )
 def test_a_bad_export_is_one_line_error(conditions_dir: Path, tmp_path: Path, content: str, message: str):

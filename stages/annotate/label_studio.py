@@ -89,6 +89,8 @@ def read_export(path: Path) -> tuple[list[ResultRow], list[Problem], set[str]]:
         data = task["data"] if isinstance(task["data"], dict) else {}
         columns.update(data)
         for annotation in task.get("annotations") or []:
+            if not isinstance(annotation, dict):
+                raise UserError(f"{path}: task {task.get('id')}: an annotation that is not a JSON object")
             number += 1
             fields = {**data, **_annotation_fields(annotation)}
             if annotation.get("was_cancelled"):
@@ -108,10 +110,10 @@ def _annotation_fields(annotation: dict[str, Any]) -> dict[str, Any]:
         "assignment_id": f"ls-{annotation.get('id', '')}",
     }
     for result in annotation.get("result") or []:
-        value = result.get("value") or {}
-        name = result.get("from_name")
-        key = next((k for k in ("text", "choices", "rating", "number") if k in value), None)
-        if name is None or key is None:
+        value = result.get("value") if isinstance(result, dict) else None
+        name = result.get("from_name") if isinstance(value, dict) else None
+        key = next((k for k in ("text", "choices", "rating", "number") if k in value), None) if name else None
+        if key is None:
             continue
         answer = value[key]
         fields[name] = " ".join(map(str, answer)) if key == "text" and isinstance(answer, list) else answer
