@@ -355,3 +355,11 @@ def test_a_bad_export_is_one_line_error(conditions_dir: Path, tmp_path: Path, co
     with pytest.raises(UserError, match=message) as caught:
         annotate.import_conditions(conditions_dir, [path], False)
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_cli_format_is_checked_before_anything_is_written(conditions_dir: Path):
+    result = runner.invoke(
+        app, ["annotate", "export", "--stage", "ratings", "--out", str(conditions_dir), "--format", "xml"]
+    )
+    assert result.exit_code == 2 and result.output.strip() == "error: --format 'xml': expected mturk or label-studio"
+    assert not (conditions_dir / "ratings_tasks").exists()
