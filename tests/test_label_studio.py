@@ -363,3 +363,47 @@ def test_cli_format_is_checked_before_anything_is_written(conditions_dir: Path):
     )
     assert result.exit_code == 2 and result.output.strip() == "error: --format 'xml': expected mturk or label-studio"
     assert not (conditions_dir / "ratings_tasks").exists()
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+CHROMIUM_ARGS += ["--disable-sync", "--no-first-run"]
+
+
+@pytest.mark.slow
+def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+    """The config as a worker sees it in Label Studio's own page in Chromium: the guidelines open, the two
+    conditions are typed and submitted, and the export imports to exactly the typed text."""
+    from playwright.sync_api import sync_playwright
+
+    write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
+    out = tmp_path / "annotate"
+    export_args = ("--out", out, "--input", tmp_path / "kept", "--n", "3", "--format", "label-studio")
+    cli("annotate", "export", "--stage", "conditions", *export_args)
+    tasks = server.project("conditions in the browser", out / "conditions_tasks")
+    task_id = sorted(tasks)[0]
+    typed = ("The kind of scene, typed.", "The objects in view, typed.")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(60_000)
+        page.goto(server.url + "/user/login/")
+        page.fill('input[name="email"]', "lead@example.com")
+        page.fill('input[name="password"]', "test-password-1")
+        page.click('button[type="submit"]')
+        page.wait_for_load_state("networkidle")
+        page.goto(f"{server.url}/projects/{server.project_id}/data?task={tasks[task_id]}")
+        page.click("text=Guidelines (read them before your first task)")
+        page.wait_for_selector("text=Name the aspect, not its value", timeout=10_000)
+        for placeholder, text in zip(("e.g. The type of animal.", "e.g. The number of people."), typed):
+            page.get_by_placeholder(placeholder).fill(text)
+            page.get_by_placeholder(placeholder).press("Enter")
+        page.get_by_role("button", name="Submit").click()
+        page.wait_for_selector("text=Annotation saved successfully", timeout=30_000)
+        browser.close()
+    export = server.export(tmp_path / "browser-export.json")
+    cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", export)
+    rows = pq.read_table(out / "conditions" / "conditions.parquet").to_pylist()
+    assert [(r["task_id"], r["condition"], r["worker_id"]) for r in rows] == [
+        (task_id, typed[0], "ls-user-1"),
+        (task_id, typed[1], "ls-user-1"),
+    ]
