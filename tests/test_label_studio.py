@@ -207,7 +207,7 @@ def test_ratings_round_trip(server: LabelStudio, annotate_dir: Path):
                 server.annotate(tasks[item], rater, {}, cancelled=True)
                 continue
             flagged = r == 1 and i == 1
-            answers = {"not_pertinent": "true"} if flagged else {"rating": (i + 2 * r) % 5 + 1}
+            answers = {"not_pertinent": "yes"} if flagged else {"rating": (i + 2 * r) % 5 + 1}
             server.annotate(tasks[item], rater, answers)
             posted[item, f"ls-user-{rater}"] = (None if flagged else answers["rating"], flagged)
 
