@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -369,12 +370,41 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 CHROMIUM_ARGS += ["--disable-sync", "--no-first-run"]
 
 
+@contextmanager
+def labeling_page(server: LabelStudio) -> Iterator[Any]:
+    """Chromium logged in to Label Studio as the test user (whose annotations are `ls-user-1`)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(60_000)
+            page.goto(server.url + "/user/login/")
+            page.fill('input[name="email"]', "lead@example.com")
+            page.fill('input[name="password"]', "test-password-1")
+            page.click('button[type="submit"]')
+            page.wait_for_load_state("networkidle")
+            yield page
+        finally:
+            browser.close()
+
+
+def open_task(page: Any, server: LabelStudio, task: int, shown: str) -> None:
+    """The labeling page of one task, once the config has drawn the text `shown`."""
+    page.goto(f"{server.url}/projects/{server.project_id}/data?task={task}")
+    page.get_by_text(shown, exact=True).wait_for()
+
+
+def submit(page: Any) -> None:
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text("Annotation saved successfully", exact=True).wait_for(timeout=30_000)
+
+
 @pytest.mark.slow
 def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
     """The config as a worker sees it in Label Studio's own page in Chromium: the guidelines open, the two
     conditions are typed and submitted, and the export imports to exactly the typed text."""
-    from playwright.sync_api import sync_playwright
-
     write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
     out = tmp_path / "annotate"
     export_args = ("--out", out, "--input", tmp_path / "kept", "--n", "3", "--format", "label-studio")
@@ -382,28 +412,67 @@ def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Pa
     tasks = server.project("conditions in the browser", out / "conditions_tasks")
     task_id = sorted(tasks)[0]
     typed = ("The kind of scene, typed.", "The objects in view, typed.")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(60_000)
-        page.goto(server.url + "/user/login/")
-        page.fill('input[name="email"]', "lead@example.com")
-        page.fill('input[name="password"]', "test-password-1")
-        page.click('button[type="submit"]')
-        page.wait_for_load_state("networkidle")
-        page.goto(f"{server.url}/projects/{server.project_id}/data?task={tasks[task_id]}")
-        page.click("text=Guidelines (read them before your first task)")
-        page.wait_for_selector("text=Name the aspect, not its value", timeout=10_000)
+    with labeling_page(server) as page:
+        open_task(page, server, tasks[task_id], "Sentence 1")
+        page.get_by_text("Guidelines (read them before your first task)").click()
+        page.get_by_text("Name the aspect, not its value", exact=False).wait_for(timeout=10_000)
         for placeholder, text in zip(("e.g. The type of animal.", "e.g. The number of people."), typed):
             page.get_by_placeholder(placeholder).fill(text)
             page.get_by_placeholder(placeholder).press("Enter")
-        page.get_by_role("button", name="Submit").click()
-        page.wait_for_selector("text=Annotation saved successfully", timeout=30_000)
-        browser.close()
+        submit(page)
     export = server.export(tmp_path / "browser-export.json")
     cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", export)
     rows = pq.read_table(out / "conditions" / "conditions.parquet").to_pylist()
     assert [(r["task_id"], r["condition"], r["worker_id"]) for r in rows] == [
         (task_id, typed[0], "ls-user-1"),
         (task_id, typed[1], "ls-user-1"),
+    ]
+
+
+@pytest.mark.slow
+def test_ratings_and_bws_by_keyboard_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+    """The configs' keys in Label Studio's page: 4 rates 4, n ticks not pertinent; 2 picks item 2 as best and e
+    item 3 as worst; the exports import to exactly those answers."""
+    write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
+    out = tmp_path / "annotate"
+    cli("annotate", "export", "--stage", "conditions", "--out", out, "--input", tmp_path / "kept", "--n", "3")
+    written = tmp_path / "conditions.jsonl"
+    with written.open("w") as handle:
+        for task in map(json.loads, (out / "conditions_tasks" / "tasks.jsonl").open()):
+            answer = {"condition_high": "The animal.", "condition_low": "The colour.", "worker_id": "W1"}
+            handle.write(json.dumps({"task_id": task["task_id"], **answer}) + "\n")
+    cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", written)
+    cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
+    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
+    with labeling_page(server) as page:
+        ratings = server.project("ratings by keyboard", out / "ratings_tasks")
+        items = sorted(ratings)[:2]
+        for item, key in zip(items, ("4", "n")):
+            open_task(page, server, ratings[item], "Sentence 1")
+            page.get_by_text("Condition", exact=True).click()  # the page, not a text field, has the focus
+            page.keyboard.press(key)
+            submit(page)
+        ratings_export = server.export(tmp_path / "ratings-export.json")
+        tuples = server.project("bws by keyboard", out / "bws_tasks")
+        tuple_id = sorted(tuples)[0]
+        open_task(page, server, tuples[tuple_id], "Item 1")
+        page.get_by_text("Item 1", exact=True).click()
+        page.keyboard.press("2")
+        page.keyboard.press("e")
+        submit(page)
+        bws_export = server.export(tmp_path / "bws-export.json")
+
+    cli("annotate", "import", "--stage", "ratings", "--out", out, "--results", ratings_export)
+    rows = pq.read_table(out / "ratings" / "ratings.parquet").to_pylist()
+    assert sorted((r["item_id"], r["worker_id"], r["rating"], r["not_pertinent"]) for r in rows) == [
+        (items[0], "ls-user-1", 4, False),
+        (items[1], "ls-user-1", None, True),
+    ]
+    cli("annotate", "import", "--stage", "bws", "--out", out, "--results", bws_export)
+    item_ids = next(
+        t["item_ids"] for t in map(json.loads, (out / "bws_tasks" / "tasks.jsonl").open()) if t["tuple_id"] == tuple_id
+    )
+    rows = pq.read_table(out / "bws" / "annotations.parquet").to_pylist()
+    assert [(r["tuple_id"], r["best_item_id"], r["worst_item_id"]) for r in rows] == [
+        (tuple_id, item_ids[1], item_ids[2])
     ]
