@@ -274,6 +274,8 @@ def test_config_names_every_answer_field(stage: str):
             == [0, 1, 2, 3]
             == [crowd.parse_position(c) for c in choices["worst"]]
         )
+    # Label Studio's page reads a choice's "true"/"false" as a boolean and then draws nothing at all
+    assert not {c for values in choices.values() for c in values} & {"true", "false"}
     hotkeys = [node.attrib["hotkey"] for node in root.iter("Choice") if "hotkey" in node.attrib]
     assert len(hotkeys) == len(set(hotkeys))
     assert "Guidelines" in config
