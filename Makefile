@@ -6,8 +6,10 @@ PY := $(VENV)/bin/python
 PYV := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
 LOCK := requirements/lock-py$(PYV).txt
 STAMP := $(VENV)/.installed
+LS_VENV ?= .venv-label-studio
+LS_STAMP := $(LS_VENV)/.installed
 
-.PHONY: sample test lint lock browser
+.PHONY: sample test lint lock browser label-studio label-studio-test
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -f $(LOCK) || { echo "no lock for Python $(PYV): supported are 3.10-3.13 ($(LOCK) missing)"; exit 1; }
@@ -19,8 +21,8 @@ $(STAMP): pyproject.toml $(LOCK)
 sample: $(STAMP)
 	$(VENV)/bin/csts-pipeline run --dataset sample
 
-test: $(STAMP)
-	$(PY) -m pytest
+test: $(STAMP) $(LS_STAMP)
+	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -29,6 +31,20 @@ lint: $(STAMP)
 
 lock:
 	requirements/refresh.sh
+
+# Label Studio, for the round trip in tests/test_label_studio.py, in its own venv: it pins its own Django stack and
+# must not enter the project's lock. Exact versions with hashes (requirements/label-studio.txt, made by uv from
+# requirements/label-studio.in). `make test` creates it first, so a missing one fails the run instead of skipping.
+$(LS_STAMP): requirements/label-studio.txt
+	$(PYTHON) -m venv $(LS_VENV)
+	$(LS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+		-r requirements/label-studio.txt
+	touch $(LS_STAMP)
+
+label-studio: $(LS_STAMP)
+
+label-studio-test: $(STAMP) $(LS_STAMP)
+	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest tests/test_label_studio.py
 
 # The browser tests (annotation pages, the run report) drive Debian's Chromium through Playwright; CI installs it
 # here so that a missing browser fails the run instead of skipping the tests.

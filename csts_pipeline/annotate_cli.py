@@ -34,7 +34,8 @@ ResultsOpt = Annotated[
     list[Path],
     typer.Option(
         "--results",
-        help="Results file: MTurk batch results CSV, or CSV/JSONL with plain field names; repeat for several.",
+        help="Results file: MTurk batch results CSV, CSV/JSONL with plain field names, or a Label Studio JSON "
+        "export (.json); repeat for several.",
     ),
 ]
 AggregateOpt = Annotated[
@@ -166,6 +167,13 @@ def annotate_export(
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
+    task_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="mturk (hits.csv, tasks.jsonl) or label-studio (also label_studio/config.xml and tasks.json).",
+        ),
+    ] = "mturk",
 ) -> None:
     """Write crowd tasks: an MTurk batch CSV (one HIT per row), a JSONL of ids and the HIT page template.html
     (<annotate>/<stage>_tasks/)."""
@@ -175,6 +183,10 @@ def annotate_export(
     _only_for(stage, "bws", appearances=appearances)
     _only_for(stage, "qualification", gold=gold)
     _only_for(stage, "ratings", more=more or None)
+    if task_format not in ("mturk", "label-studio"):
+        raise UserError(f"--format {task_format!r}: expected mturk or label-studio")
+    if task_format == "label-studio":
+        annotate.label_studio_config(stage)  # a stage without a config fails before anything is written
     folder, work_dir = _annotate_dir(dataset, manifest, out)
     if stage == "qualification":
         record = annotate.export_qualification(folder, gold, force)
@@ -193,6 +205,11 @@ def annotate_export(
     else:
         raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
     _say(record)
+    if task_format == "label-studio":  # written by every export of a stage that has a config
+        found = folder / f"{stage}_tasks" / "label_studio"
+        typer.echo(
+            f"  Label Studio: {found / 'config.xml'} (labeling config), {found / 'tasks.json'} (tasks to import)"
+        )
 
 
 @annotate_app.command("import")

@@ -9,6 +9,7 @@ The package, by responsibility:
 - `pages`: the HIT pages (templates/), rendered into each task folder's template.html;
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
 - `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
+  `label_studio`: the same tasks and results for a Label Studio server (configs in templates/label_studio/);
 - `agreement`: labels from ratings, Fleiss' kappa, Krippendorff's alpha (the `krippendorff` package),
   per-worker agreement;
   `splits`: train/validation/test;
@@ -24,6 +25,8 @@ File formats and the answer fields a results file must carry: docs/annotate.md.
 from pipeline.schemas import CSTS_SCHEMA
 from stages.annotate.bws_steps import export_bws, import_bws
 from stages.annotate.kept import KeptSource, kept_source
+from stages.annotate.label_studio import config_text as label_studio_config
+from stages.annotate.label_studio import write_project as write_label_studio
 from stages.annotate.layout import SPLITS
 from stages.annotate.qualification import export_qualification, import_qualification
 from stages.annotate.splits import parse_ratios
@@ -44,6 +47,8 @@ __all__ = [
     "import_qualification",
     "import_ratings",
     "kept_source",
+    "label_studio_config",
     "parse_ratios",
     "split",
+    "write_label_studio",
 ]

@@ -1,7 +1,8 @@
 """What the crowd sends back: results files read and screened row by row (docs/annotate.md, steps 2-4).
 
-A results file is an MTurk batch-results CSV (`Input.x`, `Answer.x`, `WorkerId`, ...) or a plain CSV/JSONL with
-the same fields unprefixed. Every row with a problem is left out and listed as a `Problem`, never dropped
+A results file is an MTurk batch-results CSV (`Input.x`, `Answer.x`, `WorkerId`, ...), a plain CSV/JSONL with
+the same fields unprefixed, or a Label Studio JSON export (`.json`, read by `label_studio`).
+Every row with a problem is left out and listed as a `Problem`, never dropped
 silently; the import steps write those problems to `report.csv`."""
 
 from __future__ import annotations
@@ -82,10 +83,17 @@ def field_name(column: str) -> str:
 
 
 def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:
-    """The rows of an MTurk batch-results CSV, or of a plain CSV/JSONL with the same fields unprefixed; lines that
-    are not JSON objects come back as problems. A file without the `required` fields is a UserError."""
+    """The rows of an MTurk batch-results CSV, of a plain CSV/JSONL with the same fields unprefixed, or of a Label
+    Studio JSON export; lines that are not JSON objects and cancelled annotations come back as problems.
+    A file without the `required` fields is a UserError."""
     if not path.is_file():
         raise UserError(f"{path}: results file not found")
+    if path.suffix == ".json":  # a Label Studio export; its reader builds the same rows (import kept local: cycle)
+        from stages.annotate.label_studio import read_export
+
+        rows, problems, columns = read_export(path)
+        columns |= set(required[1:])  # an answer left blank is absent from an export; the id field comes first
+        return _checked(path, required, columns, rows, problems)
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             if path.suffix == ".jsonl":
@@ -94,6 +102,13 @@ def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow]
                 rows, problems, columns = _csv_rows(path, handle)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{path}: not a readable results file ({exc})") from None
+    return _checked(path, required, columns, rows, problems)
+
+
+def _checked(
+    path: Path, required: tuple[str, ...], columns: set[str], rows: list[ResultRow], problems: list[Problem]
+) -> tuple[list[ResultRow], list[Problem]]:
+    """The rows and problems read, when the file has every `required` field; a UserError naming them otherwise."""
     missing = [name for name in required if name not in columns]
     if missing:
         found = ", ".join(sorted(columns)[:8]) or "none"

@@ -13,7 +13,7 @@ import pyarrow as pa
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.schemas import PROVENANCE
-from stages.annotate import pages
+from stages.annotate import label_studio, pages
 from stages.annotate.files import write_csv, write_jsonl
 from stages.annotate.layout import HITS, TASKS, condition_task_id
 
@@ -63,8 +63,14 @@ def hits_table(tasks: list[dict[str, Any]], columns: tuple[str, ...]) -> pa.Tabl
 def write_task_files(
     folder: Path, hits: pa.Table, tasks: list[dict[str, Any]], page: str, repeats: dict[str, int] | None = None
 ) -> dict[str, str]:
-    """`hits.csv`, `tasks.jsonl` and the stage's HIT page `template.html` (`page`: the stage; `repeats`: its
-    repeated blocks), each written atomically; their paths for the stage record."""
+    """`hits.csv`, `tasks.jsonl`, the stage's HIT page `template.html` (`page`: the stage; `repeats`: its
+    repeated blocks) and, where the stage has a Label Studio config, `label_studio/config.xml` and `tasks.json`,
+    each written atomically; their paths for the stage record."""
     write_csv(hits, folder / HITS)
     write_jsonl(tasks, folder / TASKS)
-    return {"hits": HITS, "tasks": TASKS, "page": pages.write_page(folder, page, hits.column_names, repeats)}
+    written = {"hits": HITS, "tasks": TASKS, "page": pages.write_page(folder, page, hits.column_names, repeats)}
+    if label_studio.has_config(page):  # the same tasks for a Label Studio server, committed with the rest
+        found = label_studio.write_project(folder, page)
+        written |= {"label_studio": str(Path(found["config"]).relative_to(folder))}
+        written |= {"label_studio_tasks": str(Path(found["tasks"]).relative_to(folder))}
+    return written

@@ -1,0 +1,134 @@
+"""Label Studio, the self-hosted alternative to MTurk (docs/annotate.md, "Label Studio"): the labeling config and
+task import file of an exported stage, and its JSON export read back as results rows.
+
+The configs are package data (`templates/label_studio/<stage>.xml`), one file per stage; a stage's answer fields
+are the `name`s of the config's control tags, the same names an MTurk HIT posts, so an export becomes the same
+`ResultRow`s as a batch-results CSV and goes through the same screening, report and Parquet outputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+from pipeline.errors import UserError
+from pipeline.shards import write_atomic
+from stages.annotate.crowd import Problem, ResultRow
+from stages.annotate.layout import HITS
+
+FOLDER = "label_studio"  # under <stage>_tasks/
+CONFIG = "config.xml"
+TASKS_JSON = "tasks.json"
+# the control tags whose answers a stage reads, and where each keeps its answer in an export's `value`
+CONTROLS = {"TextArea": "text", "Choices": "choices", "Rating": "rating", "Number": "number"}
+
+
+def has_config(stage: str) -> bool:
+    """Whether `stage` has a packaged Label Studio config."""
+    return (resources.files("stages.annotate") / "templates" / FOLDER / f"{stage}.xml").is_file()
+
+
+def config_text(stage: str) -> str:
+    """The packaged labeling config of `stage` (conditions, ratings, bws, and any stage given a template)."""
+    template = resources.files("stages.annotate") / "templates" / FOLDER / f"{stage}.xml"
+    if not template.is_file():
+        raise UserError(f"--format label-studio: no Label Studio config for --stage {stage}")
+    return template.read_text(encoding="utf-8")
+
+
+def answer_fields(config: str) -> dict[str, str]:
+    """The control tags of a config: answer field name -> tag (TextArea, Choices, ...)."""
+    root = ElementTree.fromstring(config)
+    return {node.attrib["name"]: node.tag for node in root.iter() if node.tag in CONTROLS}
+
+
+def data_fields(config: str) -> set[str]:
+    """The task data a config shows: the `$name` values of its tags."""
+    root = ElementTree.fromstring(config)
+    return {v[1:] for node in root.iter() for v in node.attrib.values() if v.startswith("$")}
+
+
+def write_project(tasks_dir: Path, stage: str) -> dict[str, str]:
+    """`label_studio/config.xml` and `label_studio/tasks.json` (one task per row of `hits.csv`, `data` holding
+    its columns) beside an exported stage's `hits.csv`; rewritten only when their content changes."""
+    hits = tasks_dir / HITS
+    if not hits.is_file():
+        raise UserError(f"{hits}: not found (run annotate export --stage {stage} first)")
+    config = config_text(stage)
+    with hits.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    missing = data_fields(config) - set(rows[0] if rows else {})
+    if missing:
+        raise UserError(f"{hits}: no column(s) {', '.join(sorted(missing))} that the Label Studio config shows")
+    tasks = json.dumps([{"data": row} for row in rows], ensure_ascii=False, indent=1).encode()
+    folder = tasks_dir / FOLDER
+    folder.mkdir(exist_ok=True)
+    for name, blob in ((CONFIG, config.encode()), (TASKS_JSON, tasks)):
+        path = folder / name
+        if not path.is_file() or path.read_bytes() != blob:
+            write_atomic(path, lambda handle, blob=blob: handle.write(blob))
+    return {"config": str(folder / CONFIG), "tasks": str(folder / TASKS_JSON)}
+
+
+# --------------------------------------------------------------------------------------------- reading an export
+
+
+def read_export(path: Path) -> tuple[list[ResultRow], list[Problem], set[str]]:
+    """One results row per annotation of a Label Studio JSON export (Export -> JSON): the task's `data` and the
+    annotation's answers by `from_name`, `worker_id` the annotator, `assignment_id` the annotation id. Rows are
+    numbered by annotation (1 = the export's first). A cancelled (skipped) annotation is a `cancelled` problem."""
+    try:
+        export = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(export, list) or not all(isinstance(t, dict) and "data" in t for t in export):
+        raise UserError(f"{path}: not a Label Studio JSON export (a list of tasks with data and annotations)")
+    rows: list[ResultRow] = []
+    problems: list[Problem] = []
+    columns = {"worker_id", "assignment_id"}
+    number = 0
+    for task in export:
+        data = task["data"] if isinstance(task["data"], dict) else {}
+        columns.update(data)
+        for annotation in task.get("annotations") or []:
+            if not isinstance(annotation, dict):
+                raise UserError(f"{path}: task {task.get('id')}: an annotation that is not a JSON object")
+            number += 1
+            fields = {**data, **_annotation_fields(annotation)}
+            if annotation.get("was_cancelled"):
+                ident = next((str(v) for k, v in data.items() if k.endswith("_id")), "")
+                detail = f"annotation {fields['assignment_id']} by {fields['worker_id']} was cancelled (skipped)"
+                problems.append(Problem(str(path), number, ident, "cancelled", detail))
+                continue
+            rows.append(ResultRow(path, number, fields))
+    return rows, problems, columns
+
+
+def _annotation_fields(annotation: dict[str, Any]) -> dict[str, Any]:
+    """An annotation's answers by `from_name` (text areas: their lines joined; single choices: the choice; several
+    choices: joined by `|`), its annotator and its id."""
+    fields: dict[str, Any] = {
+        "worker_id": _annotator(annotation.get("completed_by")),
+        "assignment_id": f"ls-{annotation.get('id', '')}",
+    }
+    for result in annotation.get("result") or []:
+        value = result.get("value") if isinstance(result, dict) else None
+        name = result.get("from_name") if isinstance(value, dict) else None
+        key = next((k for k in ("text", "choices", "rating", "number") if k in value), None) if name else None
+        if key is None:
+            continue
+        answer = value[key]
+        fields[name] = " ".join(map(str, answer)) if key == "text" and isinstance(answer, list) else answer
+        if key == "choices" and isinstance(answer, list):
+            fields[name] = "|".join(map(str, answer))
+    return fields
+
+
+def _annotator(completed_by: Any) -> str:
+    """The worker id of an annotation: the annotator's email where the export has it, else `ls-user-<id>`."""
+    if isinstance(completed_by, dict):
+        return str(completed_by.get("email") or f"ls-user-{completed_by.get('id', '')}")
+    return "" if completed_by is None else f"ls-user-{completed_by}"

@@ -1,0 +1,480 @@
+"""Label Studio: the packaged configs and the export reader (unit tests), and the round trip against a real
+server: for each stage (conditions, ratings, bws) the exported `label_studio/config.xml` becomes a project,
+`tasks.json` its tasks, annotations are posted through the API (one of them cancelled), and the JSON export goes
+through `annotate import`: the posted values land in the stage's Parquet and the cancelled annotation in
+report.csv.
+
+Label Studio lives in its own virtual environment (`make label-studio`: requirements/label-studio.txt, exact
+versions with hashes), never in the project's lock; LABEL_STUDIO_VENV points elsewhere. A missing one fails the
+round-trip tests, never skips them: CI creates it first. The server starts once for the module, on 127.0.0.1
+with a fresh data folder, a test user and a legacy API token (off by default in Label Studio 1.23:
+`--enable-legacy-api-token`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from csts_pipeline.cli import app
+from pipeline.errors import UserError
+from pipeline.shards import shard_name, write_table
+from stages import annotate
+from stages.annotate import crowd, label_studio
+from tests.test_annotate import kept_table
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("LABEL_STUDIO_VENV", REPO / ".venv-label-studio"))
+TOKEN = "c5f0e1d2a3b4c5d6e7f8091a2b3c4d5e6f708192"
+START_TIMEOUT_S = 420  # a fresh data folder runs all migrations first: about 100 s on two shared cores
+REQUEST_TIMEOUT_S = 60
+
+
+class LabelStudio:
+    """The API of a running server, authenticated with the test user's legacy token."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Token {TOKEN}", "Content-Type": "application/json"}
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:1000]!r}") from None
+
+    def user(self, email: str) -> int:
+        return self.call("POST", "/api/users/", {"email": email, "username": email.split("@")[0]})["id"]
+
+    def project(self, title: str, tasks_dir: Path) -> dict[str, int]:
+        """A project from the stage's exported config and tasks; its Label Studio task ids by the stage's ids."""
+        config = (tasks_dir / "label_studio" / "config.xml").read_text()
+        project = self.call("POST", "/api/projects", {"title": title, "label_config": config})["id"]
+        tasks = json.loads((tasks_dir / "label_studio" / "tasks.json").read_text())
+        assert self.call("POST", f"/api/projects/{project}/import", tasks)["task_count"] == len(tasks)
+        listed = self.call("GET", f"/api/tasks?project={project}&page_size=1000")["tasks"]
+        id_field = next(iter(tasks[0]["data"]))
+        self.project_id = project
+        return {task["data"][id_field]: task["id"] for task in listed}
+
+    def annotate(self, task: int, user: int, answers: dict[str, Any], cancelled: bool = False) -> None:
+        """One annotation by `user`, with results shaped as the labeling page saves them."""
+        result = [_result(name, value) for name, value in answers.items()]
+        body = {"result": result, "completed_by": user, "was_cancelled": cancelled}
+        self.call("POST", f"/api/tasks/{task}/annotations/", body)
+
+    def export(self, path: Path) -> Path:
+        path.write_text(json.dumps(self.call("GET", f"/api/projects/{self.project_id}/export?exportType=JSON")))
+        return path
+
+
+def _result(name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, str) and name.startswith("condition"):
+        return {"from_name": name, "to_name": "sentence1", "type": "textarea", "value": {"text": [value]}}
+    return {"from_name": name, "to_name": "condition", "type": "choices", "value": {"choices": [str(value)]}}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_until_up(process: subprocess.Popen, url: str, log: Path) -> float:
+    """Seconds until /health answers; fails with the log's tail when the server exits or takes too long."""
+    started = time.monotonic()
+    while time.monotonic() - started < START_TIMEOUT_S:
+        if process.poll() is not None:
+            pytest.fail(f"Label Studio exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return time.monotonic() - started
+        except OSError:
+            time.sleep(1)
+    pytest.fail(f"Label Studio did not answer within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudio]:
+    executable = VENV / "bin" / "label-studio"
+    if not executable.is_file():
+        pytest.fail(f"{executable}: not found; `make label-studio` creates it (or set LABEL_STUDIO_VENV)")
+    data = tmp_path_factory.mktemp("label-studio")
+    port = _free_port()
+    env = os.environ | {
+        "LABEL_STUDIO_BASE_DATA_DIR": str(data),
+        "LATEST_VERSION_CHECK": "false",
+        "COLLECT_ANALYTICS": "false",
+    }
+    command = [str(executable), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port)]
+    command += ["--data-dir", str(data), "--username", "lead@example.com", "--password", "test-password-1"]
+    command += ["--user-token", TOKEN, "--enable-legacy-api-token"]
+    log = data / "server.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        seconds = _wait_until_up(process, url, log)
+        print(f"Label Studio up in {seconds:.0f} s at {url}")
+        yield LabelStudio(url)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+runner = CliRunner()
+
+
+def cli(*args: str | Path) -> str:
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def report(folder: Path) -> list[tuple[str, str]]:
+    with (folder / "report.csv").open(newline="") as handle:
+        return [(row["id"], row["problem"]) for row in csv.DictReader(handle)]
+
+
+@pytest.fixture(scope="module")
+def annotate_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("annotate")
+    write_table(kept_table(n_images=40), root / "kept" / shard_name(0))
+    return root
+
+
+@pytest.mark.slow
+def test_conditions_round_trip(server: LabelStudio, annotate_dir: Path):
+    out, kept = annotate_dir / "annotate", annotate_dir / "kept"
+    export_args = ("annotate", "export", "--stage", "conditions", "--out", out, "--input", kept, "--n", "8")
+    assert "Label Studio" not in cli(*export_args)
+    assert not (out / "conditions_tasks" / "label_studio").exists()
+    assert "label_studio/config.xml" in cli(*export_args, "--format", "label-studio")  # up to date: adds the files
+    tasks = server.project("conditions", out / "conditions_tasks")
+    assert len(tasks) == 8
+    writer = server.user("writer@example.com")
+    ids = sorted(tasks)
+    typed = {task: (f"The number of animals ({i}).", f"The colour of the sky ({i}).") for i, task in enumerate(ids)}
+    for task in ids[:-1]:
+        high, low = typed[task]
+        server.annotate(tasks[task], writer, {"condition_high": high, "condition_low": low})
+    server.annotate(tasks[ids[-1]], writer, {}, cancelled=True)
+
+    export = server.export(annotate_dir / "conditions-export.json")
+    cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", export)
+    rows = pq.read_table(out / "conditions" / "conditions.parquet").to_pylist()
+    got = {(r["task_id"], r["condition_type"]): (r["condition"], r["worker_id"]) for r in rows}
+    worker = f"ls-user-{writer}"
+    expected = {(t, kind): (typed[t][k], worker) for t in ids[:-1] for k, kind in enumerate(("high", "low"))}
+    assert got == expected
+    assert report(out / "conditions") == [(ids[-1], "cancelled")]
+
+
+@pytest.mark.slow
+def test_ratings_round_trip(server: LabelStudio, annotate_dir: Path):
+    out = annotate_dir / "annotate"
+    cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
+    tasks = server.project("ratings", out / "ratings_tasks")
+    assert len(tasks) == 14  # seven answered pairs x high/low
+    raters = [server.user("rater1@example.com"), server.user("rater2@example.com")]
+    ids = sorted(tasks)
+    posted: dict[tuple[str, str], tuple[int | None, bool]] = {}
+    for i, item in enumerate(ids):
+        for r, rater in enumerate(raters):
+            if r == 1 and i == 0:
+                server.annotate(tasks[item], rater, {}, cancelled=True)
+                continue
+            flagged = r == 1 and i == 1
+            answers = {"not_pertinent": "yes"} if flagged else {"rating": (i + 2 * r) % 5 + 1}
+            server.annotate(tasks[item], rater, answers)
+            posted[item, f"ls-user-{rater}"] = (None if flagged else answers["rating"], flagged)
+
+    export = server.export(annotate_dir / "ratings-export.json")
+    cli("annotate", "import", "--stage", "ratings", "--out", out, "--results", export)
+    rows = pq.read_table(out / "ratings" / "ratings.parquet").to_pylist()
+    assert {(r["item_id"], r["worker_id"]): (r["rating"], r["not_pertinent"]) for r in rows} == posted
+    assert report(out / "ratings") == [(ids[0], "cancelled")]
+
+
+@pytest.mark.slow
+def test_bws_round_trip(server: LabelStudio, annotate_dir: Path):
+    out = annotate_dir / "annotate"
+    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
+    tasks = server.project("bws", out / "bws_tasks")
+    items = {t["tuple_id"]: t["item_ids"] for t in map(json.loads, (out / "bws_tasks" / "tasks.jsonl").open())}
+    assert set(tasks) == set(items)
+    rater = server.user("rater3@example.com")
+    ids = sorted(tasks)
+    posted = {}
+    for i, tuple_id in enumerate(ids[:-1]):
+        best, worst = i % 4 + 1, (i + 1) % 4 + 1
+        server.annotate(tasks[tuple_id], rater, {"best": best, "worst": worst})
+        posted[tuple_id] = (items[tuple_id][best - 1], items[tuple_id][worst - 1])
+    server.annotate(tasks[ids[-1]], rater, {}, cancelled=True)
+
+    export = server.export(annotate_dir / "bws-export.json")
+    cli("annotate", "import", "--stage", "bws", "--out", out, "--results", export)
+    rows = pq.read_table(out / "bws" / "annotations.parquet").to_pylist()
+    assert {r["tuple_id"]: (r["best_item_id"], r["worst_item_id"]) for r in rows} == posted
+    assert {r["worker_id"] for r in rows} == {f"ls-user-{rater}"}
+    assert report(out / "bws") == [(ids[-1], "cancelled")]
+
+
+# ------------------------------------------------------------------------------------ configs and export reader
+
+ANSWERS = {
+    "conditions": set(crowd.CONDITION_FIELDS[1:]),
+    "ratings": {"rating", "not_pertinent"},
+    "bws": {"best", "worst"},
+}
+LS_TAGS = {"View", "Header", "Collapse", "Panel", "Text", "TextArea", "Choices", "Choice"}
+
+
+@pytest.mark.parametrize("stage", sorted(ANSWERS))
+def test_config_names_every_answer_field(stage: str):
+    """Each config parses, uses only Label Studio tags, names exactly the answer fields the import reads, links
+    each control to a shown object, and offers choices the import accepts."""
+    config = label_studio.config_text(stage)
+    root = ElementTree.fromstring(config)
+    assert {node.tag for node in root.iter()} <= LS_TAGS
+    controls = label_studio.answer_fields(config)
+    assert set(controls) == ANSWERS[stage]
+    objects = {node.attrib["name"] for node in root.iter("Text")}
+    assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
+    choices = {node.attrib["name"]: [c.get("alias", c.get("value")) for c in node] for node in root.iter("Choices")}
+    if stage == "ratings":
+        assert [crowd.parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
+        assert [crowd.parse_flag(c) for c in choices["not_pertinent"]] == [True]
+    if stage == "bws":
+        assert (
+            [crowd.parse_position(c) for c in choices["best"]]
+            == [0, 1, 2, 3]
+            == [crowd.parse_position(c) for c in choices["worst"]]
+        )
+    # Label Studio's page reads a choice's "true"/"false" as a boolean and then draws nothing at all
+    assert not {c for values in choices.values() for c in values} & {"true", "false"}
+    hotkeys = [node.attrib["hotkey"] for node in root.iter("Choice") if "hotkey" in node.attrib]
+    assert len(hotkeys) == len(set(hotkeys))
+    assert "Guidelines" in config
+
+
+@pytest.fixture
+def conditions_dir(tmp_path: Path) -> Path:
+    """An annotate folder with 6 exported condition tasks and their Label Studio files."""
+    write_table(kept_table(n_images=30), tmp_path / "kept" / shard_name(0))
+    folder = tmp_path / "annotate"
+    annotate.export_conditions(folder, annotate.kept_source(None, tmp_path / "kept"), 6, 0, 4, False)
+    annotate.write_label_studio(folder / "conditions_tasks", "conditions")
+    return folder
+
+
+def test_tasks_json_holds_the_hits_columns(conditions_dir: Path):
+    tasks_dir = conditions_dir / "conditions_tasks"
+    with (tasks_dir / "hits.csv").open(newline="") as handle:
+        hits = list(csv.DictReader(handle))
+    tasks = json.loads((tasks_dir / "label_studio" / "tasks.json").read_text())
+    assert [task["data"] for task in tasks] == hits
+    assert label_studio.data_fields(label_studio.config_text("conditions")) <= set(hits[0])
+    assert (tasks_dir / "label_studio" / "config.xml").read_text() == label_studio.config_text("conditions")
+    (tasks_dir / "hits.csv").write_text("task_id,sentence1\nc-1,A dog.\n")
+    with pytest.raises(UserError, match=r"hits.csv: no column\(s\) sentence2"):
+        annotate.write_label_studio(tasks_dir, "conditions")
+
+
+def _annotation(number: int, user: int, answers: dict[str, str], cancelled: bool = False) -> dict[str, Any]:
+    """An annotation as Label Studio 1.23's JSON export writes it (the fields the reader uses, and a few more)."""
+    result = [_result(name, value) for name, value in answers.items()]
+    return {"id": number, "completed_by": user, "result": result, "was_cancelled": cancelled, "lead_time": 3.5}
+
+
+def test_export_reader_reports_cancelled_missing_and_unknown(conditions_dir: Path, tmp_path: Path):
+    tasks = [json.loads(line) for line in (conditions_dir / "conditions_tasks" / "tasks.jsonl").open()]
+    ids = [task["task_id"] for task in tasks]
+    both = {"condition_high": "The type of animal.", "condition_low": "The number of people."}
+    export = [
+        {"id": 1, "data": {"task_id": ids[0]}, "annotations": [_annotation(11, 2, both)]},
+        {"id": 2, "data": {"task_id": ids[1]}, "annotations": [_annotation(12, 2, {}, cancelled=True)]},
+        {"id": 3, "data": {"task_id": ids[2]}, "annotations": [_annotation(13, 3, {"condition_high": "The sky."})]},
+        {"id": 4, "data": {"task_id": "c-ffffffffffffffff"}, "annotations": [_annotation(14, 3, both)]},
+        {"id": 5, "data": {"sentence1": "no id"}, "annotations": [_annotation(15, 3, both)]},
+        {"id": 6, "data": {"task_id": ids[3]}, "annotations": []},
+    ]
+    path = tmp_path / "project-1-at-2026.json"
+    path.write_text(json.dumps(export))
+    record = annotate.import_conditions(conditions_dir, [path], False)
+    assert record["counts"]["accepted"] == 1 and record["counts"]["excluded_rows"] == 4
+    assert report(conditions_dir / "conditions") == [
+        (ids[1], "cancelled"),
+        (ids[2], "empty_condition_low"),
+        ("c-ffffffffffffffff", "unknown_id"),
+        ("", "missing_id"),
+    ]
+    with (conditions_dir / "conditions" / "report.csv").open(newline="") as handle:
+        cancelled = next(csv.DictReader(handle))
+    assert cancelled["row"] == "2" and "annotation ls-12 by ls-user-2" in cancelled["detail"]
+    rows = pq.read_table(conditions_dir / "conditions" / "conditions.parquet").to_pylist()
+    assert [(r["condition"], r["worker_id"], r["assignment_id"]) for r in rows] == [
+        ("The type of animal.", "ls-user-2", "ls-11"),
+        ("The number of people.", "ls-user-2", "ls-11"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not a readable JSON file"),
+        ('{"data": {}}', "not a Label Studio JSON export"),
+        ('[{"annotations": []}]', "not a Label Studio JSON export"),
+        ('[{"data": {"item_id": "r-1"}, "annotations": []}]', "missing field\\(s\\) task_id"),
+        ('[{"id": 7, "data": {"task_id": "c-1"}, "annotations": [3]}]', "task 7: an annotation that is not"),
+    ],
+)
+def test_a_bad_export_is_one_line_error(conditions_dir: Path, tmp_path: Path, content: str, message: str):
+    path = tmp_path / "export.json"
+    path.write_text(content)
+    with pytest.raises(UserError, match=message) as caught:
+        annotate.import_conditions(conditions_dir, [path], False)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_cli_format_is_checked_before_anything_is_written(conditions_dir: Path):
+    result = runner.invoke(
+        app, ["annotate", "export", "--stage", "ratings", "--out", str(conditions_dir), "--format", "xml"]
+    )
+    assert result.exit_code == 2 and result.output.strip() == "error: --format 'xml': expected mturk or label-studio"
+    assert not (conditions_dir / "ratings_tasks").exists()
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+CHROMIUM_ARGS += ["--disable-sync", "--no-first-run"]
+
+
+@contextmanager
+def labeling_page(server: LabelStudio) -> Iterator[Any]:
+    """Chromium logged in to Label Studio as the test user (whose annotations are `ls-user-1`)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(60_000)
+            page.goto(server.url + "/user/login/")
+            page.fill('input[name="email"]', "lead@example.com")
+            page.fill('input[name="password"]', "test-password-1")
+            page.click('button[type="submit"]')
+            page.wait_for_load_state("networkidle")
+            yield page
+        finally:
+            browser.close()
+
+
+def open_task(page: Any, server: LabelStudio, task: int, shown: str) -> None:
+    """The labeling page of one task, once the config has drawn the text `shown`."""
+    page.goto(f"{server.url}/projects/{server.project_id}/data?task={task}")
+    page.get_by_text(shown, exact=True).wait_for()
+
+
+def submit(page: Any) -> None:
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text("Annotation saved successfully", exact=True).wait_for(timeout=30_000)
+
+
+@pytest.mark.slow
+def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+    """The config as a worker sees it in Label Studio's own page in Chromium: the guidelines open, the two
+    conditions are typed and submitted, and the export imports to exactly the typed text."""
+    write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
+    out = tmp_path / "annotate"
+    export_args = ("--out", out, "--input", tmp_path / "kept", "--n", "3", "--format", "label-studio")
+    cli("annotate", "export", "--stage", "conditions", *export_args)
+    tasks = server.project("conditions in the browser", out / "conditions_tasks")
+    task_id = sorted(tasks)[0]
+    typed = ("The kind of scene, typed.", "The objects in view, typed.")
+    with labeling_page(server) as page:
+        open_task(page, server, tasks[task_id], "Sentence 1")
+        page.get_by_text("Guidelines (read them before your first task)").click()
+        page.get_by_text("Name the aspect, not its value", exact=False).wait_for(timeout=10_000)
+        for placeholder, text in zip(("e.g. The type of animal.", "e.g. The number of people."), typed):
+            page.get_by_placeholder(placeholder).fill(text)
+            page.get_by_placeholder(placeholder).press("Enter")
+        submit(page)
+    export = server.export(tmp_path / "browser-export.json")
+    cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", export)
+    rows = pq.read_table(out / "conditions" / "conditions.parquet").to_pylist()
+    assert [(r["task_id"], r["condition"], r["worker_id"]) for r in rows] == [
+        (task_id, typed[0], "ls-user-1"),
+        (task_id, typed[1], "ls-user-1"),
+    ]
+
+
+@pytest.mark.slow
+def test_ratings_and_bws_by_keyboard_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+    """The configs' keys in Label Studio's page: 4 rates 4, n ticks not pertinent; 2 picks item 2 as best and e
+    item 3 as worst; the exports import to exactly those answers."""
+    write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
+    out = tmp_path / "annotate"
+    cli("annotate", "export", "--stage", "conditions", "--out", out, "--input", tmp_path / "kept", "--n", "3")
+    written = tmp_path / "conditions.jsonl"
+    with written.open("w") as handle:
+        for task in map(json.loads, (out / "conditions_tasks" / "tasks.jsonl").open()):
+            answer = {"condition_high": "The animal.", "condition_low": "The colour.", "worker_id": "W1"}
+            handle.write(json.dumps({"task_id": task["task_id"], **answer}) + "\n")
+    cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", written)
+    cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
+    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
+    with labeling_page(server) as page:
+        ratings = server.project("ratings by keyboard", out / "ratings_tasks")
+        items = sorted(ratings)[:2]
+        for item, key in zip(items, ("4", "n")):
+            open_task(page, server, ratings[item], "Sentence 1")
+            page.get_by_text("Condition", exact=True).click()  # the page, not a text field, has the focus
+            page.keyboard.press(key)
+            submit(page)
+        ratings_export = server.export(tmp_path / "ratings-export.json")
+        tuples = server.project("bws by keyboard", out / "bws_tasks")
+        tuple_id = sorted(tuples)[0]
+        open_task(page, server, tuples[tuple_id], "Item 1")
+        page.get_by_text("Item 1", exact=True).click()
+        page.keyboard.press("2")
+        page.keyboard.press("e")
+        submit(page)
+        bws_export = server.export(tmp_path / "bws-export.json")
+
+    cli("annotate", "import", "--stage", "ratings", "--out", out, "--results", ratings_export)
+    rows = pq.read_table(out / "ratings" / "ratings.parquet").to_pylist()
+    assert sorted((r["item_id"], r["worker_id"], r["rating"], r["not_pertinent"]) for r in rows) == [
+        (items[0], "ls-user-1", 4, False),
+        (items[1], "ls-user-1", None, True),
+    ]
+    cli("annotate", "import", "--stage", "bws", "--out", out, "--results", bws_export)
+    item_ids = next(
+        t["item_ids"] for t in map(json.loads, (out / "bws_tasks" / "tasks.jsonl").open()) if t["tuple_id"] == tuple_id
+    )
+    rows = pq.read_table(out / "bws" / "annotations.parquet").to_pylist()
+    assert [(r["tuple_id"], r["best_item_id"], r["worst_item_id"]) for r in rows] == [
+        (tuple_id, item_ids[1], item_ids[2])
+    ]
