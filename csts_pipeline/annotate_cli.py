@@ -142,7 +142,19 @@ def annotate_export(
     ] = None,
     gold: Annotated[
         Path | None,
-        typer.Option("--gold", help="qualification: the gold items (CSV; default: the package's own small set)."),
+        typer.Option(
+            "--gold",
+            help="qualification, ratings: the gold items (CSV; default: the package's own small set); ratings "
+            "draws hidden controls from its rate items.",
+        ),
+    ] = None,
+    gold_share: Annotated[
+        float | None,
+        typer.Option(
+            "--gold-share",
+            help="ratings: mix in hidden control items (qualification gold and generated) as this share of the "
+            "rows, e.g. 0.05; the import blocks workers who fail them (ratings/blocklist.csv). Default 0: none.",
+        ),
     ] = None,
     seed: SeedOpt = 0,
     out: AnnotateOutOpt = None,
@@ -165,8 +177,11 @@ def annotate_export(
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
-    _only_for(stage, "qualification", gold=gold)
-    _only_for(stage, "ratings", more=more or None)
+    if stage not in ("qualification", "ratings"):
+        _only_for(stage, "qualification", gold=gold)
+    _only_for(stage, "ratings", more=more or None, gold_share=gold_share)
+    if more and (gold_share is not None or gold is not None):
+        raise UserError("--gold-share, --gold: not with --more (a follow-up batch carries no controls)")
     folder, work_dir = _annotate_dir(dataset, manifest, out)
     if stage == "qualification":
         record = annotate.export_qualification(folder, gold, force)
@@ -179,7 +194,7 @@ def annotate_export(
         typer.echo(describe_more(export_more(folder, force)))
         return
     elif stage == "ratings":
-        record = annotate.export_ratings(folder, seed, force)
+        record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold)
     elif stage == "bws":
         record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UserError
-from pipeline.records import StageRun, require_record
+from pipeline.records import StageRun, file_fingerprint, require_record
 from pipeline.shards import read_table
-from stages.annotate import crowd, qualification, quality, tasks
+from stages.annotate import crowd, hidden_gold, qualification, quality, tasks
 from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
 from stages.annotate.files import read_jsonl, write_csv, write_json, write_parquet
 from stages.annotate.kept import KeptSource
@@ -171,14 +171,20 @@ def _triplets(condition_tasks: list[dict], answers: dict[int, crowd.ResultRow]) 
 # ------------------------------------------------------------------------------------------- 3: export ratings
 
 
-def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
+def export_ratings(
+    annotate_dir: Path, seed: int, force: bool, gold_share: float = 0.0, gold: Path | None = None
+) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
-    hides which condition was meant to be high or low."""
+    hides which condition was meant to be high or low. With `gold_share`, hidden control items make up that
+    share of the rows (stages/annotate/hidden_gold.py; `gold`: the qualification gold file to draw from)."""
+    hidden_gold.check_share(gold_share)
     conditions_dir = annotate_dir / CONDITIONS
     upstream = require_record(conditions_dir, "annotate import --stage conditions")
-    stage = StageRun(
-        "annotate-export-ratings", annotate_dir / RATINGS_TASKS, {"seed": seed}, {"conditions": upstream["fingerprint"]}
-    )
+    params, inputs = {"seed": seed}, {"conditions": upstream["fingerprint"]}
+    if gold_share > 0:
+        params["gold_share"] = gold_share
+        inputs["gold"] = file_fingerprint(gold or qualification.default_gold())
+    stage = StageRun("annotate-export-ratings", annotate_dir / RATINGS_TASKS, params, inputs)
     if stage.is_done() and not force:
         return _up_to_date(stage)
     tasks.guard_tasks(stage, force)
@@ -186,15 +192,21 @@ def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
     is_low = triplets.column("condition_type").to_numpy(zero_copy_only=False) == "low"
     key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
     triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
-    records = tasks.rating_tasks(triplets)
+    real = tasks.rating_tasks(triplets)
+    n_gold = hidden_gold.gold_count(len(real), gold_share)
+    records = hidden_gold.mix(real, hidden_gold.controls(real, gold, n_gold, seed), seed)
 
     stage.begin(force=True)
-    hits = triplets.select(["item_id", "sentence1", "sentence2", "condition"])
+    hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
     files = {
         key: str(stage.folder / name)
         for key, name in tasks.write_task_files(stage.staging, hits, records, "ratings").items()
     }
-    counts = {"items": len(records), "pairs": len({r["pair_id"] for r in records})}
+    counts = {"items": len(real), "pairs": len({r["pair_id"] for r in real})}
+    if n_gold:
+        hidden_gold.write_gold_file(records, stage.staging / hidden_gold.GOLD_FILE)
+        files["gold"] = str(stage.folder / hidden_gold.GOLD_FILE)
+        counts |= {"gold_items": n_gold, "gold_share": round(n_gold / len(records), 4)}
     return stage.finish(counts, files=files)
 
 
@@ -231,18 +243,25 @@ def import_ratings(
     stage = StageRun("annotate-import-ratings", annotate_dir / RATINGS, params, inputs)
     if stage.is_done() and not force:
         return _up_to_date(stage)
-    items = read_jsonl(tasks_dir / TASKS)
-    screen, accepted = crowd.screen_ratings(items, results, tasks_dir / TASKS, qualified)
+    tasks_all = read_jsonl(tasks_dir / TASKS)
+    screen, accepted = crowd.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
+    gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
+    if gold is not None and gold.blocked:
+        screen, accepted = crowd.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
+    parts = hidden_gold.separate(tasks_all, accepted)
+    items, accepted = parts.items, parts.accepted
     if not accepted:
         raise screen.nothing_valid(results, "ratings")
     ratings = RatingArrays.of(accepted)
-    labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings)
+    anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
+    labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings, anchor)
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
     checks = quality.high_low(items, labels, model)
-    workers = quality.workers_table(model, ratings)
+    workers = quality.workers_table(model, ratings, gold.workers if gold else None)
     agreement |= {
         "high_low": checks.summary,
         "model_workers": quality.workers_summary(model, workers) if model else None,
+        "gold": gold.summary() if gold else None,
     }
 
     stage.begin(force=True)
@@ -252,6 +271,8 @@ def import_ratings(
     write_parquet(workers, stage.staging / WORKERS)
     write_csv(checks.table, stage.staging / INVERSIONS)
     write_json(stage.staging / AGREEMENT, agreement)
+    if gold is not None:
+        write_csv(gold.blocklist(), stage.staging / hidden_gold.BLOCKLIST)
     status = labels.status
     counts = {
         "items": len(items),
@@ -263,6 +284,9 @@ def import_ratings(
     }
     files = {name: str(stage.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
     files["report"] = str(stage.folder / REPORT)
+    if gold is not None:
+        files["blocklist"] = str(stage.folder / hidden_gold.BLOCKLIST)
+        counts |= {"gold_answers": agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
     figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
     return stage.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 
