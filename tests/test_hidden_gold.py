@@ -45,6 +45,10 @@ def test_controls_look_like_any_row_and_are_known_only_privately(rated: Path):  
     assert abs(len(gold) / len(rows) - SHARE) <= 0.01
     assert len(rows) == len(plain) + len(gold) and [r["item_id"] for r in rows] == [t["item_id"] for t in tasks]
     assert all(ITEM_ID.match(r["item_id"]) for r in rows)  # the controls' ids have the real ids' shape
+    captions = [int(r["item_id"][i : i + 8], 16) for r in plain for i in (2, 10)]
+    for task in gold:  # and caption ids in the batch's own range
+        first, second = (int(task["item_id"][i : i + 8], 16) for i in (2, 10))
+        assert min(captions) <= first < second <= max(captions)
     assert {t["gold_source"] for t in gold} == {"qualification", "identical", "unmentioned"}
     text = (rated / "ratings_tasks" / "hits.csv").read_text()
     assert "gold" not in text.casefold() and "not_pertinent" not in text

@@ -5,9 +5,9 @@ on them that decides who is blocked.
 Controls come from the qualification gold set (its rate items) and are generated from the batch's own pairs:
 sentence 1 twice under the pair's high condition (identical sentences rate 5 under any pertinent condition), and
 the pair's sentences under a condition about something neither mentions (not pertinent). A control's row in
-hits.csv has the same columns as any other and an id of the same shape (`r-`, 16 hex digits, `-high` or `-low`,
-here from a seeded hash); which rows are controls is kept in tasks.jsonl (`gold_answer`) and `gold.csv` of the
-export folder, never in hits.csv.
+hits.csv has the same columns as any other and an id of the same shape (`r-`, a made-up pair of caption ids in
+the batch's range, `-high` or `-low`); which rows are controls is kept in tasks.jsonl (`gold_answer`) and
+`gold.csv` of the export folder, never in hits.csv.
 
 The rule (Wald's sequential probability ratio test, per worker, over their gold answers in results order): an
 answer is right when it is within TOLERANCE points of a numeric gold answer (and not flagged), or flags a
@@ -19,7 +19,6 @@ random ones cleared."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from pipeline.schemas import PROVENANCE
 from stages.annotate import qualification
 from stages.annotate.crowd import Rating, parse_rating
 from stages.annotate.files import write_csv
+from stages.annotate.layout import CONDITION_TYPES, rating_item_id
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
 BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)
@@ -83,9 +83,20 @@ def check_share(share: float) -> None:
         raise UserError(f"--gold-share must be in [0, {MAX_SHARE}) (got {share})")
 
 
-def _control_id(seed: int, index: int, text: str) -> str:
-    digest = hashlib.blake2b(f"gold|{seed}|{index}|{text}".encode(), digest_size=9).digest()
-    return f"r-{digest[:8].hex()}-{'high' if digest[8] % 2 else 'low'}"
+def _control_ids(real: list[dict[str, Any]], n: int, rng: np.random.Generator) -> list[str]:
+    """`n` ids in the real ids' shape (layout.rating_item_id): a made-up pair of caption ids drawn from the range
+    of the batch's own caption ids (smaller first, as in a real pair), not a real pair, and `high` or `low`."""
+    ids = [c for t in real for c in (t["caption_id_1"], t["caption_id_2"]) if c is not None]
+    low, high = (min(ids), max(ids)) if ids else (0, 1 << 20)
+    taken = {t["item_id"] for t in real}
+    made: list[str] = []
+    while len(made) < n:
+        a, b = sorted(int(v) for v in rng.integers(low, high + 1, 2))
+        item_id = rating_item_id((a << 32) | b, str(rng.choice(CONDITION_TYPES)))
+        if a != b and item_id not in taken:
+            taken.add(item_id)
+            made.append(item_id)
+    return made
 
 
 def _unmentioned(task: dict[str, Any], rng: np.random.Generator) -> str | None:
@@ -114,12 +125,12 @@ def controls(real: list[dict[str, Any]], gold: Path | None, n: int, seed: int) -
     if n and not highs:
         raise UserError("--gold-share: no rating items to build controls from")
     made: list[dict[str, Any]] = []
-    while len(made) < n:
+    for item_id in _control_ids(real, n, rng):
         task = highs[int(rng.integers(len(highs)))]
         s1, s2, condition, answer, source = _control(len(made) % 3, task, rate, rng)
         made.append(
             {
-                "item_id": _control_id(seed, len(made), f"{s1}|{s2}|{condition}"),
+                "item_id": item_id,
                 **{name: None for name in PROVENANCE},
                 "sentence1": s1,
                 "sentence2": s2,
