@@ -18,6 +18,7 @@ from pipeline.manifest import Manifest
 from pipeline.records import previous_of, read_json, recover_folder, staging_of, swap_in
 from pipeline.shards import write_atomic
 from report.annotations import annotation_summary
+from report.audit import audit_summary
 from report.funnel import funnel_rows, read_records
 from report.plots import distributions
 from report.samples import criteria_of, image_cosine_histogram, kept_sample, near_misses
@@ -75,6 +76,7 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
         "files": folder.name,
         "thumb_size": SIZE,
         "annotations": annotation_summary(work_dir / "annotate", staging),
+        "audit": audit_summary(work_dir / "annotate"),
     }
     html = render(context)
     swap_in(folder, staging, old)
