@@ -16,7 +16,7 @@ import pytest
 from stages.annotate import hidden_gold, ordinal
 from stages.annotate.crowd import Rating
 from stages.annotate.quality import anchored_fit
-from stages.annotate.simulate import gold_crowd
+from stages.annotate.simulate import gold_decisions
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.test_annotate import cli, kept, kept_dir, rated, read_report, read_tasks, write_results  # noqa: F401
@@ -74,28 +74,10 @@ def test_the_share_stays_within_a_point():
             assert abs(n / (n + n_real) - share) <= 0.01, (n_real, share, n)
 
 
-def simulated_decisions(seeds: range) -> dict[str, list[str]]:
-    """The SPRT's decision on every worker of simulated batches with 5% controls, by kind of worker."""
-    found: dict[str, list[str]] = {}
-    for seed in seeds:
-        batch = gold_crowd(seed=seed)
-        r = batch.crowd.ratings
-        tasks = [{"gold_answer": a} for a in batch.gold_answer]
-        accepted = [
-            Rating(int(i), str(w), "", None if f else int(v), bool(f))
-            for i, w, v, f in zip(r.item, r.worker, r.rating, r.flagged)
-        ]
-        share = np.mean([a is not None for a in batch.gold_answer])
-        assert abs(share - SHARE) <= 0.01
-        check = hidden_gold.GoldCheck.of(tasks, accepted)
-        for worker, kind in batch.crowd.kind.items():
-            found.setdefault(kind, []).append(check.workers[worker].decision)
-    return found
-
-
 @pytest.mark.slow
 def test_random_answers_are_blocked_and_honest_workers_are_not():
-    found = simulated_decisions(range(20))  # 20 batches of 2,000 items, 20 workers each, 25% spammers
+    found, shares, _ = gold_decisions(range(20))  # 20 batches of 2,000 items, 20 workers each, 25% spammers
+    assert all(abs(share - SHARE) <= 0.01 for share in shares)
     honest = [d for kind, decisions in found.items() if kind != "spammer" for d in decisions]
     spammers = found["spammer"]
     assert len(honest) == 300 and len(spammers) == 100

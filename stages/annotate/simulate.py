@@ -201,3 +201,27 @@ def _answer_controls(crowd: Crowd, kept: np.ndarray, answers: list[str | None], 
     rating[flagged] = 0
     ratings = RatingArrays(item, worker, rating, flagged)
     return GoldCrowd(Crowd(ratings, truth, bad, crowd.kind), answers)
+
+
+def gold_decisions(seeds: range, **batch: Any) -> tuple[dict[str, list[str]], list[float], list[int]]:
+    """The hidden-gold test's decision on every worker of simulated batches (gold_crowd with `batch`), by kind of
+    worker; the control share of each batch; every worker's number of gold answers."""
+    from stages.annotate.crowd import Rating
+    from stages.annotate.hidden_gold import GoldCheck
+
+    decisions: dict[str, list[str]] = {}
+    shares, answers = [], []
+    for seed in seeds:
+        made = gold_crowd(seed=seed, **batch)
+        r = made.crowd.ratings
+        accepted = [
+            Rating(int(i), str(w), "", None if f else int(v), bool(f))
+            for i, w, v, f in zip(r.item, r.worker, r.rating, r.flagged)
+        ]
+        check = GoldCheck.of([{"gold_answer": a} for a in made.gold_answer], accepted)
+        shares.append(float(np.mean([a is not None for a in made.gold_answer])))
+        for worker, kind in made.crowd.kind.items():
+            found = check.workers.get(worker)
+            decisions.setdefault(kind, []).append(found.decision if found else "undecided")
+            answers.append(found.answers if found else 0)
+    return decisions, shares, answers
