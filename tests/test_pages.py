@@ -326,6 +326,8 @@ def test_a_hidden_gold_row_looks_like_any_other(browser, annotated: Path, tmp_pa
     gold, real = hits
     assert set(gold.row) == set(real.row) and gold.row["item_id"] == tasks[gold_at]["item_id"]
     assert page_shape(gold) == page_shape(real)
+    shown = gold.page.inner_text("body").casefold()  # and no word of the row gives it away
+    assert not re.search(r"\b(gold|control|check|test|qualification|attention)\b", shown.replace("checkbox", ""))
     posted = []
     for hit in hits:
         hit.page.keyboard.press("4")
