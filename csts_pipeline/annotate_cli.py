@@ -177,8 +177,10 @@ def annotate_export(
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
-    if stage not in ("qualification", "ratings"):
-        _only_for(stage, "qualification", gold=gold)
+    if stage not in ("qualification", "ratings") and gold is not None:
+        raise UserError("--gold: only for --stage qualification or ratings")
+    if stage == "ratings" and gold is not None and not gold_share:
+        raise UserError("--gold: for --stage ratings only with --gold-share (the controls are drawn from it)")
     _only_for(stage, "ratings", more=more or None, gold_share=gold_share)
     if more and (gold_share is not None or gold is not None):
         raise UserError("--gold-share, --gold: not with --more (a follow-up batch carries no controls)")

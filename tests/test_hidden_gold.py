@@ -212,5 +212,11 @@ def test_bad_gold_share_is_one_line(rated: Path):  # noqa: F811
     assert "--gold-share must be in [0, 0.5)" in cli_error(
         "annotate", "export", "--stage", "ratings", "--out", rated, "--gold-share", "0.7", "--force"
     )
+    assert "only with --gold-share" in cli_error(
+        "annotate", "export", "--stage", "ratings", "--out", rated, "--gold", rated / "none.csv"
+    )
+    assert "gold file not found" in cli_error(
+        "annotate", "export", "--stage", "ratings", "--out", rated, "--gold-share", "0.05", "--gold", rated / "none.csv"
+    )
     assert "not with --more" in cli_error("annotate", "export", "--stage", "ratings", "--more", "--out", rated,
                                           "--gold-share", "0.05")  # fmt: skip

@@ -182,6 +182,8 @@ def export_ratings(
     upstream = require_record(conditions_dir, "annotate import --stage conditions")
     params, inputs = {"seed": seed}, {"conditions": upstream["fingerprint"]}
     if gold_share > 0:
+        if gold is not None and not gold.is_file():
+            raise UserError(f"{gold}: gold file not found")
         params["gold_share"] = gold_share
         inputs["gold"] = file_fingerprint(gold or qualification.default_gold())
     stage = StageRun("annotate-export-ratings", annotate_dir / RATINGS_TASKS, params, inputs)
