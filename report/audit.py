@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.records import read_json, read_record
-from stages.annotate.audit_report import AUDIT_JSON
+from stages.annotate.layout import AUDIT_FOLDER, AUDIT_JSON
 
-AUDIT_FOLDER = "audit"  # under the annotate folder
 DISPUTED_SHOWN = 5
 
 
