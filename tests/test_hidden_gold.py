@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import pytest
 
 from stages.annotate import hidden_gold, ordinal
 from stages.annotate.crowd import Rating
@@ -62,6 +61,11 @@ def test_controls_look_like_any_row_and_are_known_only_privately(rated: Path):  
             keys = dict(hidden_gold.UNMENTIONED)[task["condition"]]
             words = f"{task['sentence1']} {task['sentence2']}".casefold()
             assert task["gold_answer"] == "not_pertinent" and not any(k in words for k in keys)
+    # a rerun is a no-op; the same seed gives the same batch
+    before = (rated / "ratings_tasks" / "hits.csv").read_bytes()
+    assert cli("annotate", "export", "--stage", "ratings", "--out", rated, "--gold-share", SHARE).startswith("up to")
+    export_with_gold(rated)
+    assert (rated / "ratings_tasks" / "hits.csv").read_bytes() == before
     # controls are scattered through the batch, not appended at one end
     at = [i for i, t in enumerate(tasks) if hidden_gold.is_gold(t)]
     assert at[0] < len(tasks) // 2 < at[-1]
@@ -74,7 +78,6 @@ def test_the_share_stays_within_a_point():
             assert abs(n / (n + n_real) - share) <= 0.01, (n_real, share, n)
 
 
-@pytest.mark.slow
 def test_random_answers_are_blocked_and_honest_workers_are_not():
     found, shares, _ = gold_decisions(range(20))  # 20 batches of 2,000 items, 20 workers each, 25% spammers
     assert all(abs(share - SHARE) <= 0.01 for share in shares)
