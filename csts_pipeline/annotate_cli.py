@@ -151,7 +151,19 @@ def annotate_export(
     ] = None,
     gold: Annotated[
         Path | None,
-        typer.Option("--gold", help="qualification: the gold items (CSV; default: the package's own small set)."),
+        typer.Option(
+            "--gold",
+            help="qualification, ratings: the gold items (CSV; default: the package's own small set); ratings "
+            "draws hidden controls from its rate items.",
+        ),
+    ] = None,
+    gold_share: Annotated[
+        float | None,
+        typer.Option(
+            "--gold-share",
+            help="ratings: mix in hidden control items (qualification gold and generated) as this share of the "
+            "rows, e.g. 0.05; the import blocks workers who fail them (ratings/blocklist.csv). Default 0: none.",
+        ),
     ] = None,
     seed: SeedOpt = 0,
     out: AnnotateOutOpt = None,
@@ -181,8 +193,13 @@ def annotate_export(
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
-    _only_for(stage, "qualification", gold=gold)
-    _only_for(stage, "ratings", more=more or None)
+    if stage not in ("qualification", "ratings") and gold is not None:
+        raise UserError("--gold: only for --stage qualification or ratings")
+    if stage == "ratings" and gold is not None and not gold_share:
+        raise UserError("--gold: for --stage ratings only with --gold-share (the controls are drawn from it)")
+    _only_for(stage, "ratings", more=more or None, gold_share=gold_share)
+    if more and (gold_share is not None or gold is not None):
+        raise UserError("--gold-share, --gold: not with --more (a follow-up batch carries no controls)")
     if task_format not in ("mturk", "label-studio"):
         raise UserError(f"--format {task_format!r}: expected mturk or label-studio")
     if task_format == "label-studio":
@@ -199,7 +216,7 @@ def annotate_export(
         typer.echo(describe_more(export_more(folder, force)))
         return
     elif stage == "ratings":
-        record = annotate.export_ratings(folder, seed, force)
+        record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold)
     elif stage == "bws":
         record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:

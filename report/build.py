@@ -18,6 +18,7 @@ from pipeline.manifest import Manifest
 from pipeline.records import read_json
 from pipeline.shards import write_atomic
 from report.annotations import annotation_summary
+from report.audit import audit_summary
 from report.funnel import funnel_rows, read_records
 from report.plots import distributions
 from report.samples import criteria_of, image_cosine_histogram, kept_sample, near_misses
@@ -93,6 +94,7 @@ def _build(
         "files": files,
         "thumb_size": SIZE,
         "annotations": annotation_summary(work_dir / "annotate", staging),
+        "audit": audit_summary(work_dir / "annotate"),
     }
     return render(context), {"kept": len(kept), "images": len(thumbs), "near": near.source}
 

@@ -55,7 +55,7 @@ def export_all(folder: Path) -> Path:
     cli("annotate", "export", "--stage", "qualification", "--out", folder)
     cli("annotate", "export", "--stage", "conditions", "--input", EXAMPLE / "kept.csv", "--n", 8, "--out", folder)
     cli("annotate", "import", "--stage", "conditions", "--results", EXAMPLE / "conditions_results.csv", "--out", folder)
-    cli("annotate", "export", "--stage", "ratings", "--out", folder)
+    cli("annotate", "export", "--stage", "ratings", "--out", folder, "--gold-share", "0.1")  # hidden gold rows too
     cli("annotate", "export", "--stage", "bws", "--out", folder)
     return folder
 
@@ -99,14 +99,21 @@ def annotated(tmp_path_factory: pytest.TempPathFactory, browser) -> Path:
 
 
 class Hit:
-    """One stage's page as a worker sees it in an assignment: the first hits.csv row filled in, served at
-    PAGE_URL with MTurk's query parameters; every post to the submit URL is kept in `posted`."""
+    """One stage's page as a worker sees it in an assignment: a hits.csv row (the first, or `row`) filled in,
+    served at PAGE_URL with MTurk's query parameters; every post to the submit URL is kept in `posted`."""
 
     def __init__(
-        self, browser, folder: Path, stage: str, assignment: str = "ASG-1", worker: str = "W-1", wrap: bool = False
+        self,
+        browser,
+        folder: Path,
+        stage: str,
+        assignment: str = "ASG-1",
+        worker: str = "W-1",
+        wrap: bool = False,
+        row: int = 0,
     ):
         with (folder / f"{stage}_tasks" / "hits.csv").open(newline="", encoding="utf-8") as handle:
-            self.row = next(csv.DictReader(handle))
+            self.row = list(csv.DictReader(handle))[row]
         body = pages.fill((folder / f"{stage}_tasks" / pages.PAGE).read_text(encoding="utf-8"), self.row)
         if wrap:
             body = wrapped(body, assignment)
@@ -295,6 +302,46 @@ def test_ratings_page_round_trip_with_the_keyboard(browser, annotated: Path, tmp
         (first.row["item_id"], "RATER-1", "ASG-R1", 4, False),
         (first.row["item_id"], "RATER-2", "ASG-R2", None, True),
     ]
+
+
+def page_shape(hit: Hit) -> dict:
+    """What a worker could tell a page by, its row's own text aside: the fields, the visible text with the row's
+    values blanked out, and the ids and names the form posts."""
+    text = hit.page.inner_text("body")
+    for name in ("sentence1", "sentence2", "condition"):
+        text = text.replace(hit.row[name], f"<{name}>")
+    fields = hit.page.eval_on_selector_all(
+        "input, button, textarea, select", "els => els.map(e => [e.tagName, e.type, e.name, e.id, e.disabled])"
+    )
+    return {"text": text, "fields": fields}
+
+
+def test_a_hidden_gold_row_looks_like_any_other(browser, annotated: Path, tmp_path: Path):
+    tasks = [json.loads(line) for line in (annotated / "ratings_tasks" / "tasks.jsonl").read_text().splitlines()]
+    gold_at = next(i for i, t in enumerate(tasks) if t.get("gold_answer") is not None)
+    real_at = next(i for i, t in enumerate(tasks) if t.get("gold_answer") is None)
+    hits = [
+        Hit(browser, annotated, "ratings", assignment=f"ASG-G{i}", worker="RATER-G", row=i) for i in (gold_at, real_at)
+    ]
+    gold, real = hits
+    assert set(gold.row) == set(real.row) and gold.row["item_id"] == tasks[gold_at]["item_id"]
+    assert page_shape(gold) == page_shape(real)
+    shown = gold.page.inner_text("body").casefold()  # and no word of the row gives it away
+    assert not re.search(r"\b(gold|control|check|test|qualification|attention)\b", shown.replace("checkbox", ""))
+    posted = []
+    for hit in hits:
+        hit.page.keyboard.press("4")
+        posted.append(hit.submit_and_capture())
+    assert [sorted(p) for p in posted] == [sorted(posted[1])] * 2
+    results = batch_results(tmp_path / "gold.csv", hits, posted)
+    for hit in hits:
+        hit.close()
+    cli("annotate", "import", "--stage", "ratings", "--results", results, "--out", annotated)
+    # the control's answer is scored, never kept as a rating
+    rows = pq.read_table(annotated / "ratings" / "ratings.parquet").to_pylist()
+    assert [r["item_id"] for r in rows] == [real.row["item_id"]]
+    agreement = json.loads((annotated / "ratings" / "agreement.json").read_text())
+    assert agreement["gold"]["answers"] == 1
 
 
 def test_bws_page_round_trip_with_the_keyboard(browser, annotated: Path, tmp_path: Path):

@@ -237,8 +237,8 @@ def test_the_threshold_and_the_qualification_name_are_options(tested: Path, tmp_
     assert grant[0] == '"Worker ID","UPDATE-Careful rater"' and '"W03",1' in grant
     assert "--max-rating-error must be in [0, 4]" in cli(*args, "--max-rating-error", "5", code=2)
     assert "without commas" in cli(*args, "--qualification-name", "a,b", code=2)
-    assert "only for --stage qualification" in cli(
-        "annotate", "export", "--stage", "ratings", "--gold", tmp_path / "q.csv", "--out", tested, code=2
+    assert "--gold: only for --stage qualification or ratings" in cli(
+        "annotate", "export", "--stage", "conditions", "--gold", tmp_path / "q.csv", "--out", tested, code=2
     )
 
 

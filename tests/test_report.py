@@ -64,6 +64,8 @@ def work(tmp_path_factory) -> Path:
         "--out",
         annotate,
     )
+    audit_args = ("--labels", str(EXAMPLES / "audit_labels.csv"), "--reference", str(EXAMPLES / "audit_reference.csv"))
+    cli("annotate", "audit", *audit_args, "--out", str(work / "annotate" / "audit"))
     return work
 
 
@@ -132,6 +134,16 @@ def test_the_page_loads_every_image_and_shows_the_funnel_of_the_records(work, pa
     )
     assert {worker: int(n) for worker, n in rows} == dict(Counter(ratings))
 
+    # the audit section: the figures of audit.json, each read from the key it names
+    audit = json.loads((work / "annotate" / "audit" / "audit.json").read_text())
+    shown = dict(
+        view.eval_on_selector_all("[data-audit-key]", "all => all.map(e => [e.dataset.auditKey, e.textContent])")
+    )
+    assert view.locator("nav a[href='#audit']").count() == 1
+    assert shown["matched"] == f"{audit['matched']:,}"
+    assert shown["agreement.exact_agreement"] == f"{100 * audit['agreement']['exact_agreement']:.1f}%"
+    assert shown["agreement.spearman"].startswith(f"{audit['agreement']['spearman']:.3f}")
+
     if os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not SCREENSHOT.is_file():
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         view.set_viewport_size({"width": 1300, "height": 1700})
@@ -178,6 +190,43 @@ def test_a_rerun_replaces_the_page_and_its_files_whole(work, page):
     cli("report", "--dataset", "sample", "--work-dir", str(work), "--near", "2")
     assert not stale.exists() and (page.with_name("index_files") / "thumbs").is_dir()
     assert not [p for p in page.parent.glob(".index_files*") if p.suffix != ".lock"]  # no staging or old folder
+
+
+def test_the_audit_section_reads_a_finished_audit_only(tmp_path):
+    from report.audit import audit_summary
+    from report.build import render
+
+    annotate = tmp_path / "annotate"
+    assert audit_summary(annotate) is None
+    (annotate / "audit").mkdir(parents=True)
+    (annotate / "audit" / "audit.json").write_text("{}")  # no stage record: not a finished audit
+    assert audit_summary(annotate) is None
+    labels, reference = EXAMPLES / "audit_labels.csv", EXAMPLES / "audit_reference.csv"
+    cli("annotate", "audit", "--labels", str(labels), "--reference", str(reference), "--out", str(annotate / "audit"))
+    found = json.loads((annotate / "audit" / "audit.json").read_text())
+    summary = audit_summary(annotate)
+    figures = {key: value for key, _, value in summary["figures"]}
+    assert figures["matched"] == str(found["matched"])
+    assert figures["rejected_by_reference"] == str(found["rejected_by_reference"])
+    assert figures["agreement.differ_by_2_or_more"] == f"{100 * found['agreement']['differ_by_2_or_more']:.1f}%"
+    low, high = found["agreement"]["interval_95"]["pearson"]
+    assert figures["agreement.pearson"] == f"{found['agreement']['pearson']:.3f} ({low:.3f} to {high:.3f})"
+    assert [k[0] for k in summary["kinds"]] == list(found["by_condition_kind"])
+    assert summary["disputed"] == found["most_disputed"][:5]
+    # and in the page: the section, escaped, with its nav link
+    html = render(page_context(audit=summary))
+    assert '<section id="audit">' in html and 'href="#audit"' in html
+    assert html.count("data-audit-key=") == len(summary["figures"])
+    assert '<section id="audit">' not in render(page_context(audit=None))
+
+
+def page_context(**given) -> dict:
+    """The least context the template renders: an empty run with only what `given` sets."""
+    near = type("Near", (), {"source": "", "cosine_note": None, "pairs": {}})()
+    context = {"name": "t", "demo_encoders": False, "work_dir": "w", "made": "now", "funnel": [], "cosine_scope": "",
+               "figures": [], "kept": [], "kept_metric": "", "kept_total": 0, "near": near, "criteria": {},
+               "thumbs": {}, "files": "f", "thumb_size": 1, "annotations": None}  # fmt: skip
+    return context | given
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from pipeline.records import file_fingerprint
 from pipeline.shards import write_atomic
 from stages.annotate.audit import audit
 from stages.annotate.files import write_json
+from stages.annotate.layout import AUDIT_JSON
 
-AUDIT_JSON = "audit.json"
 AUDIT_MD = "audit.md"
 
 

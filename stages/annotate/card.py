@@ -175,7 +175,14 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
         lines.append(
             f"\nWorkers: {workers['workers']:,}, of whom {workers['unreliable']:,} answered close to at random "
             f"(reliability below {workers['unreliable_below']}). Gold accuracy: "
-            + ("not measured (no gold items)." if gold is None else f"{gold:.3f}.")
+            + ("not measured (no gold items)." if gold is None else f"{gold:.3f} (workers kept).")
+        )
+    hidden = found.get("gold")
+    if hidden:
+        lines.append(
+            f"\nHidden gold: {hidden['answers']:,} answers to control items by {hidden['workers']:,} workers, "
+            f"{hidden['accuracy']} right; {hidden['blocked']:,} worker(s) blocked by a sequential probability ratio "
+            f"test (alpha {hidden['rule']['alpha']}, beta {hidden['rule']['beta']}) and their ratings left out."
         )
     return lines
 

@@ -171,8 +171,16 @@ class Screen:
     """Per-row checks shared by the imports (rejected assignments, missing/unknown ids, duplicate assignments,
     workers not qualified), and the problems found so far."""
 
-    def __init__(self, known: dict[str, int], id_field: str, tasks_file: Path, qualified: Qualified | None = None):
+    def __init__(
+        self,
+        known: dict[str, int],
+        id_field: str,
+        tasks_file: Path,
+        qualified: Qualified | None = None,
+        blocked: frozenset[str] = frozenset(),
+    ):
         self.known = known
+        self.blocked = blocked
         self.id_field = id_field
         self.tasks_file = tasks_file
         self.qualified = qualified
@@ -192,6 +200,8 @@ class Screen:
         if self.qualified is not None and row.text("worker_id") not in self.qualified.workers:
             who = row.text("worker_id") or "(no worker id)"
             self.add(row, "not_qualified", f"worker {who} is not qualified in {self.qualified.file}")
+        if row.text("worker_id") in self.blocked:
+            self.add(row, "blocked", f"worker {row.text('worker_id')} failed the hidden gold test (blocklist.csv)")
         task = row.text(self.id_field)
         if not task:
             self.add(row, "missing_id", f"no {self.id_field}")
@@ -269,11 +279,15 @@ class Rating(NamedTuple):
 
 
 def screen_ratings(
-    items: list[dict[str, Any]], results: list[Path], tasks_file: Path, qualified: Qualified | None = None
+    items: list[dict[str, Any]],
+    results: list[Path],
+    tasks_file: Path,
+    qualified: Qualified | None = None,
+    blocked: frozenset[str] = frozenset(),
 ) -> tuple[Screen, list[Rating]]:
     """Every rating results row checked; the accepted ratings, at most one per worker and item, none by the
-    item's condition writer."""
-    screen = Screen({t["item_id"]: i for i, t in enumerate(items)}, "item_id", tasks_file, qualified)
+    item's condition writer nor by a `blocked` worker."""
+    screen = Screen({t["item_id"]: i for i, t in enumerate(items)}, "item_id", tasks_file, qualified, blocked)
     accepted: list[Rating] = []
     seen: dict[tuple[int, str], str] = {}
     for path in results:

@@ -31,6 +31,8 @@ INVERSIONS = "inversions.csv"  # ratings/: pairs whose high condition is not sur
 BWS_ITEMS = "items.jsonl"  # bws_tasks/: the items the tuples index
 ANNOTATIONS = "annotations.parquet"  # bws/: the accepted best/worst answers
 RELIABILITY = "reliability.json"  # bws/: split-half reliability
+AUDIT_FOLDER = "audit"  # `annotate audit --out <annotate>/audit`: where the report looks for it
+AUDIT_JSON = "audit.json"
 
 KEPT_COLUMNS = (*PROVENANCE, "sentence1", "sentence2", "image_cosine", "iou")
 CONDITION_TYPES = ("high", "low")

@@ -141,9 +141,17 @@ def best_parameters(counts: np.ndarray) -> np.ndarray:
 
 
 def fit(
-    item: np.ndarray, worker: np.ndarray, rating: np.ndarray, n_items: int, max_iter: int = 200, tol: float = 1e-6
+    item: np.ndarray,
+    worker: np.ndarray,
+    rating: np.ndarray,
+    n_items: int,
+    max_iter: int = 200,
+    tol: float = 1e-6,
+    known: np.ndarray | None = None,
 ) -> OrdinalFit:
-    """Fit the model by EM to ratings (`item` indexes 0..n_items-1, `worker` ids, `rating` integers 1-5)."""
+    """Fit the model by EM to ratings (`item` indexes 0..n_items-1, `worker` ids, `rating` integers 1-5).
+    `known` (per item, 0 or a true label 1-5) fixes the posterior of control items with a known answer (hidden
+    gold) in every E-step, so they anchor the workers' bias and noise; they stay out of the label prior."""
     workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
     rating = np.asarray(rating, np.float64)
     if len(rating) and (rating.min() < 1 or rating.max() > 5 or (rating != np.round(rating)).any()):
@@ -159,6 +167,10 @@ def fit(
         log_table = log_grid[choice].reshape(len(workers), len(SCALE), len(SCALE))
         updated = item_posterior(item, code, rating, log_table, prior, n_items)
         answered = np.bincount(item, minlength=n_items) > 0
+        if known is not None:
+            fixed = np.flatnonzero(known > 0)
+            updated[fixed] = np.eye(len(SCALE))[known[fixed].astype(np.int64) - 1]
+            answered &= known <= 0
         prior = (updated[answered].sum(axis=0) + 1) / (answered.sum() + len(SCALE))
         choice = best_parameters(worker_counts(updated, item, code, rating, len(workers)))
         change = float(np.abs(updated - posterior).max()) if n_items else 0.0

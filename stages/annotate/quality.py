@@ -9,7 +9,7 @@ with the model, a pair whose order the model holds less likely than UNSURE_BELOW
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -49,22 +49,51 @@ class ModelResult:
     high: np.ndarray
 
 
+Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
+
+
 def labels_for(
-    ratings: RatingArrays, n_items: int, how: str, not_pertinent_share: float, min_ratings: int
+    ratings: RatingArrays,
+    n_items: int,
+    how: str,
+    not_pertinent_share: float,
+    min_ratings: int,
+    anchor: Anchor | None = None,
 ) -> tuple[ItemLabels, ModelResult | None]:
-    """The items' labels by the policy `how`: the model's (with the fit), or mean, median or round's."""
+    """The items' labels by the policy `how`: the model's (with the fit), or mean, median or round's. `anchor`:
+    gold items' ratings and known labels, which the model fits alongside (the other policies ignore them)."""
     if how == MODEL:
-        return model_labels(ratings, n_items, not_pertinent_share, min_ratings)
+        return model_labels(ratings, n_items, not_pertinent_share, min_ratings, anchor)
     return label_items(ratings, n_items, how, not_pertinent_share, min_ratings), None
 
 
+def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> ordinal.OrdinalFit:
+    """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
+    known labels fixed (ordinal.fit's `known`); the posterior returned is the items' only."""
+    rated = ratings.rated
+    item, worker, rating = ratings.item[rated], ratings.worker[rated], ratings.rating[rated]
+    if anchor is None:
+        return ordinal.fit(item, worker, rating, n_items)
+    gold, truth = anchor
+    ok = gold.rated
+    known = np.concatenate([np.zeros(n_items, np.int64), truth])
+    fit = ordinal.fit(
+        np.concatenate([item, gold.item[ok] + n_items]),
+        np.concatenate([worker, gold.worker[ok]]),
+        np.concatenate([rating, gold.rating[ok]]),
+        n_items + len(truth),
+        known=known,
+    )
+    return replace(fit, posterior=fit.posterior[:n_items])
+
+
 def model_labels(
-    ratings: RatingArrays, n_items: int, not_pertinent_share: float, min_ratings: int
+    ratings: RatingArrays, n_items: int, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as agreement.label_items gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`."""
     rated = ratings.rated
-    fit = ordinal.fit(ratings.item[rated], ratings.worker[rated], ratings.rating[rated], n_items)
+    fit = anchored_fit(ratings, n_items, anchor)
     found = verdict.infer(ratings.item, ratings.worker, ratings.flagged, n_items)
     n_ratings = np.bincount(ratings.item[rated], minlength=n_items)
     answers = np.bincount(ratings.item, minlength=n_items)
@@ -93,10 +122,10 @@ def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, 
     }
 
 
-def workers_table(model: ModelResult | None, ratings: RatingArrays) -> pa.Table:
+def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[str, Any] | None = None) -> pa.Table:
     """`workers.parquet`: every worker with accepted answers; reliability, bias and noise from the ordinal model
-    (null for one who only flagged, and for the other policies); gold accuracy stays null until gold items are
-    scored (docs/annotate.md)."""
+    (null for one who only flagged, and for the other policies); gold accuracy and answers from the hidden gold
+    (`gold`: worker -> hidden_gold.WorkerGold; null and 0 without gold in the batch)."""
     names, codes = np.unique(ratings.worker.astype(str), return_inverse=True)
     answers = np.bincount(codes, minlength=len(names))
     rated = np.bincount(codes[ratings.rated], minlength=len(names))
@@ -112,8 +141,9 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays) -> pa.Table:
         skill = dict(zip(model.verdict.workers, model.verdict.skill))
         columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
     columns["unreliable"] = [r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
-    columns["gold_accuracy"] = [None] * len(names)
-    columns["gold_answers"] = [0] * len(names)
+    scored = [(gold or {}).get(w) for w in names]
+    columns["gold_accuracy"] = [None if g is None or g.accuracy is None else round(g.accuracy, 4) for g in scored]
+    columns["gold_answers"] = [0 if g is None else g.answers for g in scored]
     return pa.table(columns, schema=WORKERS_SCHEMA)
 
 
@@ -124,11 +154,20 @@ def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
         "unreliable_below": UNRELIABLE_BELOW,
-        "gold_accuracy": None,
+        "gold_accuracy": _mean_gold_accuracy(table),
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
     }
+
+
+def _mean_gold_accuracy(table: pa.Table) -> float | None:
+    """The share of right gold answers over the workers in the table (None without gold answers)."""
+    answers = table.column("gold_answers").to_numpy()
+    accuracy = np.array([np.nan if a is None else a for a in table.column("gold_accuracy").to_pylist()], float)
+    if answers.sum() == 0:
+        return None
+    return round(float(np.nansum(accuracy * answers) / answers.sum()), 4)
 
 
 @dataclass

@@ -149,3 +149,79 @@ def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
         exclude = frozenset(fit.workers[fit.reliability < UNRELIABLE_BELOW].tolist())
         grown = more_ratings(grown, wanted, 1, exclude=exclude, seed=seed * 1000 + 100 + round_)
     return grown
+
+
+GOLD_ANSWERS = ("5", "5", "1", "3", "not_pertinent")  # drawn in turn for the controls of gold_crowd
+
+
+@dataclass
+class GoldCrowd:
+    """A simulated batch with hidden controls: `crowd` over real and control items, and per item its gold answer
+    (None for a real item), as tasks.jsonl holds it."""
+
+    crowd: Crowd
+    gold_answer: list[str | None]
+
+
+def gold_crowd(n_items: int = 2000, share: float = 0.05, per_item: int = 3, seed: int = 0, **kinds: Any) -> GoldCrowd:
+    """`n_items` real items and as many controls as `annotate export --gold-share share` adds, shuffled, rated by
+    the same workers with the same answer model: a numeric control has that true label, a not-pertinent one is a
+    bad condition (honest workers flag it with probability 0.85)."""
+    from stages.annotate.hidden_gold import gold_count
+
+    crowd = simulate_crowd(n_items=n_items + 2 * gold_count(n_items, share), per_item=per_item, seed=seed, **kinds)
+    rng = np.random.default_rng(seed + 7)
+    n_gold = gold_count(n_items, share)
+    is_gold = np.zeros(crowd.n_items, bool)
+    is_gold[rng.choice(crowd.n_items, n_gold, replace=False)] = True
+    answers: list[str | None] = [None] * crowd.n_items
+    for turn, i in enumerate(np.flatnonzero(is_gold)):
+        answers[i] = GOLD_ANSWERS[turn % len(GOLD_ANSWERS)]
+    keep = np.flatnonzero(~is_gold)[:n_items]  # drop the surplus real items so that n_items stay
+    kept = np.sort(np.concatenate([keep, np.flatnonzero(is_gold)]))
+    return _answer_controls(crowd, kept, [answers[i] for i in kept], seed)
+
+
+def _answer_controls(crowd: Crowd, kept: np.ndarray, answers: list[str | None], seed: int) -> GoldCrowd:
+    """The crowd restricted to the `kept` items (renumbered), its answers to the controls redrawn from their gold."""
+    rng = np.random.default_rng(seed + 11)
+    new_index = np.full(crowd.n_items, -1)
+    new_index[kept] = np.arange(len(kept))
+    r = crowd.ratings
+    on = new_index[r.item] >= 0
+    item, worker = new_index[r.item[on]], r.worker[on]
+    truth, bad = crowd.truth[kept].copy(), crowd.bad[kept].copy()
+    for i, gold in enumerate(answers):
+        if gold is not None:
+            bad[i] = gold == "not_pertinent"
+            truth[i] = int(rng.integers(1, 6)) if bad[i] else int(gold)
+    kinds = np.array([crowd.kind[w] for w in worker])
+    rating = answer(truth[item], kinds, 0.6, rng)
+    flagged = flags(bad[item], kinds, rng)
+    rating[flagged] = 0
+    ratings = RatingArrays(item, worker, rating, flagged)
+    return GoldCrowd(Crowd(ratings, truth, bad, crowd.kind), answers)
+
+
+def gold_decisions(seeds: range, **batch: Any) -> tuple[dict[str, list[str]], list[float], list[int]]:
+    """The hidden-gold test's decision on every worker of simulated batches (gold_crowd with `batch`), by kind of
+    worker; the control share of each batch; every worker's number of gold answers."""
+    from stages.annotate.crowd import Rating
+    from stages.annotate.hidden_gold import GoldCheck
+
+    decisions: dict[str, list[str]] = {}
+    shares, answers = [], []
+    for seed in seeds:
+        made = gold_crowd(seed=seed, **batch)
+        r = made.crowd.ratings
+        accepted = [
+            Rating(int(i), str(w), "", None if f else int(v), bool(f))
+            for i, w, v, f in zip(r.item, r.worker, r.rating, r.flagged)
+        ]
+        check = GoldCheck.of([{"gold_answer": a} for a in made.gold_answer], accepted)
+        shares.append(float(np.mean([a is not None for a in made.gold_answer])))
+        for worker, kind in made.crowd.kind.items():
+            found = check.workers.get(worker)
+            decisions.setdefault(kind, []).append(found.decision if found else "undecided")
+            answers.append(found.answers if found else 0)
+    return decisions, shares, answers

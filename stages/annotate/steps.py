@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
-from pipeline.records import require_current, require_record
+from pipeline.records import file_fingerprint, require_current, require_record
 from pipeline.shards import read_table
-from stages.annotate import crowd, qualification, quality, tasks
+from stages.annotate import crowd, hidden_gold, qualification, quality, tasks
 from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
 from stages.annotate.files import read_jsonl, write_csv, write_json, write_parquet
 from stages.annotate.kept import KeptSource
@@ -168,19 +168,25 @@ def _triplets(condition_tasks: list[dict], answers: dict[int, crowd.ResultRow]) 
 # ------------------------------------------------------------------------------------------- 3: export ratings
 
 
-def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
+def export_ratings(
+    annotate_dir: Path, seed: int, force: bool, gold_share: float = 0.0, gold: Path | None = None
+) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
-    hides which condition was meant to be high or low."""
+    hides which condition was meant to be high or low. With `gold_share`, hidden control items make up that
+    share of the rows (stages/annotate/hidden_gold.py; `gold`: the qualification gold file to draw from)."""
+    hidden_gold.check_share(gold_share)
     conditions_dir = annotate_dir / CONDITIONS
     upstream = require_current(
         conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
     )
+    params, inputs = {"seed": seed}, {"conditions": upstream["fingerprint"]}
+    if gold_share > 0:
+        if gold is not None and not gold.is_file():
+            raise UserError(f"{gold}: gold file not found")
+        params["gold_share"] = gold_share
+        inputs["gold"] = file_fingerprint(gold or qualification.default_gold())
     with OutputFolder(
-        "annotate-export-ratings",
-        annotate_dir / RATINGS_TASKS,
-        {"seed": seed},
-        {"conditions": upstream["fingerprint"]},
-        reads=(conditions_dir,),
+        "annotate-export-ratings", annotate_dir / RATINGS_TASKS, params, inputs, reads=(conditions_dir,)
     ) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
@@ -189,15 +195,21 @@ def export_ratings(annotate_dir: Path, seed: int, force: bool) -> dict:
         is_low = triplets.column("condition_type").to_numpy(zero_copy_only=False) == "low"
         key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
         triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
-        records = tasks.rating_tasks(triplets)
+        real = tasks.rating_tasks(triplets)
+        n_gold = hidden_gold.gold_count(len(real), gold_share)
+        records = hidden_gold.mix(real, hidden_gold.controls(real, gold, n_gold, seed), seed)
 
         out.begin(force=True)
-        hits = triplets.select(["item_id", "sentence1", "sentence2", "condition"])
+        hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
         files = {
             key: str(out.folder / name)
             for key, name in tasks.write_task_files(out.staging, hits, records, "ratings").items()
         }
-        counts = {"items": len(records), "pairs": len({r["pair_id"] for r in records})}
+        counts = {"items": len(real), "pairs": len({r["pair_id"] for r in real})}
+        if n_gold:
+            hidden_gold.write_gold_file(records, out.staging / hidden_gold.GOLD_FILE)
+            files["gold"] = str(out.folder / hidden_gold.GOLD_FILE)
+            counts |= {"gold_items": n_gold, "gold_share": round(n_gold / len(records), 4)}
         return out.finish(counts, files=files)
 
 
@@ -234,27 +246,36 @@ def import_ratings(
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
-        items = read_jsonl(tasks_dir / TASKS)
-        screen, accepted = crowd.screen_ratings(items, results, tasks_dir / TASKS, qualified)
+        tasks_all = read_jsonl(tasks_dir / TASKS)
+        screen, accepted = crowd.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
+        gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
+        if gold is not None and gold.blocked:
+            screen, accepted = crowd.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
+        parts = hidden_gold.separate(tasks_all, accepted)
+        items, accepted = parts.items, parts.accepted
         if not accepted:
             raise screen.nothing_valid(results, "ratings")
         ratings = RatingArrays.of(accepted)
-        labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings)
+        anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
+        labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings, anchor)
         agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
         checks = quality.high_low(items, labels, model)
-        worker_table = quality.workers_table(model, ratings)
+        workers = quality.workers_table(model, ratings, gold.workers if gold else None)
         agreement |= {
             "high_low": checks.summary,
-            "model_workers": quality.workers_summary(model, worker_table) if model else None,
+            "model_workers": quality.workers_summary(model, workers) if model else None,
+            "gold": gold.summary() if gold else None,
         }
 
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
         write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), out.staging / ITEMS)
         write_parquet(_individual_table(items, accepted), out.staging / INDIVIDUAL_RATINGS)
-        write_parquet(worker_table, out.staging / WORKERS)
+        write_parquet(workers, out.staging / WORKERS)
         write_csv(checks.table, out.staging / INVERSIONS)
         write_json(out.staging / AGREEMENT, agreement)
+        if gold is not None:
+            write_csv(gold.blocklist(), out.staging / hidden_gold.BLOCKLIST)
         status = labels.status
         counts = {
             "items": len(items),
@@ -266,6 +287,9 @@ def import_ratings(
         }
         files = {name: str(out.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
         files["report"] = str(out.folder / REPORT)
+        if gold is not None:
+            files["blocklist"] = str(out.folder / hidden_gold.BLOCKLIST)
+            counts |= {"gold_answers": agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
         figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
         return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 

@@ -41,9 +41,15 @@ def _export_conditions(counts: dict[str, Any], files: dict[str, str]) -> str:
 
 
 def _export_ratings(counts: dict[str, Any], files: dict[str, str]) -> str:
+    gold = ""
+    if counts.get("gold_items"):
+        gold = (
+            f"\n  hidden gold: {counts['gold_items']} control rows ({counts['gold_share']:.1%} of the batch) -> "
+            f"{files['gold']} (keep it private)"
+        )
     return (
         f"{counts['items']} rating tasks ({counts['pairs']} pairs x high/low)\n"
-        f"  upload: {files['hits']}\n  ids:    {files['tasks']}\n  page:   {files['page']}"
+        f"  upload: {files['hits']}\n  ids:    {files['tasks']}\n  page:   {files['page']}{gold}"
     )
 
 
@@ -149,6 +155,15 @@ def _import_ratings(record: dict[str, Any]) -> str:
         lines.append(
             f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
             f"{model['unreliable_below']}) -> {files[WORKERS]}"
+        )
+    gold = agreement.get("gold")
+    if gold is not None:
+        rule = gold["rule"]
+        lines.append(
+            f"hidden gold: {gold['answers']} answers by {gold['workers']} workers, {gold['accuracy']} right; "
+            f"SPRT (H0 P(right) {rule['h0_p_right']}, H1 {rule['h1_p_right']}, alpha {rule['alpha']}, beta "
+            f"{rule['beta']}): {gold['blocked']} blocked, {gold['cleared']} cleared, {gold['undecided']} undecided "
+            f"-> {files['blocklist']}"
         )
     return "\n".join([*lines, agreement_table(agreement)])
 
