@@ -8,7 +8,8 @@ The package, by responsibility:
 - `qualification`: the qualification test (export from a gold file, scoring, the workers later imports keep);
 - `pages`: the HIT pages (templates/), rendered into each task folder's template.html;
 - `kept`: reading the filter's kept pairs; `sampling`: the stratified sample of them;
-- `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back;
+- `tasks`: the task files for the crowd; `crowd`: reading and screening what the crowd sends back (`results`:
+  one results row and the problems that leave a row out);
   `label_studio`: the same tasks and results for a Label Studio server (configs in templates/label_studio/);
 - `agreement`: labels from ratings, Fleiss' kappa, Krippendorff's alpha (the `krippendorff` package),
   per-worker agreement;

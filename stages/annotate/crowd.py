@@ -11,7 +11,6 @@ import csv
 import json
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,67 +18,21 @@ import pyarrow as pa
 
 from pipeline.errors import UserError
 from pipeline.records import file_fingerprint, fingerprint
+from stages.annotate import label_studio
 from stages.annotate.files import write_csv
 from stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
+from stages.annotate.results import Problem, ResultRow, field_name, one_line
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")
 BWS_FIELDS = ("tuple_id", "worker_id", "best", "worst")
 BWS_POSITIONS = 4
-_MTURK_FIELDS = {
-    "WorkerId": "worker_id",
-    "AssignmentId": "assignment_id",
-    "AssignmentStatus": "assignment_status",
-    "HITId": "hit_id",
-}
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
 
-def one_line(value: Any) -> str:
-    """A results field as one line of text: missing is empty, inner whitespace runs become one space."""
-    return "" if value is None else " ".join(str(value).split())
-
-
 def same_text(a: str, b: str) -> bool:
     return a.casefold() == b.casefold()
-
-
-@dataclass
-class Problem:
-    """One reason a results row was excluded; `row` counts the header as row 1 (CSV) or is the line (JSONL)."""
-
-    file: str
-    row: int
-    id: str
-    problem: str
-    detail: str
-
-
-@dataclass
-class ResultRow:
-    """One results row with plain field names, and where it came from (for the report)."""
-
-    file: Path
-    row: int
-    fields: dict[str, Any]
-
-    def text(self, name: str) -> str:
-        return one_line(self.fields.get(name))
-
-    def where(self) -> str:
-        return f"{self.file.name}:{self.row}"
-
-
-def field_name(column: str) -> str:
-    """MTurk batch-results names to plain ones: Input.x and Answer.x to x, WorkerId to worker_id, ..."""
-    column = column.strip()
-    if column in _MTURK_FIELDS:
-        return _MTURK_FIELDS[column]
-    for prefix in ("Input.", "Answer."):
-        if column.startswith(prefix):
-            return column[len(prefix) :]
-    return column
 
 
 def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:
@@ -88,10 +41,8 @@ def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow]
     A file without the `required` fields is a UserError."""
     if not path.is_file():
         raise UserError(f"{path}: results file not found")
-    if path.suffix == ".json":  # a Label Studio export; its reader builds the same rows (import kept local: cycle)
-        from stages.annotate.label_studio import read_export
-
-        rows, problems, columns = read_export(path)
+    if path.suffix == ".json":  # a Label Studio export; its reader builds the same rows
+        rows, problems, columns = label_studio.read_export(path)
         columns |= set(required[1:])  # an answer left blank is absent from an export; the id field comes first
         return _checked(path, required, columns, rows, problems)
     try:

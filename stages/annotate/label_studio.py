@@ -16,8 +16,8 @@ from xml.etree import ElementTree
 
 from pipeline.errors import UserError
 from pipeline.shards import write_atomic
-from stages.annotate.crowd import Problem, ResultRow
 from stages.annotate.layout import HITS
+from stages.annotate.results import Problem, ResultRow
 
 FOLDER = "label_studio"  # under <stage>_tasks/
 CONFIG = "config.xml"

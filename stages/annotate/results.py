@@ -1,0 +1,58 @@
+"""One results row as every reader builds it (an MTurk batch-results CSV, a plain CSV/JSONL, a Label Studio
+export) and the problems that leave a row out; `crowd` screens the rows, `label_studio` builds them from an
+export."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_MTURK_FIELDS = {
+    "WorkerId": "worker_id",
+    "AssignmentId": "assignment_id",
+    "AssignmentStatus": "assignment_status",
+    "HITId": "hit_id",
+}
+
+
+def one_line(value: Any) -> str:
+    """A results field as one line of text: missing is empty, inner whitespace runs become one space."""
+    return "" if value is None else " ".join(str(value).split())
+
+
+@dataclass
+class Problem:
+    """One reason a results row was excluded; `row` counts the header as row 1 (CSV) or is the line (JSONL)."""
+
+    file: str
+    row: int
+    id: str
+    problem: str
+    detail: str
+
+
+@dataclass
+class ResultRow:
+    """One results row with plain field names, and where it came from (for the report)."""
+
+    file: Path
+    row: int
+    fields: dict[str, Any]
+
+    def text(self, name: str) -> str:
+        return one_line(self.fields.get(name))
+
+    def where(self) -> str:
+        return f"{self.file.name}:{self.row}"
+
+
+def field_name(column: str) -> str:
+    """MTurk batch-results names to plain ones: Input.x and Answer.x to x, WorkerId to worker_id, ..."""
+    column = column.strip()
+    if column in _MTURK_FIELDS:
+        return _MTURK_FIELDS[column]
+    for prefix in ("Input.", "Answer."):
+        if column.startswith(prefix):
+            return column[len(prefix) :]
+    return column
