@@ -171,8 +171,9 @@ def test_conditions_round_trip(server: LabelStudio, annotate_dir: Path):
     out, kept = annotate_dir / "annotate", annotate_dir / "kept"
     export_args = ("annotate", "export", "--stage", "conditions", "--out", out, "--input", kept, "--n", "8")
     assert "Label Studio" not in cli(*export_args)
-    assert not (out / "conditions_tasks" / "label_studio").exists()
-    assert "label_studio/config.xml" in cli(*export_args, "--format", "label-studio")  # up to date: adds the files
+    record = json.loads((out / "conditions_tasks" / "_stage.json").read_text())
+    assert {"label_studio/config.xml", "label_studio/tasks.json"} <= set(record["output_files"])  # committed with it
+    assert "label_studio/config.xml" in cli(*export_args, "--format", "label-studio")  # up to date: says where
     tasks = server.project("conditions", out / "conditions_tasks")
     assert len(tasks) == 8
     writer = server.user("writer@example.com")
