@@ -55,7 +55,13 @@ ByOpt = Annotated[
 ]
 IndexOpt = Annotated[
     str | None,
-    typer.Option(help="Neighbour index: auto, exact, ivf or hnsw (overrides mine.index; docs/mine.md)."),
+    typer.Option(
+        help="Neighbour index: auto, exact, ivf, ivf_sq8, ivf_pq or hnsw (overrides mine.index; docs/mine.md)."
+    ),
+]
+BudgetOpt = Annotated[
+    float | None,
+    typer.Option(help="GiB mine may use; auto picks its index to fit (overrides mine.memory_budget)."),
 ]
 
 
@@ -153,6 +159,7 @@ def mine(
     k: KOpt = None,
     knn: KnnOpt = None,
     index: IndexOpt = None,
+    memory_budget: BudgetOpt = None,
     by: ByOpt = None,
     device: DeviceOpt = None,
     out: OutOpt = None,
@@ -165,6 +172,7 @@ def mine(
         "mine.k": k,
         "mine.knn": knn,
         "mine.index": index,
+        "mine.memory_budget": memory_budget,
         "mine.by": by,
         "run.device": device,
         "work_dir": out,
