@@ -31,7 +31,15 @@ from pipeline.shards import shard_name, write_table
 from stages.embed.encoder import embeddings_table
 
 REPO = Path(__file__).resolve().parents[1]
-COCO_VAL = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
+# ../shared beside the checkout (a worktree under wt/ finds the one a level up)
+COCO_VAL = (
+    next(
+        (path for path in (REPO.parent / "shared", REPO.parents[1] / "shared") if path.exists()), REPO.parent / "shared"
+    )
+    / "data"
+    / "coco"
+    / "captions_val2017.json"
+)
 
 
 def clustered_shard(n: int, dim: int, seed: int, shard: int) -> np.ndarray:

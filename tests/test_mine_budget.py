@@ -3,12 +3,14 @@
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from pipeline.errors import UserError
 from pipeline.manifest import MineConfig
 from pipeline.schemas import EMBEDDINGS
-from pipeline.shards import read_shards
+from pipeline.shards import read_shards, write_table
+from stages.embed.encoder import embeddings_table
 from stages.mine import ann, knn
 from stages.mine.budget import GIB, estimate, plan_index
 from stages.mine.rerank import VectorFile, rerank
@@ -92,3 +94,19 @@ def test_re_ranking_lifts_recall_over_the_compressed_index_alone(tmp_path: Path)
     plain = knn.drop_self(*searcher.index.search(queries, 9)[::-1], rows, 8)[0]
     reranked = knn.drop_self(*searcher.search(queries, 9)[::-1], rows, 8)[0]
     assert ann.recall_at_k(reranked, truth) > ann.recall_at_k(plain, truth) + 0.1
+
+
+def test_float16_embeddings_round_trip_and_mine_the_same_neighbours(tmp_path: Path):
+    vectors = _clustered(600, dim=32)
+    table = embeddings_table(np.arange(600), [""] * 600, vectors, "float16")
+    assert table.schema.field("embedding").type.value_type == pa.float16()
+    write_table(table, tmp_path / "half" / "part-00000.parquet")
+    shards = EmbeddingShards(tmp_path / "half")
+    assert shards.dtype == np.float16 and shards.dim == 32
+    read = next(shards.shards())
+    assert read.dtype == np.float32
+    np.testing.assert_array_equal(read, vectors.astype(np.float16).astype(np.float32))
+    assert next(shards.shards(np.float16)).dtype == np.float16
+    half, _ = knn.exact_knn(read, 8)
+    full, _ = knn.exact_knn(vectors, 8)
+    assert ann.recall_at_k(half, full) > 0.98

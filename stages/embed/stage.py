@@ -64,6 +64,8 @@ class EmbedStage(Stage):
             "precision": config.precision,
             "images_per_shard": config.images_per_shard,
         }
+        if config.dtype != "float32":  # float32 runs keep the fingerprint they had before float16 existed
+            params["dtype"] = config.dtype
         inputs = self._inputs(corpus)
         per_shard, n = config.images_per_shard, len(corpus.image_ids)
         units = [
@@ -91,6 +93,7 @@ class EmbedStage(Stage):
         self.images = ImageList(
             corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard, corpus.members
         )
+        self.images.dtype = self.config.dtype
         if self.precomputed:
             from stages.embed.precomputed import precomputed_dim
 
