@@ -6,7 +6,7 @@
 The old generator (`bench.scale.clustered_shard`, 1,000 tight clusters) lines its clusters up with the IVF lists,
 so nprobe 1 gives recall 0.98 from 100,000 images on (/work/shared/notes/ann-recall-reference.md). Real embeddings
 are continuous and uneven. `mixture_shard` draws from a mixture of `CENTRES` (100,000) centres whose positions
-follow a decaying spectrum (variance of direction i about i^-0.6, randomly rotated), with uneven popularity
+follow a decaying spectrum (variance of direction i about i^-1.2, randomly rotated), with uneven popularity
 (Zipf-like weights) and spreads (log-normal), plus per-point noise on the same spectrum: neighbours come from many
 nearby centres, with no scale at which the data falls into separate clusters. The curve: IVF-Flat, about sqrt(N)
 lists trained on up to 64 points each, 1,000 seeded queries, recall@64 against the exact top-64 (self excluded).
@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 CENTRES = 100_000
-DECAY = 0.6  # spectrum: variance of the i-th principal direction about (i + 1) ** -DECAY
-NOISE = 0.55  # point noise relative to the spread of the centres
+DECAY = 1.2  # spectrum: variance of the i-th principal direction about (i + 1) ** -DECAY
+NOISE = 0.3  # point noise relative to the spread of the centres
 SPREAD_SIGMA = 0.5  # log-normal spread of each centre's own noise scale
 PROBES = (1, 2, 4, 8, 16, 32, 64)
 
