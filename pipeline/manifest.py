@@ -105,6 +105,9 @@ class MineConfig(_Section):
     memory_budget: float = Field(
         8.0, gt=0, description="GiB the mine process may use: auto picks its index to fit (docs/mine.md)"
     )
+    parts: int = Field(
+        1, ge=1, description="Ray executor: the base split into this many parts, each indexed by its own Ray actor"
+    )
     rerank: int = Field(
         4, ge=1, description="compressed indexes: k x rerank candidates per query, re-ranked with the full vectors"
     )

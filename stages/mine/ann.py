@@ -35,38 +35,53 @@ def resolve_index(config: MineConfig, n_images: int, dim: int = 512) -> str:
     return plan_index(config, n_images, dim).kind
 
 
-def build_index(
-    plan: IndexPlan, shards: EmbeddingShards, config: MineConfig, device: torch.device, folder: Path | None = None
-) -> FaissSearch | RerankSearch:
-    """An IVF index (trained on a seeded sample, filled shard by shard) or HNSW. A compressed IVF index also
-    copies the full vectors into `folder`/vectors.npy as it is filled, and re-ranks its candidates from there."""
+def new_index(plan: IndexPlan, shards: EmbeddingShards, config: MineConfig):
+    """The empty FAISS index of the plan: IVF trained on a seeded sample (up to 64 points per list, more for PQ
+    codebooks), HNSW, or exact (flat)."""
     import faiss
 
-    from stages.mine.knn import FaissSearch
-
     dim = shards.dim
+    if plan.kind == "exact":
+        return faiss.IndexFlatIP(dim)
     if plan.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = config.hnsw_ef_construction
-    else:
-        index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
-        ivf = faiss.extract_index_ivf(index)
-        ivf.cp.niter = 10
-        ivf.cp.seed = config.seed
-        rng = np.random.default_rng(config.seed)
-        sample = np.sort(rng.choice(len(shards), training_rows(plan.kind, len(shards), plan.lists), replace=False))
-        index.train(shards.rows(sample))
-    compressed = plan.kind in COMPRESSED
-    searcher = FaissSearch(index, device if plan.kind == "ivf" else None)  # CPU: no GPU HNSW, OPQ or re-ranking
-    copy = VectorFile(folder / "vectors.npy", len(shards), dim, shards.dtype) if compressed and folder else None
-    for vectors in shards.shards():
-        searcher.add(vectors)
+        return index
+    index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.cp.niter = 10
+    ivf.cp.seed = config.seed
+    rng = np.random.default_rng(config.seed)
+    sample = np.sort(rng.choice(len(shards), training_rows(plan.kind, len(shards), plan.lists), replace=False))
+    index.train(shards.rows(sample))
+    return index
+
+
+def fill(index, plan: IndexPlan, parts, n: int, dtype, device, folder: Path | None) -> FaissSearch | RerankSearch:
+    """`index` filled from `parts` (an iterator of vector blocks, streamed: one in memory); a compressed index
+    also copies the full vectors into `folder`/vectors.npy as it is filled, and re-ranks its candidates from
+    there."""
+    from stages.mine.knn import FaissSearch
+
+    searcher = FaissSearch(index, device if plan.kind == "ivf" else None)  # CPU: no GPU HNSW or re-ranking
+    compressed = plan.kind in COMPRESSED and folder is not None
+    copy = VectorFile(folder / "vectors.npy", n, index.d, dtype) if compressed else None
+    for vectors in parts:
+        searcher.add(np.ascontiguousarray(vectors, np.float32))
         if copy is not None:
             copy.add(vectors)
     if copy is None:
         return searcher
     copy.close()
     return RerankSearch(searcher.index, copy.path, plan.candidates)
+
+
+def build_index(
+    plan: IndexPlan, shards: EmbeddingShards, config: MineConfig, device: torch.device, folder: Path | None = None
+) -> FaissSearch | RerankSearch:
+    """The plan's index trained on a sample and filled shard by shard, never the whole base in one array."""
+    index = new_index(plan, shards, config)
+    return fill(index, plan, shards.shards(shards.dtype), len(shards), shards.dtype, device, folder)
 
 
 def exact_top_k(shards: EmbeddingShards, rows: np.ndarray, k: int, block: int = 16_384) -> np.ndarray:
@@ -96,6 +111,9 @@ def _set_parameter(searcher: FaissSearch, kind: str, value: int) -> None:
     import faiss
 
     name = "efSearch" if kind == "hnsw" else "nprobe"
+    if hasattr(searcher, "set_parameter"):  # an index split across workers (stages.mine.split)
+        searcher.set_parameter(name, value)
+        return
     space = faiss.GpuParameterSpace() if "Gpu" in type(searcher.index).__name__ else faiss.ParameterSpace()
     space.set_index_parameter(searcher.index, name, value)
 

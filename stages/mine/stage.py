@@ -119,6 +119,14 @@ class MineStage(Stage):
         from stages.mine.search import build_searcher, local_blocks, store_knn, task_blocks
 
         config, n = self.config, len(shards)
+        if self.tasks.distributed and config.parts > 1 and self.index != "hnsw":
+            from stages.mine.split import split_searcher
+
+            searcher, self.search = split_searcher(self.plan_, shards, config, self.tasks, folder)
+            try:
+                return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
+            finally:
+                searcher.close()
         if self.index == "exact" and self.tasks.distributed:
             self.search = {"index": "exact", "knn_backend": config.knn, "query_blocks": -(-n // config.query_batch)}
             return store_knn(task_blocks(self.tasks, shards, config), n, config.k, folder)

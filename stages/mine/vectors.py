@@ -23,15 +23,21 @@ def _vectors(table, dim: int, dtype: type = np.float32) -> np.ndarray:
 class EmbeddingShards:
     """`embed/embeddings/part-*.parquet`: image ids up front (small), vectors only block by block."""
 
-    def __init__(self, folder: Path):
-        self.paths = list_shards(folder)
+    def __init__(self, folder: Path, paths: list[Path] | None = None):
+        self.paths = list_shards(folder) if paths is None else paths
         if not self.paths:
             raise UserError(f"{folder}: no Parquet shards found (run the stage that writes them first)")
         ids = [read_table(path, ["image_id"]).column("image_id").to_numpy() for path in self.paths]
+        self.shard_rows = [len(part) for part in ids]
         self.image_ids = np.concatenate(ids).astype(np.int64)
         kind = pq.read_schema(self.paths[0]).field("embedding").type
         self.dim = kind.list_size
         self.dtype = np.dtype(kind.value_type.to_pandas_dtype())  # as stored: float32 or float16
+
+    @classmethod
+    def of(cls, paths: list[Path]) -> EmbeddingShards:
+        """These shards only, in this order (a part of the base: stages.mine.split)."""
+        return cls(paths[0].parent, paths)
 
     def __len__(self) -> int:
         return len(self.image_ids)
