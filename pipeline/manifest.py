@@ -109,7 +109,7 @@ class MineConfig(_Section):
         1, ge=1, description="Ray executor: the base split into this many parts, each indexed by its own Ray actor"
     )
     rerank: int = Field(
-        4, ge=1, description="compressed indexes: k x rerank candidates per query, re-ranked with the full vectors"
+        8, ge=1, description="compressed indexes: k x rerank candidates per query, re-ranked with the full vectors"
     )
     by: Literal["image", "text"] = Field(
         "image",

@@ -22,14 +22,14 @@ def test_the_budget_picks_the_most_accurate_index_that_fits():
     config = MineConfig(memory_budget=8)
     assert plan_index(config, 100_000, 512).kind == "exact"
     assert plan_index(config, 1_000_000, 512).kind == "ivf"
-    assert plan_index(config.model_copy(update={"memory_budget": 4}), 2_000_000, 512).kind == "ivf_sq8"
+    assert plan_index(config.model_copy(update={"memory_budget": 5}), 2_000_000, 512).kind == "ivf_sq8"
     tight = plan_index(config, 10_000_000, 512)
-    assert (tight.kind, tight.pq_m, tight.candidates) == ("ivf_pq", 128, 4 * 64)
-    assert tight.factory == "IVF3162,PQ128x4fs"
+    assert (tight.kind, tight.pq_m, tight.candidates) == ("ivf_pq", 256, 8 * 64)
+    assert tight.factory == "IVF3162,PQ256x4fs"
     assert tight.estimate["total"] <= 8 * GIB < estimate("ivf_sq8", 10_000_000, 512, 3162, None, config)["total"]
     assert "ivf_sq8" in tight.reason and "does not fit" in tight.reason
-    smaller = plan_index(config.model_copy(update={"memory_budget": 4}), 10_000_000, 512)
-    assert smaller.kind == "ivf_pq" and smaller.pq_m < 128
+    smaller = plan_index(config.model_copy(update={"memory_budget": 5}), 10_000_000, 512)
+    assert smaller.kind == "ivf_pq" and smaller.pq_m < 256
 
 
 def test_a_budget_too_small_is_a_one_line_error():
