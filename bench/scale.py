@@ -3,8 +3,10 @@
     python bench/scale.py                        # 82,783 synthetic images, k=64, at 10%, 30% and 100%
     python bench/scale.py --fractions 0.1 --images 82783
     python bench/scale.py --images 1000000 --fractions 1 --stages mine --captions-per-image 1   # approximate
+    python bench/scale.py --images 10000000 --fractions 1 --stages mine --memory-budget 8 --dtype float16
 
-Synthetic image embeddings (512-d, clustered so neighbours are meaningful) stand in for CLIP's; each synthetic
+Synthetic image embeddings (512-d) stand in for CLIP's: by default the mixture of bench.hard_data (continuous and
+uneven, as hard for IVF as real embeddings), or with `--data clustered` the old 1,000 tight clusters; each synthetic
 image carries the 5 real captions of a COCO val2017 image (../shared/data/coco/captions_val2017.json). Each
 stage runs in its own process, so its peak memory (max RSS) is its own. Prints, per fraction and stage: wall
 time, peak memory, candidate pairs and pairs/s (and for mine the index, its parameter and the measured recall@k),
@@ -31,7 +33,15 @@ from pipeline.shards import shard_name, write_table
 from stages.embed.encoder import embeddings_table
 
 REPO = Path(__file__).resolve().parents[1]
-COCO_VAL = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
+# ../shared beside the checkout (a worktree under wt/ finds the one a level up)
+COCO_VAL = (
+    next(
+        (path for path in (REPO.parent / "shared", REPO.parents[1] / "shared") if path.exists()), REPO.parent / "shared"
+    )
+    / "data"
+    / "coco"
+    / "captions_val2017.json"
+)
 
 
 def clustered_shard(n: int, dim: int, seed: int, shard: int) -> np.ndarray:
@@ -42,9 +52,20 @@ def clustered_shard(n: int, dim: int, seed: int, shard: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0, per_image: int = 5) -> None:
+def synthetic_embed_stage(
+    work_dir: Path,
+    n_images: int,
+    dim: int,
+    seed: int = 0,
+    per_image: int = 5,
+    data: str = "mixture",
+    dtype: str = "float32",
+) -> None:
     """An embed folder as the embed stage writes it (docs/schemas.md), for `n_images` synthetic images with
-    `per_image` real captions each."""
+    `per_image` real captions each, vectors from `data` (mixture or clustered) stored as `dtype`."""
+    from bench.hard_data import mixture_shard
+
+    generate = mixture_shard if data == "mixture" else clustered_shard
     corpus = read_coco(COCO_VAL)
     by_image: dict[int, list[str]] = {}
     for image_id, text in zip(corpus.caption_image_ids, corpus.captions):
@@ -57,8 +78,8 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
     per_shard = 10_000
     for shard, lo in enumerate(range(0, n_images, per_shard)):
         hi = min(n_images, lo + per_shard)
-        vectors = clustered_shard(hi - lo, dim, seed, shard)
-        table = embeddings_table(image_ids[lo:hi], [f"{i:012d}.jpg" for i in image_ids[lo:hi]], vectors)
+        vectors = generate(hi - lo, dim, seed, shard)
+        table = embeddings_table(image_ids[lo:hi], [f"{i:012d}.jpg" for i in image_ids[lo:hi]], vectors, dtype)
         write_table(table, folder / EMBEDDINGS / shard_name(shard))
     texts = [text for pick in picks for text in sources[pick]]
     write_table(
@@ -71,9 +92,8 @@ def synthetic_embed_stage(work_dir: Path, n_images: int, dim: int, seed: int = 0
         ),
         folder / CAPTIONS / shard_name(0),
     )
-    OutputFolder("embed", folder, {"synthetic": n_images, "dim": dim, "seed": seed}, {}).record_in_place(
-        {"images_embedded": n_images}
-    )
+    params = {"synthetic": n_images, "dim": dim, "seed": seed, "data": data, "dtype": dtype}
+    OutputFolder("embed", folder, params, {}).record_in_place({"images_embedded": n_images})
 
 
 def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
@@ -126,7 +146,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("runs/bench-scale"))
     parser.add_argument("--stages", nargs="+", default=["mine", "filter"], choices=["mine", "filter"])
     parser.add_argument("--captions-per-image", type=int, default=5)
-    parser.add_argument("--index", default="auto", choices=["auto", "exact", "ivf", "hnsw"])
+    parser.add_argument("--index", default="auto", choices=["auto", "exact", "ivf", "ivf_sq8", "ivf_pq", "hnsw"])
+    parser.add_argument("--memory-budget", type=float, default=8.0, help="mine.memory_budget, GiB")
+    parser.add_argument("--data", default="mixture", choices=["mixture", "clustered"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     args = parser.parse_args()
 
     rows = []
@@ -134,14 +157,14 @@ def main() -> None:
     for fraction in args.fractions:
         n_images = round(args.images * fraction)
         work_dir = (args.work / f"{n_images}").resolve()
-        synthetic_embed_stage(work_dir, n_images, args.dim, per_image=args.captions_per_image)
+        synthetic_embed_stage(work_dir, n_images, args.dim, 0, args.captions_per_image, args.data, args.dtype)
         manifest = {
             "name": f"scale-{n_images}",
             "demo_encoders": True,
             "work_dir": str(work_dir),
             "data": {"format": "coco", "captions": str(COCO_VAL), "images": str(work_dir)},
             "run": {"device": "auto"},
-            "mine": {"k": args.k, "index": args.index},
+            "mine": {"k": args.k, "index": args.index, "memory_budget": args.memory_budget},
             "filter": {
                 "max_iou": 0.12,
                 "min_cosine": 0.4,
@@ -186,9 +209,11 @@ def _describe_search(search: dict) -> str:
     if search.get("index") == "exact":
         return f"exact ({search.get('knn_backend')})"
     knob = "nprobe" if "nprobe" in search else "efSearch"
+    budget = search.get("budget", {})
     return (
         f"{search['index']} {knob}={search[knob]} recall@k={search['recall_at_k']} on {search['recall_sample']} "
-        f"queries (build {search['build_seconds']}s, tune {search['tune_seconds']}s)"
+        f"queries (build {search['build_seconds']}s, tune {search['tune_seconds']}s); budget: {budget.get('reason')}, "
+        f"measured peak {budget.get('measured_peak_gib')} GiB"
     )
 
 

@@ -40,7 +40,13 @@ ByOpt = Annotated[
 ]
 IndexOpt = Annotated[
     str | None,
-    typer.Option(help="Neighbour index: auto, exact, ivf or hnsw (overrides mine.index; docs/mine.md)."),
+    typer.Option(
+        help="Neighbour index: auto, exact, ivf, ivf_sq8, ivf_pq or hnsw (overrides mine.index; docs/mine.md)."
+    ),
+]
+BudgetOpt = Annotated[
+    float | None,
+    typer.Option(help="GiB mine may use; auto picks its index to fit (overrides mine.memory_budget)."),
 ]
 
 # --- filter's own options ---------------------------------------------------------------------------------------
@@ -144,6 +150,7 @@ OWN: dict[str, dict[str, Option]] = {
         "k": (KOpt, "mine.k"),
         "knn": (KnnOpt, "mine.knn"),
         "index": (IndexOpt, "mine.index"),
+        "memory_budget": (BudgetOpt, "mine.memory_budget"),
         "by": (ByOpt, "mine.by"),
     },
     "filter": {

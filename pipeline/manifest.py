@@ -70,6 +70,9 @@ class EmbedConfig(_Section):
     )
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     images_per_shard: int = Field(10_000, gt=0)
+    dtype: Literal["float32", "float16"] = Field(
+        "float32", description="stored embedding type: float16 halves the shards and mine's re-ranking reads"
+    )
 
 
 class MineConfig(_Section):
@@ -83,10 +86,20 @@ class MineConfig(_Section):
     )
     candidates_per_shard: int = Field(4_000_000, gt=0)
     query_batch: int = Field(8192, gt=0, description="queries per search call, and images per image-pairs shard")
-    index: Literal["auto", "exact", "ivf", "hnsw"] = Field(
+    index: Literal["auto", "exact", "ivf", "ivf_sq8", "ivf_pq", "hnsw"] = Field(
         "auto",
-        description="exact; ivf (FAISS IVF-Flat, GPU on CUDA) or hnsw (FAISS HNSW), tuned to recall_target; "
-        "auto: exact below exact_below images, else ivf (docs/mine.md)",
+        description="exact; ivf (FAISS IVF-Flat, GPU on CUDA), ivf_sq8 / ivf_pq (compressed, re-ranked exactly) or "
+        "hnsw (FAISS HNSW), tuned to recall_target; auto: exact below exact_below images, else the most accurate "
+        "IVF index that fits memory_budget (docs/mine.md)",
+    )
+    memory_budget: float = Field(
+        8.0, gt=0, description="GiB the mine process may use: auto picks its index to fit (docs/mine.md)"
+    )
+    parts: int = Field(
+        1, ge=1, description="Ray executor: the base split into this many parts, each indexed by its own Ray actor"
+    )
+    rerank: int = Field(
+        8, ge=1, description="compressed indexes: k x rerank candidates per query, re-ranked with the full vectors"
     )
     by: Literal["image", "text"] = Field(
         "image",

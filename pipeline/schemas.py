@@ -19,8 +19,10 @@ CAPTIONS = "captions"
 CAPTIONS_SCHEMA = pa.schema([("caption_id", pa.int64()), ("image_id", pa.int64()), ("caption", pa.string())])
 
 
-def embeddings_schema(dim: int) -> pa.Schema:
-    return pa.schema([("image_id", pa.int64()), ("file_name", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])
+def embeddings_schema(dim: int, dtype: str = "float32") -> pa.Schema:
+    """float32, or float16 (embed.dtype): readers take either and compute in float32."""
+    value = pa.float16() if dtype == "float16" else pa.float32()
+    return pa.schema([("image_id", pa.int64()), ("file_name", pa.string()), ("embedding", pa.list_(value, dim))])
 
 
 # mine/ (plus CAPTIONS: the captions of the embedded images)

@@ -122,6 +122,7 @@ class ImageList:
     image_root: Path
     per_shard: int
     members: list | None = None  # archive formats: pipeline.archives.Member per image, read instead of a file
+    dtype: str = "float32"  # as stored (embed.dtype)
 
     def source(self, position: int):
         """What the loader opens for an image: its file, or its archive member."""
@@ -202,18 +203,20 @@ def _shard_table(
 ) -> tuple[pa.Table, list[dict]]:
     """One shard's rows, with the images that could not be read in its `skipped` metadata (and returned)."""
     embedded = torch.cat(vectors).numpy() if vectors else np.zeros((0, dim), np.float32)
-    table = embeddings_table(
-        np.asarray([images.image_ids[p] for p in rows], np.int64), [images.file_names[p] for p in rows], embedded
-    )
+    ids = np.asarray([images.image_ids[p] for p in rows], np.int64)
+    table = embeddings_table(ids, [images.file_names[p] for p in rows], embedded, images.dtype)
     skipped = [
         {"image_id": images.image_ids[p], "file_name": images.file_names[p], "reason": reason} for p, reason in failures
     ]
     return table.replace_schema_metadata({"skipped": json.dumps(skipped)}), skipped
 
 
-def embeddings_table(image_ids: np.ndarray, file_names: list[str], vectors: np.ndarray) -> pa.Table:
+def embeddings_table(
+    image_ids: np.ndarray, file_names: list[str], vectors: np.ndarray, dtype: str = "float32"
+) -> pa.Table:
+    """The embeddings table, its vectors stored as `dtype` (float32, or float16: half the bytes)."""
     dim = vectors.shape[1]
-    flat = pa.array(vectors.reshape(-1), pa.float32())
+    flat = pa.array(np.ascontiguousarray(vectors, dtype).reshape(-1))
     columns = [pa.array(image_ids, pa.int64()), pa.array(file_names, pa.string())]
     columns.append(pa.FixedSizeListArray.from_arrays(flat, dim))
-    return pa.Table.from_arrays(columns, schema=embeddings_schema(dim))
+    return pa.Table.from_arrays(columns, schema=embeddings_schema(dim, dtype))

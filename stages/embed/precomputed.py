@@ -28,4 +28,4 @@ def precomputed_shard(images: ImageList, shard: int) -> pa.Table:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     vectors /= np.where(norms > 0, norms, 1)
     ids = np.asarray([images.image_ids[p] for p in positions], np.int64)
-    return embeddings_table(ids, [images.file_names[p] for p in positions], vectors)
+    return embeddings_table(ids, [images.file_names[p] for p in positions], vectors, images.dtype)

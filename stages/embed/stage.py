@@ -65,6 +65,8 @@ class EmbedStage(ClusterStage):
             "precision": config.precision,
             "images_per_shard": config.images_per_shard,
         }
+        if config.dtype != "float32":  # float32 runs keep the fingerprint they had before float16 existed
+            params["dtype"] = config.dtype
         inputs = self._inputs(corpus)
         per_shard, n = config.images_per_shard, len(corpus.image_ids)
         units = [
@@ -92,6 +94,7 @@ class EmbedStage(ClusterStage):
         self.images = ImageList(
             corpus.image_ids, corpus.file_names, corpus.image_root, self.config.images_per_shard, corpus.members
         )
+        self.images.dtype = self.config.dtype
         if self.precomputed:
             from stages.embed.precomputed import precomputed_dim
 

@@ -9,13 +9,15 @@ recall. Choosing `auto`: docs/mine.md (exact below `mine.exact_below` images, me
 
 from __future__ import annotations
 
-import math
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pipeline.manifest import MineConfig
+from stages.mine.budget import COMPRESSED, IndexPlan, plan_index, training_rows
+from stages.mine.rerank import RerankSearch, VectorFile
 from stages.mine.vectors import EmbeddingShards
 
 if TYPE_CHECKING:  # torch only when an index is built: plan() (and `status`) resolve the index without it
@@ -26,43 +28,60 @@ if TYPE_CHECKING:  # torch only when an index is built: plan() (and `status`) re
 MAX_EF_SEARCH = 4096
 
 
-def resolve_index(config: MineConfig, n_images: int) -> str:
-    """exact, ivf or hnsw; `auto` is exact below `exact_below` images, where exact search is quicker than building
-    and tuning an index, and IVF above."""
-    if config.index != "auto":
-        return config.index
-    return "exact" if n_images < config.exact_below else "ivf"
+def resolve_index(config: MineConfig, n_images: int, dim: int = 512) -> str:
+    """exact, ivf, ivf_sq8, ivf_pq or hnsw; `auto` is exact below `exact_below` images, where exact search is
+    quicker than building and tuning an index, and above it the most accurate IVF index that fits
+    `mine.memory_budget` (stages.mine.budget)."""
+    return plan_index(config, n_images, dim).kind
 
 
-def ivf_lists(n_images: int, configured: int | None) -> int:
-    """About sqrt(N) inverted lists (FAISS's rule of thumb), with at least 39 training points each."""
-    if configured is not None:
-        return max(1, min(configured, n_images // 39 or 1))
-    return max(1, min(round(math.sqrt(n_images)), n_images // 39 or 1))
-
-
-def build_index(kind: str, shards: EmbeddingShards, config: MineConfig, device: torch.device) -> FaissSearch:
-    """An IVF-Flat (trained on a seeded sample of up to 64 points per list) or HNSW index holding every vector."""
+def new_index(plan: IndexPlan, shards: EmbeddingShards, config: MineConfig):
+    """The empty FAISS index of the plan: IVF trained on a seeded sample (up to 64 points per list, more for PQ
+    codebooks), HNSW, or exact (flat)."""
     import faiss
 
-    from stages.mine.knn import FaissSearch
-
     dim = shards.dim
-    if kind == "hnsw":
+    if plan.kind == "exact":
+        return faiss.IndexFlatIP(dim)
+    if plan.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = config.hnsw_ef_construction
-    else:
-        lists = ivf_lists(len(shards), config.ivf_lists)
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists, faiss.METRIC_INNER_PRODUCT)
-        index.cp.niter = 10
-        index.cp.seed = config.seed
-        rng = np.random.default_rng(config.seed)
-        sample = np.sort(rng.choice(len(shards), min(len(shards), 64 * lists), replace=False))
-        index.train(shards.rows(sample))
-    searcher = FaissSearch(index, device if kind == "ivf" else None)  # FAISS has no GPU HNSW
-    for vectors in shards.shards():
-        searcher.add(vectors)
-    return searcher
+        return index
+    index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(index)
+    ivf.cp.niter = 10
+    ivf.cp.seed = config.seed
+    rng = np.random.default_rng(config.seed)
+    sample = np.sort(rng.choice(len(shards), training_rows(plan.kind, len(shards), plan.lists), replace=False))
+    index.train(shards.rows(sample))
+    return index
+
+
+def fill(index, plan: IndexPlan, parts, n: int, dtype, device, folder: Path | None) -> FaissSearch | RerankSearch:
+    """`index` filled from `parts` (an iterator of vector blocks, streamed: one in memory); a compressed index
+    also copies the full vectors into `folder`/vectors.npy as it is filled, and re-ranks its candidates from
+    there."""
+    from stages.mine.knn import FaissSearch
+
+    searcher = FaissSearch(index, device if plan.kind == "ivf" else None)  # CPU: no GPU HNSW or re-ranking
+    compressed = plan.kind in COMPRESSED and folder is not None
+    copy = VectorFile(folder / "vectors.npy", n, index.d, dtype) if compressed else None
+    for vectors in parts:
+        searcher.add(np.ascontiguousarray(vectors, np.float32))
+        if copy is not None:
+            copy.add(vectors)
+    if copy is None:
+        return searcher
+    copy.close()
+    return RerankSearch(searcher.index, copy.path, plan.candidates)
+
+
+def build_index(
+    plan: IndexPlan, shards: EmbeddingShards, config: MineConfig, device: torch.device, folder: Path | None = None
+) -> FaissSearch | RerankSearch:
+    """The plan's index trained on a sample and filled shard by shard, never the whole base in one array."""
+    index = new_index(plan, shards, config)
+    return fill(index, plan, shards.shards(shards.dtype), len(shards), shards.dtype, device, folder)
 
 
 def exact_top_k(shards: EmbeddingShards, rows: np.ndarray, k: int, block: int = 16_384) -> np.ndarray:
@@ -92,8 +111,18 @@ def _set_parameter(searcher: FaissSearch, kind: str, value: int) -> None:
     import faiss
 
     name = "efSearch" if kind == "hnsw" else "nprobe"
+    if hasattr(searcher, "set_parameter"):  # an index split across workers (stages.mine.split)
+        searcher.set_parameter(name, value)
+        return
     space = faiss.GpuParameterSpace() if "Gpu" in type(searcher.index).__name__ else faiss.ParameterSpace()
     space.set_index_parameter(searcher.index, name, value)
+
+
+def nlist(index) -> int:
+    """Inverted lists of an IVF index, also inside OPQ's pre-transform (or on the GPU)."""
+    import faiss
+
+    return int(index.nlist if hasattr(index, "nlist") else faiss.extract_index_ivf(index).nlist)
 
 
 def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: MineConfig) -> dict[str, Any]:
@@ -108,7 +137,7 @@ def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: Mine
     truth = exact_top_k(shards, rows, k)
     queries = shards.rows(rows)
     name, value = ("efSearch", k + 1) if kind == "hnsw" else ("nprobe", 1)
-    ceiling = MAX_EF_SEARCH if kind == "hnsw" else searcher.index.nlist
+    ceiling = MAX_EF_SEARCH if kind == "hnsw" else nlist(searcher.index)
     tried = []
     while True:
         _set_parameter(searcher, kind, value)
@@ -121,8 +150,8 @@ def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: Mine
         value = min(ceiling, value * 2)
     record = {"index": kind, name: value, "recall_at_k": round(recall, 4), "recall_target": config.recall_target}
     record |= {"recall_sample": len(rows), "tried": tried, "tune_seconds": round(time.perf_counter() - started, 3)}
-    if kind == "ivf":
-        record["ivf_lists"] = int(searcher.index.nlist)
+    if kind != "hnsw":
+        record["ivf_lists"] = nlist(searcher.index)
     else:
         record |= {"hnsw_m": config.hnsw_m, "hnsw_ef_construction": config.hnsw_ef_construction}
     return record

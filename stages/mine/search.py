@@ -21,27 +21,36 @@ from pipeline.manifest import MineConfig
 from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
 from pipeline.shards import shard_name, write_table
 from pipeline.stage import Resources, Unit
+from stages.mine.budget import IndexPlan, plan_index
 from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from stages.mine.vectors import EmbeddingShards
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
 
 
-def build_searcher(kind: str, shards: EmbeddingShards, config: MineConfig, device: torch.device):
-    """(searcher, record fields): the exact searcher, or an approximate index tuned to the recall target."""
+def build_searcher(
+    plan: IndexPlan | str, shards: EmbeddingShards, config: MineConfig, device: torch.device, folder: Path | None = None
+):
+    """(searcher, record fields): the exact searcher, or an approximate index tuned to the recall target; a
+    compressed index keeps its full vectors for re-ranking in `folder` (the staging `_knn`)."""
     started = time.perf_counter()
+    if isinstance(plan, str):
+        plan = plan_index(config.model_copy(update={"index": plan}), len(shards), shards.dim)
+    kind = plan.kind
     if kind == "exact":
         from stages.mine.knn import exact_searcher
 
         searcher = exact_searcher(shards.dim, device, config.knn)
         for vectors in shards.shards():
             searcher.add(vectors)
-        return searcher, {"index": "exact", "knn_backend": config.knn, "build_seconds": _since(started)}
+        record = {"index": "exact", "knn_backend": config.knn, "build_seconds": _since(started)}
+        return searcher, record | {"budget": plan.record(config.memory_budget)}
     from stages.mine.ann import build_index, tune
 
-    searcher = build_index(kind, shards, config, device)
+    searcher = build_index(plan, shards, config, device, folder)
     built = _since(started)
-    return searcher, {"build_seconds": built} | tune(searcher, kind, shards, config)
+    record = {"build_seconds": built} | tune(searcher, kind, shards, config)
+    return searcher, record | {"budget": plan.record(config.memory_budget)}
 
 
 def search_block(searcher, queries: np.ndarray, lo: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ Schemas: pipeline.schemas.
 from __future__ import annotations
 
 import logging
+import resource
 import shutil
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from pipeline.records import require_record
 from pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
 from pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
 from pipeline.stage import Resources, StagePlan, StageResult, Unit
-from stages.mine.ann import resolve_index
+from stages.mine.budget import COMPRESSED, GIB, plan_index
 
 if TYPE_CHECKING:
     from stages.mine.pairs import CaptionIndex
@@ -59,10 +60,13 @@ class MineStage(ClusterStage):
             )
         config = self.config
         params = {"k": config.k, "pairs": config.pairs, "candidates_per_shard": config.candidates_per_shard}
-        self.index = resolve_index(config, embedded or 0)
+        self.plan_ = plan_index(config, embedded or 0, embedding_dim(self.work_dir / UPSTREAM / EMBEDDINGS))
+        self.index = self.plan_.kind
         if self.index != "exact":  # exact runs keep the fingerprint they had before approximate search existed
             params |= {"index": self.index, "recall_target": config.recall_target, "seed": config.seed}
-            params |= {"ivf_lists": config.ivf_lists} if self.index == "ivf" else {"hnsw_m": config.hnsw_m}
+            params |= {"hnsw_m": config.hnsw_m} if self.index == "hnsw" else {"ivf_lists": config.ivf_lists}
+        if self.index in COMPRESSED:
+            params |= {"factory": self.plan_.factory, "rerank": config.rerank}
         if config.by == "text":
             text = self.manifest.filter
             params |= {"by": "text", "text_encoder": text.text_encoder, "text_pooling": text.text_pooling}
@@ -72,7 +76,7 @@ class MineStage(ClusterStage):
         from pipeline.device import resolve_device
         from stages.mine.knn import require_faiss
 
-        if self.config.knn == "faiss" or self.config.index in ("ivf", "hnsw"):
+        if self.config.knn == "faiss" or getattr(self, "index", self.config.index) != "exact":
             require_faiss()
         self.device = resolve_device(self.manifest.run.device)
         if self.config.by == "text":
@@ -116,10 +120,18 @@ class MineStage(ClusterStage):
         from stages.mine.search import build_searcher, local_blocks, store_knn, task_blocks
 
         config, n = self.config, len(shards)
+        if self.tasks.distributed and config.parts > 1 and self.index != "hnsw":
+            from stages.mine.split import split_searcher
+
+            searcher, self.search = split_searcher(self.plan_, shards, config, self.tasks, folder)
+            try:
+                return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
+            finally:
+                searcher.close()
         if self.index == "exact" and self.tasks.distributed:
             self.search = {"index": "exact", "knn_backend": config.knn, "query_blocks": -(-n // config.query_batch)}
             return store_knn(task_blocks(self.tasks, shards, config), n, config.k, folder)
-        searcher, self.search = build_searcher(self.index, shards, config, self.device)
+        searcher, self.search = build_searcher(self.plan_, shards, config, self.device, folder)
         return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
@@ -146,6 +158,9 @@ class MineStage(ClusterStage):
             "device": str(self.device),
             "search": self.search | {"by": self.config.by},
         }
+        if "budget" in self.search:  # the whole process's peak so far: index, search and pairs
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+            extra["search"]["budget"] = self.search["budget"] | {"measured_peak_gib": round(peak, 3)}
         return StageResult(counts, extra)
 
 
@@ -173,6 +188,12 @@ def copy_captions(source: Path, folder: Path, image_ids: np.ndarray) -> tuple[Ca
     write_atomic(folder / shard_name(0), write)
     ids, owner_ids = np.concatenate(caption_ids), np.concatenate(owners)
     return CaptionIndex.build(image_ids, ids, owner_ids), len(ids)
+
+
+def embedding_dim(folder: Path) -> int:
+    """The vectors' dimension from the first embeddings shard's schema (0 when there is none yet)."""
+    paths = list_shards(folder)
+    return pq.read_schema(paths[0]).field("embedding").type.list_size if paths else 0
 
 
 def _contains(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:

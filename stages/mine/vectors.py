@@ -13,29 +13,38 @@ from pipeline.errors import UserError
 from pipeline.shards import list_shards, read_table
 
 
-def _vectors(table, dim: int) -> np.ndarray:
-    """float32 rows of an embeddings table, contiguous (FAISS and BLAS want them so)."""
+def _vectors(table, dim: int, dtype: type = np.float32) -> np.ndarray:
+    """Rows of an embeddings table (float32 or float16 as stored) as `dtype`, contiguous (FAISS and BLAS want
+    them so)."""
     flat = table.column("embedding").combine_chunks().flatten().to_numpy()
-    return np.ascontiguousarray(flat.reshape(-1, dim), dtype=np.float32)
+    return np.ascontiguousarray(flat.reshape(-1, dim), dtype=dtype)
 
 
 class EmbeddingShards:
     """`embed/embeddings/part-*.parquet`: image ids up front (small), vectors only block by block."""
 
-    def __init__(self, folder: Path):
-        self.paths = list_shards(folder)
+    def __init__(self, folder: Path, paths: list[Path] | None = None):
+        self.paths = list_shards(folder) if paths is None else paths
         if not self.paths:
             raise UserError(f"{folder}: no Parquet shards found (run the stage that writes them first)")
         ids = [read_table(path, ["image_id"]).column("image_id").to_numpy() for path in self.paths]
+        self.shard_rows = [len(part) for part in ids]
         self.image_ids = np.concatenate(ids).astype(np.int64)
-        self.dim = pq.read_schema(self.paths[0]).field("embedding").type.list_size
+        kind = pq.read_schema(self.paths[0]).field("embedding").type
+        self.dim = kind.list_size
+        self.dtype = np.dtype(kind.value_type.to_pandas_dtype())  # as stored: float32 or float16
+
+    @classmethod
+    def of(cls, paths: list[Path]) -> EmbeddingShards:
+        """These shards only, in this order (a part of the base: stages.mine.split)."""
+        return cls(paths[0].parent, paths)
 
     def __len__(self) -> int:
         return len(self.image_ids)
 
-    def shards(self) -> Iterator[np.ndarray]:
+    def shards(self, dtype: type = np.float32) -> Iterator[np.ndarray]:
         for path in self.paths:
-            yield _vectors(read_table(path, ["embedding"]), self.dim)
+            yield _vectors(read_table(path, ["embedding"]), self.dim, dtype)
 
     def all(self) -> np.ndarray:
         """Every vector, in row order, in one array (what the Ray executor's search tasks share)."""

@@ -1,0 +1,130 @@
+"""Which index fits `mine.memory_budget`: the most accurate one whose estimated peak memory fits, as autofaiss
+chooses under a memory budget (exact, IVF-Flat, IVF-SQ8, then IVF-PQ with fewer bytes per vector). IVF-PQ uses
+FAISS's 4-bit fast-scan codes (`PQ{m}x4fs`, FAISS's advice with a re-ranking step): training them took 15 s where
+8-bit codes took 214 s (65,536 x 512-d on 2 cores), and the re-ranking makes up for the coarser codes. OPQ is not
+used: its rotation's training costs minutes more on 2 cores for a gain that the re-ranking already gives.
+
+The estimate is the whole process's peak, not only the index: the interpreter with torch, FAISS and Arrow
+(measured 562 MiB on import), the O(N) ids and caption index, the k-means training sample, one query block with
+its candidate lists and re-ranking chunk, and the pages of the neighbour-list memory maps a pair block touches.
+Compressed indexes search `mine.rerank` x k candidates and re-rank them exactly from the full vectors
+(stages.mine.rerank), so their recall is measured after re-ranking, as for every approximate run (stages.mine.ann).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.errors import UserError
+from pipeline.manifest import MineConfig
+
+GIB = 1024**3
+# python + torch + faiss + pyarrow: 562 MiB on import, but a 200k-image IVF-PQ run peaked 0.46 GiB over the sum of
+# the other parts with 640 MiB here (Arrow's pool, FAISS's search buffers): so counted as 1.1 GiB
+PROCESS_BYTES = int(1.1 * GIB)
+LIST_GROWTH = 1.5  # inverted lists grow by doubling: 1M x 512-d IVF-Flat peaked at 4.17 GiB, 1.43x its codes
+CAPTION_BYTES = 5 * 16 + 32  # per image: about five captions (id + owner) and the image-id arrays
+RERANK_CHUNK = 128  # queries re-ranked at once (their candidates' vectors are gathered in one array)
+COMPRESSED = ("ivf_sq8", "ivf_pq")
+APPROXIMATE = ("ivf", *COMPRESSED, "hnsw")
+
+
+@dataclass
+class IndexPlan:
+    """The index mine builds, its parameters and why: what goes into the stage record under `search.budget`."""
+
+    kind: str
+    lists: int
+    pq_m: int | None = None
+    candidates: int = 0  # per query, re-ranked exactly; 0: no re-ranking
+    estimate: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def factory(self) -> str:
+        """The FAISS index_factory string of an IVF index."""
+        codes = {"ivf": "Flat", "ivf_sq8": "SQ8", "ivf_pq": f"PQ{self.pq_m}x4fs"}[self.kind]
+        return f"IVF{self.lists},{codes}"
+
+    def record(self, budget_gib: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"memory_budget_gib": budget_gib, "chosen": self.kind, "reason": self.reason}
+        out["estimated_gib"] = {name: round(value / GIB, 3) for name, value in self.estimate.items()}
+        if self.kind in COMPRESSED:
+            out |= {"factory": self.factory, "rerank_candidates": self.candidates}
+        return out
+
+
+def ivf_lists(n_images: int, configured: int | None) -> int:
+    """About sqrt(N) inverted lists (FAISS's rule of thumb), with at least 39 training points each."""
+    if configured is not None:
+        return max(1, min(configured, n_images // 39 or 1))
+    return max(1, min(round(math.sqrt(n_images)), n_images // 39 or 1))
+
+
+def training_rows(kind: str, n_images: int, lists: int) -> int:
+    """Up to 64 points per list, and at least 16,384 for the product quantiser's codebooks."""
+    wanted = 64 * lists if kind != "ivf_pq" else max(64 * lists, 16_384)
+    return min(n_images, wanted)
+
+
+def pq_splits(dim: int) -> list[int]:
+    """Sub-quantisers for IVF-PQ (4 bits each), most first: sub-vectors of 2, 4, 8 or 16 dimensions. (At 50,000
+    mixture vectors, nprobe 64, 256 candidates re-ranked: PQ256x4fs recall@64 0.994, PQ128x4fs 0.940.)"""
+    return [m for m in (dim // 2, dim // 4, dim // 8, dim // 16) if m >= 2 and m % 2 == 0 and dim % m == 0] or [2]
+
+
+def index_bytes(kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig) -> int:
+    """The index's own memory: codes, ids and the coarse quantiser."""
+    coarse = lists * dim * 4
+    if kind == "exact":
+        return n * dim * 4
+    if kind == "hnsw":
+        return int(n * (dim * 4 + config.hnsw_m * 2 * 4) * LIST_GROWTH)
+    per_vector = {"ivf": dim * 4, "ivf_sq8": dim, "ivf_pq": (pq_m or 0) // 2}[kind] + 8
+    return int(n * per_vector * LIST_GROWTH) + coarse
+
+
+def estimate(kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig) -> dict[str, int]:
+    """Peak bytes of the mine process by part, with `total`."""
+    k, batch = config.k, config.query_batch
+    candidates = config.rerank * k if kind in COMPRESSED else 0
+    parts = {
+        "process": PROCESS_BYTES,
+        "index": index_bytes(kind, n, dim, lists, pq_m, config),
+        "ids_and_captions": n * CAPTION_BYTES,
+        "training_sample": training_rows(kind, n, lists) * dim * 4 if kind in APPROXIMATE else 0,
+        "query_block": batch * (dim * 4 + (k + 1 + candidates) * 12 * 2),
+        "rerank_chunk": RERANK_CHUNK * candidates * dim * 4 * 2,
+        # one pair block looks up its neighbours' lists: at most a page per looked-up row stays mapped
+        "neighbour_maps": min(n * k * 8, batch * k * 4096 // 2),
+    }
+    return parts | {"total": sum(parts.values())}
+
+
+def plan_index(config: MineConfig, n: int, dim: int) -> IndexPlan:
+    """The index for N vectors of `dim` under the budget: the first of exact (below `exact_below`), IVF-Flat,
+    IVF-SQ8 and IVF-PQ (largest code first) whose estimate fits; an explicit `mine.index` is kept as asked, and
+    fails with a one-line error when it cannot fit."""
+    budget = config.memory_budget * GIB
+    lists = ivf_lists(n, config.ivf_lists)
+    if config.index == "auto":
+        kinds = (["exact"] if n < config.exact_below else []) + ["ivf", "ivf_sq8", "ivf_pq"]
+    else:
+        kinds = [config.index]
+    tried = []
+    for kind in kinds:
+        for pq_m in pq_splits(dim) if kind == "ivf_pq" else [None]:
+            parts = estimate(kind, n, dim, lists, pq_m, config)
+            name = f"{kind} (PQ{pq_m})" if pq_m else kind
+            if parts["total"] <= budget:
+                reason = f"{name}: estimated {parts['total'] / GIB:.2f} GiB of {config.memory_budget:g} GiB"
+                reason += "".join(f"; {other} does not fit" for other in tried)
+                candidates = config.rerank * config.k if kind in COMPRESSED else 0
+                return IndexPlan(kind, lists, pq_m, candidates, parts, reason)
+            tried.append(f"{name} ({parts['total'] / GIB:.2f} GiB)")
+    raise UserError(
+        f"mine.memory_budget={config.memory_budget:g} GiB is too small for {n:,} images of {dim} dimensions: "
+        f"{', '.join(tried)}; raise the budget or use a smaller mine.query_batch"
+    )

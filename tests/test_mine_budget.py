@@ -1,0 +1,112 @@
+"""mine under a memory budget: the index chosen, compressed search re-ranked exactly, the record."""
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.manifest import MineConfig
+from pipeline.schemas import EMBEDDINGS
+from pipeline.shards import read_shards, write_table
+from stages.embed.encoder import embeddings_table
+from stages.mine import ann, knn
+from stages.mine.budget import GIB, estimate, plan_index
+from stages.mine.rerank import VectorFile, rerank
+from stages.mine.vectors import EmbeddingShards
+from tests.test_mine_ann import _clustered, _embed_folder, _mine
+
+
+def test_the_budget_picks_the_most_accurate_index_that_fits():
+    config = MineConfig(memory_budget=8)
+    assert plan_index(config, 100_000, 512).kind == "exact"
+    assert plan_index(config, 1_000_000, 512).kind == "ivf"
+    assert plan_index(config.model_copy(update={"memory_budget": 5}), 2_000_000, 512).kind == "ivf_sq8"
+    tight = plan_index(config, 10_000_000, 512)
+    assert (tight.kind, tight.pq_m, tight.candidates) == ("ivf_pq", 256, 8 * 64)
+    assert tight.factory == "IVF3162,PQ256x4fs"
+    assert tight.estimate["total"] <= 8 * GIB < estimate("ivf_sq8", 10_000_000, 512, 3162, None, config)["total"]
+    assert "ivf_sq8" in tight.reason and "does not fit" in tight.reason
+    smaller = plan_index(config.model_copy(update={"memory_budget": 5}), 10_000_000, 512)
+    assert smaller.kind == "ivf_pq" and smaller.pq_m < 256
+
+
+def test_a_budget_too_small_is_a_one_line_error():
+    with pytest.raises(UserError, match=r"memory_budget=0\.5 GiB is too small for 10,000,000 images"):
+        plan_index(MineConfig(memory_budget=0.5), 10_000_000, 512)
+    with pytest.raises(UserError, match="ivf"):
+        plan_index(MineConfig(memory_budget=1, index="ivf"), 1_000_000, 512)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type):
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((500, 24)).astype(np.float32)
+    queries = rng.standard_normal((40, 24)).astype(np.float32)
+    copy = VectorFile(tmp_path / "vectors.npy", 500, 24, dtype)
+    for lo in range(0, 500, 128):  # written in blocks, as shards are
+        copy.add(base[lo : lo + 128])
+    copy.close()
+    found = np.stack([rng.choice(500, 30, replace=False) for _ in queries])
+    found[0, 5:] = -1  # fewer candidates than k: the rest stays missing
+    scores, ids = rerank(queries, found, tmp_path / "vectors.npy", 10)
+    stored = base.astype(dtype).astype(np.float32)
+    for q in range(1, len(queries)):
+        exact = stored[found[q]] @ queries[q]
+        best = found[q][np.argsort(-exact, kind="stable")[:10]]
+        assert ids[q].tolist() == best.tolist()
+        np.testing.assert_allclose(scores[q], np.sort(exact)[::-1][:10], rtol=1e-5)
+    assert (ids[0, 5:] == -1).all() and np.isneginf(scores[0, 5:]).all()
+    assert set(ids[0, :5]) == set(found[0, :5])
+
+
+def test_compressed_mine_re_ranks_and_records_the_budget(tmp_path: Path):
+    vectors = _clustered(3000, dim=32, clusters=40)
+    config = {"index": "ivf_pq", "k": 8, "recall_sample": 200, "query_batch": 700, "rerank": 8}
+    record, folder = _mine(tmp_path, vectors, **config)
+    search = record["search"]
+    assert search["index"] == "ivf_pq" and search["recall_at_k"] >= 0.95
+    budget = search["budget"]
+    assert budget["chosen"] == "ivf_pq" and budget["factory"].endswith("x4fs") and budget["rerank_candidates"] == 64
+    assert budget["measured_peak_gib"] > 0 and budget["estimated_gib"]["total"] <= budget["memory_budget_gib"]
+    assert record["params"]["factory"] == budget["factory"]
+    pairs = read_shards(folder / "image_pairs")
+    ids = (np.arange(3000) * 7919) % 100_003
+    row = {image: r for r, image in enumerate(ids)}
+    first = np.array([row[i] for i in pairs.column("image_id_1").to_numpy()])
+    second = np.array([row[i] for i in pairs.column("image_id_2").to_numpy()])
+    exact = np.einsum("ij,ij->i", vectors[first], vectors[second])  # re-ranked: cosines are the exact ones
+    np.testing.assert_allclose(pairs.column("cosine").to_numpy(), exact, atol=1e-5)
+
+
+def test_re_ranking_lifts_recall_over_the_compressed_index_alone(tmp_path: Path):
+    vectors = _clustered(3000, dim=32, clusters=40)
+    _embed_folder(tmp_path, vectors)
+    shards = EmbeddingShards(tmp_path / "embed" / EMBEDDINGS)
+    config = MineConfig(index="ivf_pq", k=8, rerank=8)
+    plan = plan_index(config, len(shards), shards.dim)
+    searcher = ann.build_index(plan, shards, config, knn.torch.device("cpu"), tmp_path / "_knn")
+    ann._set_parameter(searcher, "ivf_pq", 8)
+    rows = np.arange(0, 3000, 10)
+    truth = ann.exact_top_k(shards, rows, 8)
+    queries = vectors[rows]
+    plain = knn.drop_self(*searcher.index.search(queries, 9)[::-1], rows, 8)[0]
+    reranked = knn.drop_self(*searcher.search(queries, 9)[::-1], rows, 8)[0]
+    assert ann.recall_at_k(reranked, truth) > ann.recall_at_k(plain, truth) + 0.1
+
+
+def test_float16_embeddings_round_trip_and_mine_the_same_neighbours(tmp_path: Path):
+    vectors = _clustered(600, dim=32)
+    table = embeddings_table(np.arange(600), [""] * 600, vectors, "float16")
+    assert table.schema.field("embedding").type.value_type == pa.float16()
+    write_table(table, tmp_path / "half" / "part-00000.parquet")
+    shards = EmbeddingShards(tmp_path / "half")
+    assert shards.dtype == np.float16 and shards.dim == 32
+    read = next(shards.shards())
+    assert read.dtype == np.float32
+    np.testing.assert_array_equal(read, vectors.astype(np.float16).astype(np.float32))
+    assert next(shards.shards(np.float16)).dtype == np.float16
+    half, _ = knn.exact_knn(read, 8)
+    full, _ = knn.exact_knn(vectors, 8)
+    assert ann.recall_at_k(half, full) > 0.98
