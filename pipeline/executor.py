@@ -80,6 +80,7 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     if remote is None:
         record = read_record(stage.folder)
     else:
+        storage.publish_unpublished(remote, stage.folder, stage.name)  # a crashed run's commit is not lost
         record = storage.remote_record(remote, stage.name)
         try:
             _pull(stage, remote)

@@ -87,9 +87,29 @@ def read_record(folder: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     record = read_json(path)
-    if not isinstance(record, dict):
-        raise UserError(f"{path}: corrupt stage record (not a JSON object); rerun the stage with --force")
+    problem = record_shape_problem(record)
+    if problem:
+        raise UserError(f"{path}: corrupt stage record ({problem}); rerun the stage with --force")
     return record
+
+
+def record_shape_problem(record: Any) -> str | None:
+    """What makes `record` unusable as a stage record (the fields readers index), or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key in ("counts", "timings", "params", "inputs"):
+        if key in record and not isinstance(record[key], dict):
+            return f"'{key}' is not an object"
+    seconds = record.get("timings", {}).get("seconds")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "'timings.seconds' is not a number"
+    files = record.get("output_files", {})
+    if not isinstance(files, dict):
+        return "'output_files' is not an object"
+    for name, entry in files.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or isinstance(entry["bytes"], bool):
+            return f"output_files[{name!r}] has no integer 'bytes'"
+    return None
 
 
 def describe_files(folder: Path) -> dict[str, dict[str, int]]:
@@ -118,9 +138,9 @@ def output_problems(folder: Path, record: dict[str, Any]) -> list[str]:
             problems.append(f"{path}: missing")
         elif path.stat().st_size != entry["bytes"]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the record says {entry['bytes']}")
-    for path in sorted(folder.rglob("part-*.parquet")):
+    for path in sorted(folder.rglob("*")):  # any stray file: `pyarrow.dataset` would read a stray .parquet too
         name = path.relative_to(folder).as_posix()
-        if name not in listed and not any(part[0] in "._" for part in Path(name).parts):
+        if name not in listed and path.is_file() and not any(part[0] in "._" for part in Path(name).parts):
             problems.append(f"{path}: not listed in {RECORD}")
     return problems
 

@@ -246,8 +246,9 @@ def _in_cache(folder: Path, record: dict[str, Any], files: bool) -> bool:
 def pull(url: str, work_dir: Path, name: str) -> None:
     """Make `<work_dir>/<name>` the store's committed output of `name` (record and listed files, sizes checked),
     unless the cache holds that generation whole. A stage the store lacks is left for plan() to report."""
-    record = remote_record(url, name)
     folder = work_dir / name
+    publish_unpublished(url, folder, name)
+    record = remote_record(url, name)
     if record is None or _in_cache(folder, record, files=True):
         return
     problems = remote_problems(url, name, record)
@@ -272,12 +273,25 @@ def pull(url: str, work_dir: Path, name: str) -> None:
 
 def _pull_record(url: str, work_dir: Path, name: str) -> None:
     """Only the record of a stage that is read for its record alone; the cached files it replaces go."""
-    record = remote_record(url, name)
     folder = work_dir / name
+    publish_unpublished(url, folder, name)
+    record = remote_record(url, name)
     if record is None or _in_cache(folder, record, files=False):
         return
     shutil.rmtree(folder, ignore_errors=True)
     write_json(folder / RECORD, record)
+
+
+def publish_unpublished(url: str, folder: Path, name: str) -> bool:
+    """A whole local commit that no publish finished (its record names no generation: a run crashed between its
+    local commit and the store's record) is published now, before anything could replace the cache with the
+    store's older output. True when it published."""
+    local = _local_record(folder)
+    if local is None or local.get("generation") or output_problems(folder, local):
+        return False
+    log.info("%s: publishing the output a crashed run committed in the cache", name)
+    publish(url, folder, name, local)
+    return True
 
 
 def publish_current(url: str, folder: Path, name: str, key: str) -> bool:

@@ -206,3 +206,25 @@ def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
     assert len(generations) == 2  # the committed one, and the partial upload no record names
     assert remote_record(url, "embed") == before
     assert store_contents(url, tmp_path / "store", ("embed",)) == contents(local, ("embed",))
+
+
+def test_status_after_a_crash_before_publish_publishes_the_cached_commit(manifest: Path, tmp_path: Path):
+    """`status` pulls embed (mine's upstream) into the cache: a committed but unpublished embed there is published
+    first, never replaced by the store's older output (docs/storage.md)."""
+    url = f"file://{tmp_path / 'store'}"
+    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
+    before = remote_record(url, "embed")
+    raw = yaml.safe_load(manifest.read_text())
+    raw["embed"]["images_per_shard"] = 10
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(raw))
+    killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-record")
+    assert killed.returncode == -9, killed.stderr
+    cached = json.loads((mirror_folder(url) / "embed" / "_stage.json").read_text())
+    assert cached["fingerprint"] != before["fingerprint"] and "generation" not in cached
+
+    status = runner.invoke(app, ["status", "--manifest", str(other), "--out", url])
+    assert status.exit_code == 0, status.output
+    after = remote_record(url, "embed")
+    assert after["fingerprint"] == cached["fingerprint"] and not remote_problems(url, "embed", after)
+    assert [line.split()[1] for line in status.output.splitlines() if line.startswith("embed")] == ["done"]
