@@ -16,7 +16,7 @@ from csts_pipeline.train_cli import register as register_train_commands
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest, open_manifest
 from pipeline.records import read_record
-from pipeline.storage import is_url, location, remote_record
+from pipeline.storage import is_url, location, remote_of, remote_record
 
 app = typer.Typer(
     help="Build C-STS datasets from image-caption corpora: embed -> mine -> filter -> train.",
@@ -194,12 +194,22 @@ def run(
 
 @app.command()
 @user_errors
-def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
-    """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
+def status(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    out: OutOpt = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", metavar="", help="Read every listed file and check its content checksum.")
+    ] = False,
+) -> None:
+    """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record;
+    with --verify, `corrupt` for a stage whose files differ from their checksums (exit code 1)."""
+    from pipeline.checksums import verify_outputs
     from pipeline.executor import state
 
     loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
     loaded.fetch_inputs()
+    corrupt = False
     for name, stage in _data_stages().items():
         try:
             found, record, detail = state(stage(loaded))
@@ -209,9 +219,18 @@ def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt
         if record is None:
             typer.echo(f"{name:<8} {found:<10}{detail}".rstrip())
             continue
+        if verify and found != "incomplete" and remote_of(loaded.work_dir) is None:
+            problems, unhashed = verify_outputs(loaded.work_dir / name, record)
+            found, detail = ("corrupt", "; ".join(problems)) if problems else (found, detail)
+            corrupt = corrupt or bool(problems)
+            if unhashed and not problems:
+                detail = f"not verifiable: {unhashed} files have no checksum (an older record); --force rebuilds"
         counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
         line = f"{name:<8} {found:<10}{record['timings']['seconds']:>8.1f}s  {counts}"
-        typer.echo(line + (f"\n         {detail}" if found in ("incomplete", "stale") and detail else ""))
+        shown = found in ("incomplete", "stale", "corrupt") or detail.startswith("not verifiable")
+        typer.echo(line + (f"\n         {detail}" if shown and detail else ""))
+    if corrupt:
+        raise typer.Exit(1)
 
 
 # --- filter (issue 3) ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline.checksums import HASH_KEY, verify_outputs, written_digest
 from pipeline.errors import UserError
 from pipeline.shards import parquet_rows, remove_tmp_files, write_atomic
 
@@ -119,7 +120,7 @@ def describe_files(folder: Path) -> dict[str, dict[str, int]]:
         relative = path.relative_to(folder)
         if not path.is_file() or any(part[0] in "._" for part in relative.parts):
             continue
-        entry = {"bytes": path.stat().st_size}
+        entry = {"bytes": path.stat().st_size, HASH_KEY: written_digest(path)}
         if path.suffix == ".parquet":
             entry["rows"] = parquet_rows(path)
         files[relative.as_posix()] = entry
@@ -150,10 +151,13 @@ def require_record(folder: Path, stage: str) -> dict[str, Any]:
     record = read_record(folder)
     if record is None:
         raise UserError(f"{folder}: no finished {stage} output here; run `csts-pipeline {stage}` first")
-    problems = output_problems(folder, record)
+    problems = output_problems(folder, record) or verify_outputs(folder, record)[0]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"{problems[0]}{more}: the {stage} output is incomplete; rerun `csts-pipeline {stage}`")
+        raise UserError(
+            f"{problems[0]}{more}: the {stage} output is incomplete or corrupt; "
+            f"rebuild it with `csts-pipeline {stage} --force`"
+        )
     return record
 
 

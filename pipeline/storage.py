@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pipeline.checksums import HASH_KEY, written_digest
 from pipeline.errors import UserError
 from pipeline.records import RECORD, failpoint, output_problems, read_json, read_record, write_json
 from pipeline.shards import write_atomic
@@ -265,6 +266,12 @@ def pull(url: str, work_dir: Path, name: str) -> None:
     problems = output_problems(incoming, record)
     if problems:
         raise UserError(f"{problems[0]}: the {name} output changed while it was read; run again")
+    for relative, entry in record["output_files"].items():  # digests computed while copying: no second read
+        if entry.get(HASH_KEY) and written_digest(incoming / relative) != entry[HASH_KEY]:
+            raise UserError(
+                f"{_display(fs, f'{base}/{relative}')}: corrupt on the store (content checksum differs from its "
+                f"record); rebuild it with `csts-pipeline {name} --force`"
+            )
     shutil.rmtree(folder, ignore_errors=True)  # a crash here leaves no cached copy: the next run pulls again
     incoming.rename(folder)
     seconds = time.perf_counter() - clock

@@ -146,7 +146,8 @@ def test_a_stray_parquet_file_in_an_output_folder_is_refused(tmp_path: Path, sma
     assert any(line.split()[:2] == ["embed", "incomplete"] for line in status.output.splitlines()), status.output
     assert f"{stray}: not listed in _stage.json" in status.output
     line = cli_error("mine", "--manifest", str(manifest))
-    assert line.startswith(f"error: {stray}: not listed in _stage.json") and "rerun `csts-pipeline embed`" in line
+    assert line.startswith(f"error: {stray}: not listed in _stage.json")
+    assert line.endswith("rebuild it with `csts-pipeline embed --force`")
     assert not (tmp_path / "work" / "mine").exists()
 
 
