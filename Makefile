@@ -7,7 +7,7 @@ PYV := $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}{sys.versi
 LOCK := requirements/lock-py$(PYV).txt
 STAMP := $(VENV)/.installed
 
-.PHONY: sample test lint lock browser
+.PHONY: sample test test-fast lint lock browser
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -f $(LOCK) || { echo "no lock for Python $(PYV): supported are 3.10-3.13 ($(LOCK) missing)"; exit 1; }
@@ -21,6 +21,10 @@ sample: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The unit tests alone (tests marked `slow`, those over ~10 s, are left out); `make test` runs everything, as CI does.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -226,7 +226,7 @@ def status(
             if unhashed and not problems:
                 detail = f"not verifiable: {unhashed} files have no checksum (an older record); --force rebuilds"
         counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
-        line = f"{name:<8} {found:<10}{record['timings']['seconds']:>8.1f}s  {counts}"
+        line = f"{name:<8} {found:<10}{record.get('timings', {}).get('seconds', 0):>8.1f}s  {counts}"
         shown = found in ("incomplete", "stale", "corrupt") or detail.startswith("not verifiable")
         typer.echo(line + (f"\n         {detail}" if shown and detail else ""))
     if corrupt:

@@ -110,7 +110,7 @@ def verify_file(path: Path, entry: dict[str, Any]) -> str | None:
     if size != entry["bytes"]:
         return f"{path}: {size} bytes, the record says {entry['bytes']}"
     expected = entry.get(HASH_KEY)
-    if expected is not None and file_digest(path) != expected:
+    if expected and file_digest(path) != expected:
         return f"{path}: corrupt (content checksum differs from the record's)"
     return None
 
@@ -119,4 +119,4 @@ def verify_outputs(folder: Path, record: dict[str, Any]) -> tuple[list[str], int
     """(problems, files without a digest) over every file the record lists."""
     listed = record.get("output_files") or {}
     problems = [problem for name, entry in listed.items() if (problem := verify_file(folder / name, entry))]
-    return problems, sum(HASH_KEY not in entry for entry in listed.values())
+    return problems, sum(not entry.get(HASH_KEY) for entry in listed.values())

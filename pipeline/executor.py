@@ -152,6 +152,7 @@ class LocalExecutor:
             for unit, stats in self._run_units(stage, pending, staging):
                 markers[unit.key] = stats
                 self._write_marker(staging, unit, key, stats)
+                _failpoint(f"{stage.name}:after-unit")  # a kill in the middle of the work (tests)
                 progress.update(unit.size)
         timings["process"] = time.perf_counter() - clock
         clock = time.perf_counter()

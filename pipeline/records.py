@@ -101,7 +101,7 @@ def record_shape_problem(record: Any) -> str | None:
     for key in ("counts", "timings", "params", "inputs"):
         if key in record and not isinstance(record[key], dict):
             return f"'{key}' is not an object"
-    seconds = record.get("timings", {}).get("seconds")
+    seconds = record.get("timings", {}).get("seconds", 0)
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return "'timings.seconds' is not a number"
     files = record.get("output_files", {})

@@ -313,7 +313,7 @@ def test_mine_null_with_a_command_line_override(tmp_path: Path, small: tuple[dic
     ("record", "problem"),
     [
         ([1, 2], "not a JSON object"),
-        ({"timings": {}, "counts": {}}, "'timings.seconds' is not a number"),
+        ({"timings": {"seconds": "1"}, "counts": {}}, "'timings.seconds' is not a number"),
         ({"timings": {"seconds": 1}, "output_files": []}, "'output_files' is not an object"),
         ({"timings": {"seconds": 1}, "output_files": {"a": 3}}, "output_files['a'] has no integer 'bytes'"),
         ({"timings": {"seconds": 1}, "counts": "3"}, "'counts' is not an object"),
