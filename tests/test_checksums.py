@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from pipeline.shards import write_atomic
 from tests.conftest import write_manifest
 
 runner = CliRunner()
-FLIPS = 20
+FLIPS = int(os.environ.get("CSTS_TEST_FLIPS", "20"))  # 100 once by hand (docs/performance.md)
 
 
 def test_the_digest_is_the_one_of_the_bytes_written(tmp_path: Path):

@@ -109,7 +109,7 @@ def test_a_missing_shard_makes_the_stage_incomplete_and_the_next_refuse(done: Pa
     if following is not None:
         result = CliRunner().invoke(app, [following, "--dataset", "sample", "--out", str(done)])
         assert result.exit_code == 2
-        assert f"{victim}: missing" in result.output and f"rerun `csts-pipeline {stage}`" in result.output
+        assert f"{victim}: missing" in result.output and f"`csts-pipeline {stage} --force`" in result.output
 
 
 def test_a_corrupt_record_is_named_not_taken_for_missing(done: Path):
