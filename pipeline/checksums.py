@@ -76,8 +76,9 @@ def wants_sidecar(path: Path) -> bool:
 
 
 def write_sidecar(path: Path, digest: str, size: int) -> None:
-    """Not synced and not atomic on purpose: a sidecar lost or torn by a crash is only recomputed by reading."""
-    sidecar_of(path).write_text(f"{digest} {size}\n")
+    """Not synced and not atomic on purpose: a sidecar lost or torn by a crash is only recomputed by reading. The
+    file's size and modification time go with the digest, so that a file changed since is never taken for it."""
+    sidecar_of(path).write_text(f"{digest} {size} {path.stat().st_mtime_ns}\n")
 
 
 def file_digest(path: Path) -> str:
@@ -93,8 +94,9 @@ def written_digest(path: Path) -> str:
     """The digest computed while `path` was written, from its sidecar when the sidecar matches the file's size;
     else (a file written by other code, such as a model's save_pretrained) by reading it."""
     try:
-        digest, size = sidecar_of(path).read_text().split()
-        if int(size) == path.stat().st_size:
+        digest, size, mtime = sidecar_of(path).read_text().split()
+        stat = path.stat()
+        if (int(size), int(mtime)) == (stat.st_size, stat.st_mtime_ns):
             return digest
     except (OSError, ValueError):
         pass

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.checksums import HASH_KEY, file_digest, sidecar_of
+from pipeline.checksums import HASH_KEY, file_digest, sidecar_of, written_digest
 from pipeline.shards import write_atomic
 from tests.conftest import write_manifest
 
@@ -23,8 +23,11 @@ FLIPS = int(os.environ.get("CSTS_TEST_FLIPS", "20"))  # 100 once by hand (docs/p
 def test_the_digest_is_the_one_of_the_bytes_written(tmp_path: Path):
     path = tmp_path / "a.bin"
     write_atomic(path, lambda handle: (handle.write(b"abc" * 1000), handle.write(memoryview(b"xyz"))))
-    digest, size = sidecar_of(path).read_text().split()
+    digest, size, mtime = sidecar_of(path).read_text().split()
     assert digest == file_digest(path) and int(size) == path.stat().st_size == 3003
+    assert int(mtime) == path.stat().st_mtime_ns
+    path.write_bytes(b"x" * 3003)  # the same size, changed since: the sidecar is not taken for it
+    assert written_digest(path) == file_digest(path) != digest
 
 
 @pytest.fixture(scope="module")
