@@ -85,9 +85,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for mode in MODES:
-                times[mode].append(write_all(parts, Path(tmp) / mode, mode))
-        written = sum(path.stat().st_size for path in (Path(tmp) / "none").glob("part-*.parquet"))
-        blob = b"".join((Path(tmp) / "none" / shards.shard_name(i)).read_bytes() for i in range(len(parts)))
+                times[mode].append(write_all(parts, Path(tmp) / ".bench.next" / mode, mode))  # a staging folder
+        base = Path(tmp) / ".bench.next" / "none"
+        written = sum(path.stat().st_size for path in base.glob("part-*.parquet"))
+        blob = b"".join((base / shards.shard_name(i)).read_bytes() for i in range(len(parts)))
     medians = {mode: statistics.median(values) for mode, values in times.items()}
     print(f"rows={args.rows:,} shards={len(parts)} bytes_written={written:,} repeats={args.repeats}")
     for mode, seconds in medians.items():

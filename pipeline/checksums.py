@@ -62,6 +62,10 @@ class HashingWriter:
     def readable(self) -> bool:
         return False
 
+    @property
+    def name(self) -> str:
+        return self.handle.name
+
     def hexdigest(self) -> str:
         return self.hasher.hexdigest()
 
@@ -70,9 +74,20 @@ def sidecar_of(path: Path) -> Path:
     return path.with_name(f".{path.name}{SIDECAR_SUFFIX}")
 
 
+STAGED = (".next", ".pull")  # the hidden folders whose files a record will list: staging, and a pull's copy
+
+
 def wants_sidecar(path: Path) -> bool:
-    """Hidden and underscore names (temporaries, records, markers) are never outputs, so they need no digest."""
-    return path.name[0] not in "._"
+    """A file that a record will list: inside a staging (or pull) folder, and not hidden or underscored itself
+    (temporaries, records, markers). Other files (an export, a checkpoint saved alone) get no sidecar."""
+    staged = any(part.startswith(".") and part.endswith(STAGED) for part in path.parent.parts)
+    return staged and path.name[0] not in "._"
+
+
+def drop_sidecars(folder: Path) -> None:
+    """Once a folder is committed its record holds the digests: the sidecars have done their work."""
+    for sidecar in folder.rglob(f".*{SIDECAR_SUFFIX}"):
+        sidecar.unlink(missing_ok=True)
 
 
 def write_sidecar(path: Path, digest: str, size: int) -> None:

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.checksums import HASH_KEY, verify_outputs, written_digest
+from pipeline.checksums import HASH_KEY, drop_sidecars, verify_outputs, written_digest
 from pipeline.errors import UserError
 from pipeline.shards import parquet_rows, remove_tmp_files, write_atomic
 
@@ -187,6 +187,7 @@ def swap_in(folder: Path, staging: Path, old: Path) -> None:
         failpoint(f"{folder.name}:between-renames")
     staging.rename(folder)
     shutil.rmtree(old, ignore_errors=True)
+    drop_sidecars(folder)
 
 
 def recover_folder(folder: Path, staging: Path, old: Path) -> None:

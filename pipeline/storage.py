@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pipeline.checksums import HASH_KEY, written_digest
+from pipeline.checksums import HASH_KEY, drop_sidecars, written_digest
 from pipeline.errors import UserError
 from pipeline.records import RECORD, failpoint, output_problems, read_json, read_record, write_json
 from pipeline.shards import write_atomic
@@ -274,6 +274,7 @@ def pull(url: str, work_dir: Path, name: str) -> None:
             )
     shutil.rmtree(folder, ignore_errors=True)  # a crash here leaves no cached copy: the next run pulls again
     incoming.rename(folder)
+    drop_sidecars(folder)
     seconds = time.perf_counter() - clock
     log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, _display(fs, base))
 

@@ -21,7 +21,7 @@ FLIPS = int(os.environ.get("CSTS_TEST_FLIPS", "20"))  # 100 once by hand (docs/p
 
 
 def test_the_digest_is_the_one_of_the_bytes_written(tmp_path: Path):
-    path = tmp_path / "a.bin"
+    path = tmp_path / ".stage.next" / "a.bin"  # files in a staging folder get their digest beside them
     write_atomic(path, lambda handle: (handle.write(b"abc" * 1000), handle.write(memoryview(b"xyz"))))
     digest, size, mtime = sidecar_of(path).read_text().split()
     assert digest == file_digest(path) and int(size) == path.stat().st_size == 3003

@@ -274,7 +274,7 @@ def test_resume_after_a_crash_redoes_only_the_unfinished_shards(work, monkeypatc
 
 def test_a_missing_upstream_shard_is_refused_with_one_line(work):
     (work / "mine" / "candidates" / shard_name(1)).unlink()
-    with pytest.raises(UserError, match=r"part-00001.parquet: missing.*rerun `csts-pipeline mine`"):
+    with pytest.raises(UserError, match=r"part-00001.parquet: missing.*`csts-pipeline mine --force`"):
         stage.run(manifest_for(work))
 
 
