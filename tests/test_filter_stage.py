@@ -363,6 +363,7 @@ def stsb_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
 def test_pairs_mode_scores_any_sentence_pairs(work, stsb_csv, suffix):
     out = work.parent / f"scored{suffix}"

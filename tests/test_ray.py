@@ -64,6 +64,7 @@ def ray_run(local_run: Path, tmp_path_factory) -> Path:
     return work
 
 
+@pytest.mark.slow
 def test_ray_tables_equal_the_local_executors(local_run: Path, ray_run: Path):
     assert contents(ray_run) == contents(local_run)
     for stage in STAGES:
@@ -72,6 +73,7 @@ def test_ray_tables_equal_the_local_executors(local_run: Path, ray_run: Path):
     assert not [p for p in ray_run.glob(".*") if p.is_dir()]  # no staging folder outlives the run
 
 
+@pytest.mark.slow
 def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
     before = {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
     result = invoke("run", "--dataset", "sample", "--out", str(ray_run), "--executor", "ray")
@@ -79,6 +81,7 @@ def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
     assert before == {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
 
 
+@pytest.mark.slow
 def test_a_killed_embed_actor_is_replaced_and_a_failed_driver_resumes(
     local_run: Path, tmp_path: Path, monkeypatch, ray_session
 ):
@@ -111,6 +114,7 @@ def test_a_killed_embed_actor_is_replaced_and_a_failed_driver_resumes(
     assert contents(work, ("embed",)) == contents(local_run, ("embed",))
 
 
+@pytest.mark.slow
 def test_an_actor_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tmp_path: Path, monkeypatch, ray_session):
     """mine's expansion units on the actor pool: the actor of the last candidate shard is killed, nothing is
     committed, and the rerun (reusing whatever shards the driver had recorded) ends with the local tables."""
@@ -166,6 +170,7 @@ def test_a_local_ray_stays_on_loopback(ray_session):
     assert ray.util.get_node_ip_address() == "127.0.0.1"
 
 
+@pytest.mark.slow
 def test_filter_encodes_its_sentences_as_ray_tasks(ray_session, tmp_path: Path, monkeypatch):
     """Distinct sentences in blocks, one Ray task each: one block gives the local encoding's very bits (same
     batches, same thread count); several blocks the same vectors up to float rounding. The cache is filled."""

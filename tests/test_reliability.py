@@ -67,6 +67,7 @@ def seeded(clean: Path, tmp_path: Path) -> Path:
         ["embed", "--device", "cuda:7"],
     ],
 )
+@pytest.mark.slow
 def test_a_failed_rerun_leaves_every_stage_unchanged(done: Path, args: list[str]):
     before = {p: p.read_bytes() for p in done.rglob("*") if p.is_file() and not p.name.endswith(".lock")}
     result = CliRunner().invoke(app, [*args, "--dataset", "sample", "--out", str(done), "--force"])
@@ -98,6 +99,7 @@ def test_a_rerun_killed_after_staging_leaves_every_stage_unchanged(done: Path, p
     assert [p for p, content in before.items() if after.get(p) != content] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stage", "shard"), [("embed", "embeddings"), ("mine", "candidates"), ("filter", "kept")])
 def test_a_missing_shard_makes_the_stage_incomplete_and_the_next_refuse(done: Path, stage: str, shard: str):
     victim = sorted((done / stage / shard).glob("part-*.parquet"))[-1]
@@ -112,6 +114,7 @@ def test_a_missing_shard_makes_the_stage_incomplete_and_the_next_refuse(done: Pa
         assert f"{victim}: missing" in result.output and f"`csts-pipeline {stage} --force`" in result.output
 
 
+@pytest.mark.slow
 def test_a_corrupt_record_is_named_not_taken_for_missing(done: Path):
     record = done / "mine" / "_stage.json"
     record.write_text('{"stage": "mine", "counts": ')
@@ -121,6 +124,7 @@ def test_a_corrupt_record_is_named_not_taken_for_missing(done: Path):
     assert result.exit_code == 2 and f"{record}: corrupt" in result.output
 
 
+@pytest.mark.slow
 def test_standard_readers_read_every_table_even_beside_a_crashed_write(done: Path):
     for stage in STAGES:
         for table in (p for p in (done / stage).iterdir() if p.is_dir()):
