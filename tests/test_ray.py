@@ -82,35 +82,25 @@ def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
 
 
 @pytest.mark.slow
-def test_a_killed_embed_actor_is_replaced_and_a_failed_driver_resumes(
-    local_run: Path, tmp_path: Path, monkeypatch, ray_session
+def test_a_killed_embed_actor_fails_the_run_and_the_next_resumes(
+    local_run: Path, tmp_path: Path, monkeypatch, ray_session, capfd: pytest.CaptureFixture
 ):
-    """embed on Ray Data: the CLIP actor serving the second shard is killed once (Ray Data starts another and
-    retries its batches), and the driver fails after collecting its first shard. Nothing is committed; the rerun
-    reuses that shard and ends with the local executor's tables. The kill happens in whichever run first embeds
-    the second shard, so it is there exactly once whatever the order in which shards come back."""
-    import stages.embed.batches as batches
+    """embed on Ray Data: the CLIP actor serving the second shard is killed once, which fails the run (the actors
+    run without restarts, so Ray logs no error-level line about their object-store arguments: docs/ray.md).
+    Nothing is committed; the next run resumes the staging folder and ends with the local executor's tables."""
+    import ray.exceptions
 
     work = seeded(local_run, tmp_path)
     flag = tmp_path / "killed"
     monkeypatch.setenv(FAILPOINT, "embed:unit:embeddings/part-00001.parquet")  # forwarded to the actors
     monkeypatch.setenv(FAILPOINT_ONCE, str(flag))
-    collected, collect_shard = [], batches.collect_shard
-
-    def collect_then_fail(*args, **kwargs):
-        if collected:
-            raise RuntimeError("the driver fails")
-        collected.append(collect_shard(*args, **kwargs))
-        return collected[-1]
-
-    monkeypatch.setattr(batches, "collect_shard", collect_then_fail)
-    failed = CliRunner().invoke(app, ["embed", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
-    assert failed.exit_code != 0 and str(failed.exception) == "the driver fails"
-    assert not (work / "embed").exists() and (work / ".embed.next").is_dir()
-    monkeypatch.setattr(batches, "collect_shard", collect_shard)
+    killed = CliRunner().invoke(app, ["embed", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
+    assert isinstance(killed.exception, ray.exceptions.ActorDiedError) and flag.is_file(), killed.output
+    assert not (work / "embed").exists() and (work / ".embed.next" / "_started.json").is_file()
+    capfd.readouterr()
     invoke("embed", "--dataset", "sample", "--out", str(work), "--executor", "ray")
-    assert flag.is_file()
-    assert record(work, "embed")["resumed"] is True and record(work, "embed")["units_reused"] == 1
+    assert "constructor arguments in the object store" not in capfd.readouterr().err
+    assert record(work, "embed")["resumed"] is True
     assert contents(work, ("embed",)) == contents(local_run, ("embed",))
 
 
