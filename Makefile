@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 LS_VENV ?= .venv-label-studio
 LS_STAMP := $(LS_VENV)/.installed
 
-.PHONY: sample test lint lock browser label-studio label-studio-test
+.PHONY: sample test test-fast lint lock browser label-studio label-studio-test
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -f $(LOCK) || { echo "no lock for Python $(PYV): supported are 3.10-3.13 ($(LOCK) missing)"; exit 1; }
@@ -23,6 +23,10 @@ sample: $(STAMP)
 
 test: $(STAMP) $(LS_STAMP)
 	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest
+
+# The unit tests alone (tests marked `slow`, those over ~10 s, are left out); `make test` runs everything, as CI does.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

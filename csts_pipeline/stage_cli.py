@@ -16,7 +16,7 @@ from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, 
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest, open_manifest
 from pipeline.records import read_record
-from pipeline.storage import is_url, location, remote_record
+from pipeline.storage import is_url, location, remote_of, remote_record
 from stages import REGISTRY, StageSpec
 
 OutOpt = Annotated[
@@ -148,12 +148,21 @@ def run(
         run_stage(loaded, spec, force, runner)
 
 
-def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt = None) -> None:
-    """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record."""
+def status(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    out: OutOpt = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", metavar="", help="Read every listed file and check its content checksum.")
+    ] = False,
+) -> None:
+    """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record;
+    with --verify, `corrupt` for a stage whose files differ from their checksums (exit code 1)."""
     from pipeline.executor import state
 
     loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
     loaded.fetch_inputs()
+    corrupt = False
     for spec in REGISTRY:
         name = spec.name
         try:
@@ -164,9 +173,27 @@ def status(dataset: DatasetOpt = None, manifest: ManifestOpt = None, out: OutOpt
         if record is None:
             typer.echo(f"{name:<8} {found:<10}{detail}".rstrip())
             continue
+        if verify and found != "incomplete" and remote_of(loaded.work_dir) is None:
+            found, detail = _verified(loaded.work_dir / name, record, found, detail)
+            corrupt = corrupt or found == "corrupt"
         counts = ", ".join(f"{k}={v}" for k, v in record.get("counts", {}).items())
-        line = f"{name:<8} {found:<10}{record['timings']['seconds']:>8.1f}s  {counts}"
-        typer.echo(line + (f"\n         {detail}" if found in ("incomplete", "stale") and detail else ""))
+        line = f"{name:<8} {found:<10}{record.get('timings', {}).get('seconds', 0):>8.1f}s  {counts}"
+        shown = found in ("incomplete", "stale", "corrupt") or detail.startswith("not verifiable")
+        typer.echo(line + (f"\n         {detail}" if shown and detail else ""))
+    if corrupt:
+        raise typer.Exit(1)
+
+
+def _verified(folder: Path, record: dict[str, Any], found: str, detail: str) -> tuple[str, str]:
+    """The state after reading every listed file against its checksum."""
+    from pipeline.checksums import verify_outputs
+
+    problems, unhashed = verify_outputs(folder, record)
+    if problems:
+        return "corrupt", "; ".join(problems)
+    if unhashed:
+        return found, f"not verifiable: {unhashed} files have no checksum (an older record); --force rebuilds"
+    return found, detail
 
 
 def register(app: typer.Typer, own: dict[str, dict[str, Option]], runners: dict[str, Callable] | None = None) -> None:

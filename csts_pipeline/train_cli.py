@@ -15,6 +15,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_errors
+from pipeline.errors import UserError
 from pipeline.manifest import TrainConfig, open_manifest
 from pipeline.records import read_record
 from pipeline.storage import is_url, output_cache
@@ -189,6 +190,8 @@ def evaluate(
     from stages.train.data import read_csts
     from stages.train.prompting import PromptOptions
 
+    if precision not in (None, "auto", "fp32", "fp16", "bf16"):
+        raise UserError(f"--precision {precision!r}: use auto, fp32, fp16 or bf16")
     shown = read_csts(examples, "train") if examples is not None else None
     prompt = PromptOptions(instructions, instructions_file, shots, shown, seed)
     options = stage.EvaluateOptions(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import UserError
@@ -71,8 +72,9 @@ def _caption_texts(suffix: str, data: bytes, ref: str) -> list[object]:
 def scan_tar(path: Path) -> dict[str, dict]:
     """key -> {"image": Member, "captions": [...]} for one shard, reading the tar once as a stream."""
     samples: dict[str, dict] = {}
+    _refuse_compressed(path)
     try:
-        with tarfile.open(path, "r|*") as tar:
+        with tarfile.open(path, "r|") as tar:
             for info in tar:
                 if not info.isfile():
                     continue
@@ -90,11 +92,25 @@ def scan_tar(path: Path) -> dict[str, dict]:
     return samples
 
 
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"BZ": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def _refuse_compressed(path: Path) -> None:
+    """Members are read later by byte range, which a compressed tar does not have: say so instead of reading none."""
+    with path.open("rb") as handle:
+        head = handle.read(6)
+    for magic, kind in _COMPRESSED.items():
+        if head.startswith(magic):
+            raise UserError(f"{path}: a {kind}-compressed tar; decompress it to a plain .tar shard first")
+
+
 def read_webdataset(folder: Path) -> tuple[list[tuple[str, str, Member, list]], list[str]]:
     """(key, display name, member, captions) of every sample with an image, in key order; and the keys without."""
     shards = sorted(folder.glob("*.tar"))
     if not shards:
-        raise UserError(f"{folder}: no .tar shards found")
+        packed = sorted(folder.glob("*.tar.*")) + sorted(folder.glob("*.tgz"))
+        hint = f" ({packed[0].name} is compressed: decompress it to a plain .tar)" if packed else ""
+        raise UserError(f"{folder}: no .tar shards found{hint}")
     rows, no_image = [], []
     for shard in shards:
         for key, sample in scan_tar(shard).items():
@@ -114,12 +130,15 @@ def read_parquet_images(
         raise UserError(f"{folder}: no .parquet files found")
     rows = []
     for path in files:
-        names = pq.read_schema(path).names
+        schema = _parquet_schema(path)
         wanted = [image_column, *caption_columns] + ([key_column] if key_column else [])
-        missing = [name for name in wanted if name not in names]
+        missing = [name for name in wanted if name not in schema.names]
         if missing:
-            raise UserError(f"{path}: no column(s) {', '.join(missing)} (found: {', '.join(names)})")
-        table = pq.read_table(path, columns=caption_columns + ([key_column] if key_column else []))
+            raise UserError(f"{path}: no column(s) {', '.join(missing)} (found: {', '.join(schema.names)})")
+        kind = schema.field(image_column).type
+        if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+            raise UserError(f"{path}: image column {image_column!r} holds {kind}, not image bytes (binary)")
+        table = _parquet_read(path, caption_columns + ([key_column] if key_column else []))
         keys = table.column(key_column).to_pylist() if key_column else None
         texts = [table.column(name).to_pylist() for name in caption_columns]
         for row in range(table.num_rows):
@@ -127,6 +146,33 @@ def read_parquet_images(
             member = Member(str(path), row=row, column=image_column)
             rows.append((key, f"{path.name}#{row}", member, [column[row] for column in texts]))
     return sorted(rows, key=lambda row: row[0])
+
+
+def _parquet_schema(path: Path) -> pa.Schema:
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def _parquet_read(path: Path, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def embedding_array(path: Path, dim: int | None = None) -> np.ndarray:
+    """A clip-retrieval `.npy` memory-mapped, checked to be a 2-D float array (of width `dim` when given)."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from None
+    if array.ndim != 2 or array.dtype.kind != "f" or array.shape[1] == 0:
+        raise UserError(f"{path}: shape {array.shape} {array.dtype}; expected (rows, dim) float embeddings")
+    if dim is not None and array.shape[1] != dim:
+        raise UserError(f"{path}: {array.shape[1]} columns, but the first .npy file has {dim}")
+    return array
 
 
 def _numbered(folder: Path, pattern: str) -> list[Path]:
@@ -144,9 +190,11 @@ def read_clip_retrieval(
     if not embeddings or len(embeddings) != len(metadata):
         raise UserError(f"{folder}: needs img_emb/*.npy and as many metadata/*.parquet files (clip-retrieval layout)")
     rows = []
+    dim = None
     for npy, meta in zip(embeddings, metadata):
-        count = np.load(npy, mmap_mode="r").shape[0]
-        table = pq.read_table(meta)
+        array = embedding_array(npy, dim)
+        count, dim = array.shape
+        table = _parquet_read(meta)
         wanted = caption_columns + ([key_column] if key_column else [])
         missing = [name for name in wanted if name not in table.column_names]
         if missing:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import storage
+from pipeline.checksums import drop_sidecars
 from pipeline.failpoints import failpoint
 from pipeline.locks import stage_lock
 from pipeline.records import (
@@ -271,3 +272,4 @@ class OutputFolder:
         shutil.rmtree(self.previous, ignore_errors=True)
         shutil.rmtree(self.folder / UNITS, ignore_errors=True)
         (self.folder / STARTED).unlink(missing_ok=True)
+        drop_sidecars(self.folder)  # the digests are in the record now

@@ -23,6 +23,8 @@ from pipeline.errors import UserError
 from pipeline.manifest import DataConfig
 
 MAX_CAPTION_ID = 2**32 - 1  # pair ids pack two caption ids into one int64 (docs/schemas.md)
+MAX_IMAGE_ID = 2**63 - 1  # image ids are int64 columns
+MAX_NAME_BYTES = 255  # a longer path component cannot name a file (ENAMETOOLONG)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ def archive_corpus(rows: list[tuple[str, str, Member, list]]) -> Corpus:
     if dupes:
         raise UserError(f"duplicate sample keys, e.g. {dupes[:3]}")
     numeric = all(key.isdigit() and int(key) <= 2**62 for key in keys)
+    if numeric:
+        _check_numeric_keys(keys)
     corpus = Corpus(members=[])
     caption_id = 0
     for rank, (key, name, member, texts) in enumerate(rows):
@@ -145,6 +149,15 @@ def archive_corpus(rows: list[tuple[str, str, Member, list]]) -> Corpus:
     corpus.file_names = [corpus.file_names[i] for i in order]
     corpus.members = [corpus.members[i] for i in order]
     return corpus
+
+
+def _check_numeric_keys(keys: list[str]) -> None:
+    """Numeric keys become image ids, so `0` and `000000000` would silently be one image: refuse them."""
+    seen: dict[int, str] = {}
+    for key in keys:
+        other = seen.setdefault(int(key), key)
+        if other != key:
+            raise UserError(f"sample keys {other!r} and {key!r} are the same image id {int(key)}; make them unique")
 
 
 def read_coco(path: Path) -> Corpus:
@@ -203,6 +216,8 @@ def _check_entries(path: Path, key: str, entries: list, required: tuple[str, ...
         for name in ("id", "image_id"):
             if name in required and (not isinstance(entry[name], int) or isinstance(entry[name], bool)):
                 raise UserError(f"{path}: {key}[{index}].{name} is {entry[name]!r}, not an integer")
+            if name in required and not -MAX_IMAGE_ID - 1 <= entry[name] <= MAX_IMAGE_ID:
+                raise UserError(f"{path}: {key}[{index}].{name} is {entry[name]}, outside the 64-bit integer range")
         if "file_name" in required and not isinstance(entry["file_name"], str):
             raise UserError(f"{path}: {key}[{index}].file_name is {entry['file_name']!r}, not a string")
 
@@ -214,6 +229,10 @@ def _caption_text(value: object) -> tuple[str, str | None]:
     if not isinstance(value, str):
         return "", "caption is not a string"
     text = value.strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "", "caption is not valid Unicode (a lone surrogate)"
     return text, None if text else "empty caption"
 
 
@@ -223,7 +242,7 @@ _TOKEN_LINE = re.compile(r"^(?P<name>[^#\t]+)#(?P<n>\d+)\t(?P<text>.*)$")
 def read_flickr_token(path: Path) -> Corpus:
     """`results_20130124.token`: one `name.jpg#n<TAB>caption` per line."""
     rows, skips = [], []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(_utf8_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         match = _TOKEN_LINE.match(line)
@@ -234,10 +253,18 @@ def read_flickr_token(path: Path) -> Corpus:
     return _flickr_corpus(path, rows, skips)
 
 
+def _utf8_text(path: Path) -> str:
+    """The whole file as UTF-8 text; other bytes are a one-line error naming the file and the byte offset."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); convert it to UTF-8") from None
+
+
 def read_flickr_csv(path: Path) -> Corpus:
     """`results.csv` (the Kaggle copy): header `image_name| comment_number| comment`, fields split by '|'."""
     rows, skips = [], []
-    with path.open(encoding="utf-8", newline="") as handle:
+    with io.StringIO(_utf8_text(path), newline="") as handle:
         reader = csv.reader(handle, delimiter="|")
         header = [h.strip() for h in next(reader, [])]
         if header[:3] != ["image_name", "comment_number", "comment"]:
@@ -341,11 +368,29 @@ def describe_skips(counts: dict[str, int]) -> str:
 
 
 def _drop_missing_files(corpus: Corpus) -> None:
-    keep = [(corpus.image_root / name).is_file() for name in corpus.file_names]
-    for ok, image_id, name in zip(keep, corpus.image_ids, corpus.file_names):
-        if not ok:
-            corpus.skips.append(Skip("image", f"{image_id} ({name})", "image file not found"))
-    _keep_images(corpus, keep)
+    """Images whose file is missing, whose name no file can have, or which (through a symlink) lie outside the
+    image folder are skipped, each with its reason."""
+    root = corpus.image_root.resolve()
+    reasons = [_file_problem(root, name) for name in corpus.file_names]
+    for reason, image_id, name in zip(reasons, corpus.image_ids, corpus.file_names):
+        if reason:
+            shown = name if len(name) <= 80 else f"{name[:60]}...({len(name)} characters)"
+            corpus.skips.append(Skip("image", f"{image_id} ({shown})", reason))
+    _keep_images(corpus, [reason is None for reason in reasons])
+
+
+def _file_problem(root: Path, name: str) -> str | None:
+    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in PurePosixPath(name).parts):
+        return "file name too long"
+    path = root / name
+    try:
+        if not path.is_file():
+            return "image file not found"
+        if not path.resolve().is_relative_to(root):
+            return "file outside the image folder (a symlink)"
+    except (OSError, ValueError) as exc:
+        return f"image file not readable ({exc.__class__.__name__})"
+    return None
 
 
 def _drop_images_without_captions(corpus: Corpus) -> None:

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from pipeline import storage
 from pipeline.commit import UNITS, OutputFolder, staging_of
 from pipeline.errors import UserError
+from pipeline.failpoints import failpoint
 from pipeline.locks import stage_lock
 from pipeline.records import (
     STARTED,
@@ -76,6 +77,7 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     if remote is None:
         record = read_record(stage.folder)
     else:
+        storage.publish_unpublished(remote, stage.folder, stage.name)  # a crashed run's commit is not lost
         record = storage.remote_record(remote, stage.name)
         try:
             _pull(stage, remote)
@@ -144,6 +146,7 @@ class LocalExecutor:
             for unit, stats in self._run_units(stage, pending, staging):
                 markers[unit.key] = stats
                 self._write_marker(staging, unit, key, stats)
+                failpoint(f"{stage.name}:after-unit")  # a kill in the middle of the work (tests)
                 progress.update(unit.size)
         timings["process"] = time.perf_counter() - clock
         clock = time.perf_counter()

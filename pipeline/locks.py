@@ -33,13 +33,27 @@ def stage_lock(work_dir: Path, stage: str, exclusive: bool = True) -> Iterator[N
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another run"
-            who = f"pid {holder}" if holder.isdigit() else holder
-            log.warning("%s: in use by %s; waiting for it to finish", work_dir / stage, who)
+            log.warning("%s: in use by %s; waiting for it to finish", work_dir / stage, _holder(fd))
             fcntl.flock(fd, mode)
         if exclusive:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
+        if exclusive:  # the pid must not outlive the hold: a later shared holder would be named by it
+            os.ftruncate(fd, 0)
     finally:
         os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """The exclusive holder's pid when it is written and alive; a shared holder (a reader) writes none."""
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    if text.isdigit():
+        try:
+            os.kill(int(text), 0)
+            return f"pid {text}"
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            return f"pid {text}"
+    return "another run"

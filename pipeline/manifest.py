@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pipeline import storage
 from pipeline.errors import UserError
@@ -30,6 +39,14 @@ ARCHIVE_FORMATS = ("webdataset", "parquet", "clip-retrieval")  # the images fold
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML's `true` is not the number 1: a bool is accepted only where the field is a bool."""
+        if isinstance(value, bool) and "bool" not in str(cls.model_fields[info.field_name].annotation).lower():
+            raise ValueError("a true/false value where a number or text is expected")
+        return value
 
 
 class DataConfig(_Section):
@@ -197,6 +214,13 @@ class TrainConfig(_Section):
     sentences_only: bool = Field(False, description="Ablation: the cross-encoder sees only the sentences.")
     eval_batch_size: int = Field(64, ge=1, description="Rows per batch when scoring.")
 
+    @field_validator("precision")
+    @classmethod
+    def _known_precision(cls, value: str) -> str:
+        if value not in ("auto", "fp32", "fp16", "bf16"):
+            raise ValueError("use auto, fp32, fp16 or bf16")
+        return value
+
     @field_validator("select")
     @classmethod
     def _known_selection(cls, value: str) -> str:
@@ -280,7 +304,9 @@ def load_manifest(
     if not path.is_file():
         raise UserError(f"{path}: manifest not found")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(raw, dict):
@@ -291,7 +317,11 @@ def load_manifest(
         section = raw
         *parents, leaf = dotted.split(".")
         for part in parents:
-            section = section.setdefault(part, {})
+            if section.get(part) is None:  # `mine:` (null) in the file: an empty section the override fills
+                section[part] = {}
+            section = section[part]
+            if not isinstance(section, dict):
+                raise UserError(f"{path}: '{part}' must be a mapping of keys to values, to set {dotted}")
         section[leaf] = str(resolve_path(Path.cwd(), value)) if isinstance(value, Path) else value
     inputs = localise_urls(raw, base_url)
     try:

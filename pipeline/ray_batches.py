@@ -81,6 +81,10 @@ def _map(executor: Any, name: str, dataset: Any, step: BatchStep, keys: list[str
     log.info("%s: %s on %d Ray Data actors (%s each)", name, step.fn.__name__, size, options)
     args = (step.fn, step.args, name, keys)
     pool = ray.data.ActorPoolStrategy(size=size)
+    # Ray Data hands every actor its constructor (the stage) as object-store references; with restarts allowed,
+    # Ray logs an error-level core_worker line for each (ray#53727). No restarts: a lost actor fails the run,
+    # and the next run resumes from the units already collected.
+    options["max_restarts"] = 0
     return dataset.map_batches(_StepActor, fn_constructor_args=args, compute=pool, **common, **options)
 
 

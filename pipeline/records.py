@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline.checksums import HASH_KEY, verify_outputs, written_digest
 from pipeline.errors import UserError
 from pipeline.shards import parquet_rows, write_atomic
 
@@ -79,9 +80,29 @@ def read_record(folder: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     record = read_json(path)
-    if not isinstance(record, dict):
-        raise UserError(f"{path}: corrupt stage record (not a JSON object); rerun the stage with --force")
+    problem = record_shape_problem(record)
+    if problem:
+        raise UserError(f"{path}: corrupt stage record ({problem}); rerun the stage with --force")
     return record
+
+
+def record_shape_problem(record: Any) -> str | None:
+    """What makes `record` unusable as a stage record (the fields readers index), or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key in ("counts", "timings", "params", "inputs"):
+        if key in record and not isinstance(record[key], dict):
+            return f"'{key}' is not an object"
+    seconds = record.get("timings", {}).get("seconds", 0)
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "'timings.seconds' is not a number"
+    files = record.get("output_files", {})
+    if not isinstance(files, dict):
+        return "'output_files' is not an object"
+    for name, entry in files.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or isinstance(entry["bytes"], bool):
+            return f"output_files[{name!r}] has no integer 'bytes'"
+    return None
 
 
 def describe_files(folder: Path) -> dict[str, dict[str, int]]:
@@ -91,7 +112,7 @@ def describe_files(folder: Path) -> dict[str, dict[str, int]]:
         relative = path.relative_to(folder)
         if not path.is_file() or any(part[0] in "._" for part in relative.parts):
             continue
-        entry = {"bytes": path.stat().st_size}
+        entry = {"bytes": path.stat().st_size, HASH_KEY: written_digest(path)}
         if path.suffix == ".parquet":
             entry["rows"] = parquet_rows(path)
         files[relative.as_posix()] = entry
@@ -110,9 +131,9 @@ def output_problems(folder: Path, record: dict[str, Any]) -> list[str]:
             problems.append(f"{path}: missing")
         elif path.stat().st_size != entry["bytes"]:
             problems.append(f"{path}: {path.stat().st_size} bytes, the record says {entry['bytes']}")
-    for path in sorted(folder.rglob("part-*.parquet")):
+    for path in sorted(folder.rglob("*")):  # any stray file: `pyarrow.dataset` would read a stray .parquet too
         name = path.relative_to(folder).as_posix()
-        if name not in listed and not any(part[0] in "._" for part in Path(name).parts):
+        if name not in listed and path.is_file() and not any(part[0] in "._" for part in Path(name).parts):
             problems.append(f"{path}: not listed in {RECORD}")
     return problems
 
@@ -122,10 +143,13 @@ def require_record(folder: Path, stage: str) -> dict[str, Any]:
     record = read_record(folder)
     if record is None:
         raise UserError(f"{folder}: no finished {stage} output here; run `csts-pipeline {stage}` first")
-    problems = output_problems(folder, record)
+    problems = output_problems(folder, record) or verify_outputs(folder, record)[0]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"{problems[0]}{more}: the {stage} output is incomplete; rerun `csts-pipeline {stage}`")
+        raise UserError(
+            f"{problems[0]}{more}: the {stage} output is incomplete or corrupt; "
+            f"rebuild it with `csts-pipeline {stage} --force`"
+        )
     return record
 
 

@@ -16,6 +16,7 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.checksums import HashingWriter, sidecar_of, wants_sidecar, write_sidecar
 from pipeline.errors import UserError
 
 SHARD_GLOB = "part-*.parquet"
@@ -32,18 +33,25 @@ def temporary_path(path: Path) -> Path:
 
 
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """The one atomic writer: `write` fills a hidden temporary file, which is synced and renamed over `path`."""
+    """The one atomic writer: `write` fills a hidden temporary file, which is synced and renamed over `path`. An
+    output file's bytes are hashed on their way to disk, and the digest left beside it (pipeline.checksums)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path)
+    hashed = wants_sidecar(path)
     try:
         with tmp.open("wb") as handle:
-            write(handle)
+            writer = HashingWriter(handle) if hashed else handle
+            write(writer)
             handle.flush()
             os.fsync(handle.fileno())
+        if hashed:
+            sidecar_of(path).unlink(missing_ok=True)  # never a stale digest beside the new file
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if hashed:
+        write_sidecar(path, writer.hexdigest(), writer.tell())
 
 
 def write_table(table: pa.Table, path: Path) -> None:

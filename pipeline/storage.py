@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pipeline.checksums import HASH_KEY, drop_sidecars, written_digest
 from pipeline.errors import UserError
 from pipeline.failpoints import failpoint
 from pipeline.records import RECORD, output_problems, read_json, read_record, write_json
@@ -256,8 +257,9 @@ def _in_cache(folder: Path, record: dict[str, Any], files: bool) -> bool:
 def pull(url: str, work_dir: Path, name: str) -> None:
     """Make `<work_dir>/<name>` the store's committed output of `name` (record and listed files, sizes checked),
     unless the cache holds that generation whole. A stage the store lacks is left for plan() to report."""
-    record = remote_record(url, name)
     folder = work_dir / name
+    publish_unpublished(url, folder, name)
+    record = remote_record(url, name)
     if record is None or _in_cache(folder, record, files=True):
         return
     problems = remote_problems(url, name, record)
@@ -274,20 +276,40 @@ def pull(url: str, work_dir: Path, name: str) -> None:
     problems = output_problems(incoming, record)
     if problems:
         raise UserError(f"{problems[0]}: the {name} output changed while it was read; run again")
+    for relative, entry in record["output_files"].items():  # digests computed while copying: no second read
+        if entry.get(HASH_KEY) and written_digest(incoming / relative) != entry[HASH_KEY]:
+            raise UserError(
+                f"{_display(fs, f'{base}/{relative}')}: corrupt on the store (content checksum differs from its "
+                f"record); rebuild it with `csts-pipeline {name} --force`"
+            )
     shutil.rmtree(folder, ignore_errors=True)  # a crash here leaves no cached copy: the next run pulls again
     incoming.rename(folder)
+    drop_sidecars(folder)
     seconds = time.perf_counter() - clock
     log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, _display(fs, base))
 
 
 def pull_record(url: str, work_dir: Path, name: str) -> None:
     """Only the record of a stage that is read for its record alone; the cached files it replaces go."""
-    record = remote_record(url, name)
     folder = work_dir / name
+    publish_unpublished(url, folder, name)
+    record = remote_record(url, name)
     if record is None or _in_cache(folder, record, files=False):
         return
     shutil.rmtree(folder, ignore_errors=True)
     write_json(folder / RECORD, record)
+
+
+def publish_unpublished(url: str, folder: Path, name: str) -> bool:
+    """A whole local commit that no publish finished (its record names no generation: a run crashed between its
+    local commit and the store's record) is published now, before anything could replace the cache with the
+    store's older output. True when it published."""
+    local = _local_record(folder)
+    if local is None or local.get("generation") or output_problems(folder, local):
+        return False
+    log.info("%s: publishing the output a crashed run committed in the cache", name)
+    publish(url, folder, name, local)
+    return True
 
 
 def publish_current(url: str, folder: Path, name: str, key: str) -> bool:

@@ -110,6 +110,7 @@ def test_a_caption_file_is_still_required_for_the_file_formats(tmp_path: Path):
         _manifest(tmp_path, {"format": "coco", "captions": None, "images": str(tmp_path)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["webdataset", "parquet"])
 def test_embed_mine_filter_end_to_end(tmp_path: Path, kind: str, request, sample_dataset):
     folder = request.getfixturevalue("webdataset" if kind == "webdataset" else "parquet_folder")

@@ -16,6 +16,7 @@ def manifest(tmp_path: Path, sample_dataset: tuple[Path, Path]) -> Path:
     return write_manifest(tmp_path, *sample_dataset, embed={"images_per_shard": 100})
 
 
+@pytest.mark.slow
 def test_run_then_status_then_noop(manifest: Path):
     result = runner.invoke(app, ["run", "--manifest", str(manifest)])
     assert result.exit_code == 0, result.output

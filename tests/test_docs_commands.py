@@ -80,6 +80,14 @@ def _problem(command: str) -> str | None:
     for token in rest:
         if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", token) and token.split("=")[0] not in known:
             return f"{' '.join(path)} has no option {token.split('=')[0]}"
+    if not rest or "--help" in rest or hasattr(current, "commands"):
+        return None  # a command named in prose (`csts-pipeline train reads ...`), or a group
+    try:  # the values too: types, choices, required options and stray arguments, as the CLI would parse them
+        current.make_context(path[-1], list(rest))
+    except Exception as exc:  # typer vendors its own click: its exceptions are not click's
+        if not hasattr(exc, "format_message"):
+            raise
+        return f"{' '.join(path)}: {exc.format_message()}"
     return None
 
 
@@ -91,6 +99,14 @@ def test_the_checker_catches_unknown_commands_and_options():
     assert _problem("csts-pipeline annotate merge") == "no command 'csts-pipeline annotate merge'"
     assert _problem("csts-pipeline status --force") == "csts-pipeline status has no option --force"
     assert _problem("csts-pipeline train --k 5") == "csts-pipeline train has no option --k"
+    assert _problem("csts-pipeline mine --dataset sample --k many").startswith(
+        "csts-pipeline mine: Invalid value for '--k': "
+    )
+    assert _problem("csts-pipeline train --out x") == "csts-pipeline train: Missing option '--train'."
+    assert (
+        _problem("csts-pipeline status --dataset sample extra")
+        == "csts-pipeline status: Got unexpected extra argument(s) (extra)"
+    )
 
 
 @pytest.mark.parametrize(("doc", "line", "command"), COMMANDS)

@@ -49,6 +49,7 @@ def test_embed_writes_unit_vectors_for_every_image(tmp_path: Path, dataset):
     }
 
 
+@pytest.mark.slow
 def test_workers_and_batch_size_do_not_change_embeddings(tmp_path: Path, dataset):
     first = _manifest(tmp_path / "a", dataset, num_workers=0, batch_size=7)
     second = _manifest(tmp_path / "b", dataset, num_workers=2, batch_size=64)
@@ -175,6 +176,7 @@ def test_unknown_model_and_missing_config_are_user_errors(tmp_path: Path, datase
         embed.run(manifest)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decode", ["workers", "device"])
 def test_the_ray_data_steps_write_the_local_executors_shards(tmp_path: Path, dataset, decode: str):
     """embed's batch pipeline (what the Ray executor hands to Ray Data), run step by step here: decode, then the

@@ -169,16 +169,27 @@ def test_stage_writes_kept_and_rejected_pairs_that_follow_the_criteria(work, mon
         candidates["pair_id"].to_pylist()
     )
 
-    # every written row agrees with the reference computed from its two sentences
+    # every written row agrees with the reference computed from its two sentences and their own embeddings (from
+    # the cache, as the stage read them): never with the row's own cosine
     criteria = Criteria.from_config(manifest.filter)
+    sentences, _ = scoring.unique_texts(read_folder(work / "mine" / "captions")["caption"].to_pylist())
+    vectors, info = scoring.sentence_embeddings(
+        manifest.filter, sentences, torch.device("cpu"), work / "text_embeddings"
+    )
+    assert not info["encoded"]
+    embedding = dict(zip(sentences, vectors.astype(np.float64)))
     references = []
     for table, is_kept in ((kept, True), (rejected, False)):
         for row in table.to_pylist():
-            expected = reference_pair_metrics(row["sentence1"], row["sentence2"], None, None)
+            pair = (row["sentence1"], row["sentence2"])
+            expected = reference_pair_metrics(*pair, embedding[pair[0]], embedding[pair[1]])
             assert row["length"] == expected["length"]
             assert row["iou"] == np.float32(expected["iou"]) and row["ratio"] == np.float32(expected["ratio"])
-            # a null cosine was not computed: a cheaper criterion had rejected the pair
-            expected["simcse_cosine"] = float("nan") if row["simcse_cosine"] is None else row["simcse_cosine"]
+            if row["simcse_cosine"] is None:  # not computed: a cheaper criterion had rejected the pair
+                expected["simcse_cosine"] = float("nan")
+                assert row["failed"] in ("length", "ratio", "iou")
+            else:
+                assert row["simcse_cosine"] == pytest.approx(expected["simcse_cosine"], abs=1e-6)
             assert criteria.first_failed(expected) == (None if is_kept else row["failed"])
             references.append(expected)
     assert kept["simcse_cosine"].null_count == 0
@@ -264,7 +275,7 @@ def test_resume_after_a_crash_redoes_only_the_unfinished_shards(work, monkeypatc
 
 def test_a_missing_upstream_shard_is_refused_with_one_line(work):
     (work / "mine" / "candidates" / shard_name(1)).unlink()
-    with pytest.raises(UserError, match=r"part-00001.parquet: missing.*rerun `csts-pipeline mine`"):
+    with pytest.raises(UserError, match=r"part-00001.parquet: missing.*`csts-pipeline mine --force`"):
         stage.run(manifest_for(work))
 
 
@@ -353,6 +364,7 @@ def stsb_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
 def test_pairs_mode_scores_any_sentence_pairs(work, stsb_csv, suffix):
     out = work.parent / f"scored{suffix}"

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -75,11 +76,31 @@ def test_prompts_show_both_conditions_of_other_pairs(files: dict[str, Path], tmp
             bad.check()
 
 
-def test_evaluate_prompt_reports_invalid_share(tiny_generator: Path, files: dict[str, Path], tmp_path: Path) -> None:
+def test_evaluate_prompt_reports_invalid_share(
+    tiny_generator: Path, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share reported is the share of the model's own answers that the paper's rule cannot parse, and the
+    scores written are those answers (or the seeded draws): checked against the answers the model gave."""
+    import stages.train.evaluate as evaluate
+
+    given: list[str] = []
+
+    def spy(*args, **kwargs):
+        answers = generate(*args, **kwargs)
+        given.extend(answers)
+        return answers
+
+    generate = evaluate.generate
+    monkeypatch.setattr(evaluate, "generate", spy)
     out = tmp_path / "m.json"
     args = ["evaluate", "--encoding", "prompt", "--model", str(tiny_generator), "--data", str(files["validation"])]
     args += ["--shots", "2", "--examples", str(files["train"]), "--device", "cpu", "--metrics-out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     metrics = json.loads(out.read_text())
-    assert metrics["n"] == 8 and 0.0 <= metrics["invalid_share"] <= 1.0 and "invalid answers" in result.output
+    share = sum(parse_answer(answer) is None for answer in given) / len(given)
+    assert metrics["n"] == len(given) == 8 and metrics["invalid_share"] == round(share, 4)
+    assert f"{100 * share:.1f}% invalid answers" in result.output
+    written = next(out.parent.glob("predictions_*.parquet"))
+    expected, _ = scores_from_answers(given, seed=42)
+    np.testing.assert_allclose(pq.read_table(written)["score"].to_numpy(), expected)

@@ -65,6 +65,7 @@ def ray_run(local_run: Path, tmp_path_factory) -> Path:
     return work
 
 
+@pytest.mark.slow
 def test_ray_tables_equal_the_local_executors(local_run: Path, ray_run: Path):
     assert contents(ray_run) == contents(local_run)
     for stage in STAGES:
@@ -73,6 +74,7 @@ def test_ray_tables_equal_the_local_executors(local_run: Path, ray_run: Path):
     assert not [p for p in ray_run.glob(".*") if p.is_dir()]  # no staging folder outlives the run
 
 
+@pytest.mark.slow
 def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
     before = {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
     result = invoke("run", "--dataset", "sample", "--out", str(ray_run), "--executor", "ray")
@@ -80,38 +82,30 @@ def test_a_rerun_under_ray_is_a_no_op(ray_run: Path):
     assert before == {stage: (ray_run / stage / "_stage.json").stat().st_mtime_ns for stage in STAGES}
 
 
-def test_a_killed_embed_actor_is_replaced_and_a_failed_driver_resumes(
-    local_run: Path, tmp_path: Path, monkeypatch, ray_session
+@pytest.mark.slow
+def test_a_killed_embed_actor_fails_the_run_and_the_next_resumes(
+    local_run: Path, tmp_path: Path, monkeypatch, ray_session, capfd: pytest.CaptureFixture
 ):
-    """embed on Ray Data: the CLIP actor serving the second shard is killed once (Ray Data starts another and
-    retries its batches), and the driver fails after collecting its first shard. Nothing is committed; the rerun
-    reuses that shard and ends with the local executor's tables. The kill happens in whichever run first embeds
-    the second shard, so it is there exactly once whatever the order in which shards come back."""
-    import stages.embed.batches as batches
+    """embed on Ray Data: the CLIP actor serving the second shard is killed once, which fails the run (the actors
+    run without restarts, so Ray logs no error-level line about their object-store arguments: docs/ray.md).
+    Nothing is committed; the next run resumes the staging folder and ends with the local executor's tables."""
+    import ray.exceptions
 
     work = seeded(local_run, tmp_path)
     flag = tmp_path / "killed"
     monkeypatch.setenv(FAILPOINT, "embed:unit:embeddings/part-00001.parquet")  # forwarded to the actors
     monkeypatch.setenv(FAILPOINT_ONCE, str(flag))
-    collected, collect_shard = [], batches.collect_shard
-
-    def collect_then_fail(*args, **kwargs):
-        if collected:
-            raise RuntimeError("the driver fails")
-        collected.append(collect_shard(*args, **kwargs))
-        return collected[-1]
-
-    monkeypatch.setattr(batches, "collect_shard", collect_then_fail)
-    failed = CliRunner().invoke(app, ["embed", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
-    assert failed.exit_code != 0 and str(failed.exception) == "the driver fails"
-    assert not (work / "embed").exists() and (work / ".embed.next").is_dir()
-    monkeypatch.setattr(batches, "collect_shard", collect_shard)
+    killed = CliRunner().invoke(app, ["embed", "--dataset", "sample", "--out", str(work), "--executor", "ray"])
+    assert isinstance(killed.exception, ray.exceptions.ActorDiedError) and flag.is_file(), killed.output
+    assert not (work / "embed").exists() and (work / ".embed.next" / "_started.json").is_file()
+    capfd.readouterr()
     invoke("embed", "--dataset", "sample", "--out", str(work), "--executor", "ray")
-    assert flag.is_file()
-    assert record(work, "embed")["resumed"] is True and record(work, "embed")["units_reused"] == 1
+    assert "constructor arguments in the object store" not in capfd.readouterr().err
+    assert record(work, "embed")["resumed"] is True
     assert contents(work, ("embed",)) == contents(local_run, ("embed",))
 
 
+@pytest.mark.slow
 def test_an_actor_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tmp_path: Path, monkeypatch, ray_session):
     """mine's expansion units on the actor pool: the actor of the last candidate shard is killed, nothing is
     committed, and the rerun (reusing whatever shards the driver had recorded) ends with the local tables."""
@@ -167,6 +161,7 @@ def test_a_local_ray_stays_on_loopback(ray_session):
     assert ray.util.get_node_ip_address() == "127.0.0.1"
 
 
+@pytest.mark.slow
 def test_filter_encodes_its_sentences_as_ray_tasks(ray_session, tmp_path: Path, monkeypatch):
     """Distinct sentences in blocks, one Ray task each: one block gives the local encoding's very bits (same
     batches, same thread count); several blocks the same vectors up to float rounding. The cache is filled."""

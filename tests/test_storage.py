@@ -206,3 +206,48 @@ def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
     assert len(generations) == 2  # the committed one, and the partial upload no record names
     assert remote_record(url, "embed") == before
     assert store_contents(url, tmp_path / "store", ("embed",)) == contents(local, ("embed",))
+
+
+def test_status_after_a_crash_before_publish_publishes_the_cached_commit(manifest: Path, tmp_path: Path):
+    """`status` pulls embed (mine's upstream) into the cache: a committed but unpublished embed there is published
+    first, never replaced by the store's older output (docs/storage.md)."""
+    url = f"file://{tmp_path / 'store'}"
+    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
+    before = remote_record(url, "embed")
+    raw = yaml.safe_load(manifest.read_text())
+    raw["embed"]["images_per_shard"] = 10
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(raw))
+    killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-record")
+    assert killed.returncode == -9, killed.stderr
+    cached = json.loads((mirror_folder(url) / "embed" / "_stage.json").read_text())
+    assert cached["fingerprint"] != before["fingerprint"] and "generation" not in cached
+
+    status = runner.invoke(app, ["status", "--manifest", str(other), "--out", url])
+    assert status.exit_code == 0, status.output
+    after = remote_record(url, "embed")
+    assert after["fingerprint"] == cached["fingerprint"] and not remote_problems(url, "embed", after)
+    assert [line.split()[1] for line in status.output.splitlines() if line.startswith("embed")] == ["done"]
+
+
+def test_a_publish_killed_before_its_cleanup_is_committed(manifest: Path, tmp_path: Path):
+    """Killed after the store's record is written and before the replaced generation is deleted: the new output is
+    committed (store and cache name the new generation), the old generation's files are only left over, and the
+    next run is a no-op that publishes nothing again."""
+    url = f"file://{tmp_path / 'store'}"
+    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
+    before = remote_record(url, "embed")
+    raw = yaml.safe_load(manifest.read_text())
+    raw["embed"]["images_per_shard"] = 10
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(raw))
+    killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-cleanup")
+    assert killed.returncode == -9, killed.stderr
+    after = remote_record(url, "embed")
+    assert after["generation"] != before["generation"] and not remote_problems(url, "embed", after)
+    assert (tmp_path / "store" / "embed" / before["generation"]).is_dir()  # not cleaned up: harmless, unnamed
+    cached = json.loads((mirror_folder(url) / "embed" / "_stage.json").read_text())
+    assert cached["generation"] == after["generation"]
+    again = runner.invoke(app, ["embed", "--manifest", str(other), "--out", url])
+    assert again.exit_code == 0 and "up to date" in again.output, again.output
+    assert remote_record(url, "embed") == after

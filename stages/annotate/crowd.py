@@ -93,13 +93,16 @@ def _jsonl_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list
 
 def _csv_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
     """One row per non-blank line after the header; row numbers count the header as row 1, as spreadsheets do."""
-    reader = csv.reader(lines)
-    names = [field_name(name) for name in next(reader, [])]
-    rows = [
-        ResultRow(path, index + 2, dict(zip(names, values)))
-        for index, values in enumerate(reader)
-        if any(value.strip() for value in values)
-    ]
+    reader = csv.reader(lines, strict=True)  # strict: an unterminated quote is an error, not one long field
+    try:
+        names = [field_name(name) for name in next(reader, [])]
+        rows = [
+            ResultRow(path, index + 2, dict(zip(names, values)))
+            for index, values in enumerate(reader)
+            if any(value.strip() for value in values)
+        ]
+    except csv.Error as exc:
+        raise UserError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); nothing imported") from None
     return rows, [], set(names)
 
 

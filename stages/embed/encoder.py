@@ -8,6 +8,7 @@ background thread writing one Parquet shard per `images_per_shard` images as eac
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,8 +50,11 @@ def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
     torch.manual_seed(0)  # random-init configs give the same weights on every run, so resumed shards match
     try:
         model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)
-    except RuntimeError as exc:
-        raise UserError(f"cannot load CLIP {name}/{pretrained}: {str(exc).splitlines()[0]}") from None
+    except (RuntimeError, pickle.UnpicklingError, EOFError, KeyError, ValueError) as exc:
+        detail = (str(exc).splitlines() or [""])[0][:200]
+        raise UserError(
+            f"cannot load CLIP {name}/{pretrained} (embed.pretrained): {exc.__class__.__name__}: {detail}"
+        ) from None
     except OSError as exc:  # no network and nothing cached
         raise UserError(
             f"cannot load CLIP weights {name}/{pretrained} ({exc.__class__.__name__}); download them first or "

@@ -29,6 +29,17 @@ from torchvision.io import ImageReadMode, decode_jpeg
 Batch = tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]
 DecodeMode = Literal["workers", "device"]
 _PIL_ERRORS = (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError)
+MAX_PIXELS = 64_000_000  # a larger image would take gigabytes to decode; CLIP sees 224x224 of it anyway
+
+
+def opened(source) -> Image.Image:
+    """PIL's lazy open (the header only), refusing an image too large to decode: a skip, not gigabytes."""
+    image = Image.open(source)
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        image.close()
+        raise ValueError(f"image too large to decode: {width}x{height} pixels, above {MAX_PIXELS:,}")
+    return image
 
 
 def choose_decode(mode: str, device: torch.device) -> DecodeMode:
@@ -58,7 +69,7 @@ class _PreprocessedImages(Dataset):
 
     def __getitem__(self, index: int) -> tuple[int, torch.Tensor | None, str]:
         try:
-            with Image.open(_openable(self.paths[index])) as image:
+            with opened(_openable(self.paths[index])) as image:
                 return index, self.preprocess(image.convert("RGB")), ""
         except _PIL_ERRORS as exc:
             return index, None, _unreadable(exc)
@@ -119,7 +130,7 @@ class DevicePreprocess:
         except RuntimeError:
             pass
         try:
-            with Image.open(io.BytesIO(data.numpy().tobytes())) as image:
+            with opened(io.BytesIO(data.numpy().tobytes())) as image:
                 array = np.asarray(image.convert("RGB"))
             return torch.from_numpy(array.copy()).permute(2, 0, 1).to(self.device)
         except _PIL_ERRORS as exc:

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from pipeline.archives import embedding_array
+from pipeline.errors import UserError
 from stages.embed.encoder import ImageList, embeddings_table
 
 
 def precomputed_dim(images: ImageList) -> int:
-    return int(np.load(images.members[0].path, mmap_mode="r").shape[1])
+    return int(embedding_array(Path(images.members[0].path)).shape[1])
 
 
 def precomputed_shard(images: ImageList, shard: int) -> pa.Table:
@@ -24,7 +26,14 @@ def precomputed_shard(images: ImageList, shard: int) -> pa.Table:
     vectors = np.empty((len(members), precomputed_dim(images)), np.float32)
     for path in np.unique(paths):
         mine = paths == path
-        vectors[mine] = np.load(Path(path), mmap_mode="r")[rows[mine]]
+        vectors[mine] = embedding_array(Path(path), vectors.shape[1])[rows[mine]]
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise UserError(
+            f"{paths[first]}: row {rows[first]} (image {images.image_ids[positions[first]]}) is not finite "
+            f"(NaN or infinity), {int(bad.sum())} such rows in shard {shard}; fix or drop them"
+        )
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     vectors /= np.where(norms > 0, norms, 1)
     ids = np.asarray([images.image_ids[p] for p in positions], np.int64)

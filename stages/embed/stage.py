@@ -145,6 +145,13 @@ class EmbedStage(ClusterStage):
     def finish(self, stats: list[dict[str, Any]], staging: Path) -> StageResult:
         corpus = self.corpus
         skipped = [item for unit in stats for item in unit["skipped"]]
+        if stats and not sum(unit["embedded"] for unit in stats):
+            example = f", e.g. {skipped[0]}" if skipped else ""
+            data = self.manifest.data
+            raise UserError(
+                f"{data.images}: none of the {len(corpus.image_ids)} images could be embedded{example}; "
+                "nothing committed"
+            )
         counts = {
             "images_in_dataset": len(corpus.image_ids),
             "images_embedded": sum(unit["embedded"] for unit in stats),

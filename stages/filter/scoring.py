@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.errors import UserError
 from pipeline.manifest import FilterConfig
-from pipeline.records import fingerprint, write_json
+from pipeline.records import fingerprint, read_json, write_json
 from pipeline.shards import write_atomic
 from stages.filter.criteria import CRITERIA, ScoredPairs
 from stages.filter.text import encode_texts, load_text_encoder
@@ -47,13 +48,11 @@ def sentence_embeddings(
     key = fingerprint({"encoder": config.text_encoder, "pooling": config.text_pooling, "texts": digest})
     path = cache_dir / f"{key}.npy" if cache_dir is not None else None
     if path is not None and path.is_file():
-        try:
-            cached = np.load(path)
-        except (OSError, ValueError):
-            cached = None
-        if cached is not None and cached.shape[0] == len(texts):
+        cached, problem = _cached_embeddings(path, len(texts))
+        if cached is not None:
             log.info("filter: sentence embeddings from the cache %s", path)
             return cached, {"cache": str(path), "encoded": False, "dim": int(cached.shape[1])}
+        log.warning("filter: %s: %s; encoding the sentences again", path, problem)
     started = time.perf_counter()
     if tasks is not None and tasks.distributed and len(texts) > 0:
         embeddings = encode_as_tasks(config, texts, device_setting, tasks)
@@ -61,6 +60,13 @@ def sentence_embeddings(
         model = load_text_encoder(config.text_encoder, config.text_pooling, device)
         log.info("filter: encoding %d distinct sentences with %s on %s", len(texts), config.text_encoder, device)
         embeddings = encode_texts(model, texts, config.text_batch_size, progress=True)
+    bad = ~np.isfinite(embeddings).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise UserError(
+            f"filter: {config.text_encoder} gave a NaN or infinite embedding for {int(bad.sum())} sentence(s), "
+            f"e.g. {texts[first][:80]!r}; nothing committed"
+        )
     info = {"encoded": True, "dim": int(embeddings.shape[1]), "encode_seconds": round(time.perf_counter() - started, 3)}
     if path is not None:
         write_atomic(path, lambda handle: np.save(handle, embeddings))
@@ -68,6 +74,26 @@ def sentence_embeddings(
         write_json(path.with_suffix(".json"), meta)
         info["cache"] = str(path)
     return embeddings, info
+
+
+def _cached_embeddings(path: Path, rows: int) -> tuple[np.ndarray | None, str]:
+    """The cached array when it is whole and sane (rows, width recorded beside it, finite unit vectors), else
+    None and why: a cache is never trusted blindly, since a bad one would silently change every cosine."""
+    try:
+        cached = np.load(path, allow_pickle=False)
+        meta = read_json(path.with_suffix(".json")) if path.with_suffix(".json").is_file() else {}
+    except (OSError, ValueError, UserError) as exc:
+        return None, f"unreadable ({exc.__class__.__name__})"
+    if cached.ndim != 2 or cached.shape[0] != rows or cached.dtype.kind != "f":
+        return None, f"shape {cached.shape} {cached.dtype}, expected ({rows}, dim) floats"
+    if isinstance(meta, dict) and meta.get("dim") not in (None, cached.shape[1]):
+        return None, f"{cached.shape[1]} columns, but the encoder gives {meta['dim']}"
+    if not np.isfinite(cached).all():
+        return None, "NaN or infinite values"
+    norms = np.linalg.norm(cached, axis=1)
+    if not ((np.abs(norms - 1) < 1e-2) | (norms == 0)).all():
+        return None, "rows that are not unit vectors"
+    return cached, ""
 
 
 def encode_as_tasks(config: FilterConfig, texts: list[str], device_setting: str, tasks: Any) -> np.ndarray:
