@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml $(LOCK)
 sample: $(STAMP)
 	$(VENV)/bin/csts-pipeline run --dataset sample
 
-test: $(STAMP) $(LS_STAMP)
+test: $(STAMP) $(LS_STAMP) browser
 	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest
 
 # The unit tests alone (tests marked `slow`, those over ~10 s, are left out); `make test` runs everything, as CI does.
@@ -47,11 +47,14 @@ $(LS_STAMP): requirements/label-studio.txt
 
 label-studio: $(LS_STAMP)
 
-label-studio-test: $(STAMP) $(LS_STAMP)
+label-studio-test: $(STAMP) $(LS_STAMP) browser
 	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest tests/test_label_studio.py
 
 # The browser tests (annotation pages, the run report) drive Debian's Chromium through Playwright; CI installs it
 # here so that a missing browser fails the run instead of skipping the tests.
 browser:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	@chromium --version
+	@if [ -n "$$CSTS_CHROMIUM" ]; then test -x "$$CSTS_CHROMIUM" || { echo "CSTS_CHROMIUM=$$CSTS_CHROMIUM: not an executable"; exit 1; }; \
+	elif ! command -v chromium >/dev/null; then \
+	  command -v apt-get >/dev/null || { echo "no chromium: install Chromium and set CSTS_CHROMIUM to it"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
