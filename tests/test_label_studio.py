@@ -461,28 +461,22 @@ def test_cli_format_is_checked_before_anything_is_written(conditions_dir: Path):
     assert not (conditions_dir / "ratings_tasks").exists()
 
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
-CHROMIUM_ARGS += ["--disable-sync", "--no-first-run"]
-
-
 @contextmanager
-def labeling_page(server: LabelStudio) -> Iterator[Any]:
-    """Chromium logged in to Label Studio as the test user (whose annotations are `ls-user-1`)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(server.url + "/user/login/")
-            page.fill('input[name="email"]', "lead@example.com")
-            page.fill('input[name="password"]', "test-password-1")
-            page.click('button[type="submit"]')
-            page.wait_for_load_state("networkidle")
-            yield page
-        finally:
-            browser.close()
+def labeling_page(browser: Any, server: LabelStudio) -> Iterator[Any]:
+    """A page of the session's Chromium (conftest `browser`), logged in to Label Studio as the test user (whose
+    annotations are `ls-user-1`), in a context of its own."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(server.url + "/user/login/")
+        page.fill('input[name="email"]', "lead@example.com")
+        page.fill('input[name="password"]', "test-password-1")
+        page.click('button[type="submit"]')
+        page.wait_for_load_state("networkidle")
+        yield page
+    finally:
+        context.close()
 
 
 def open_task(page: Any, server: LabelStudio, task: int, shown: str) -> None:
@@ -497,7 +491,7 @@ def submit(page: Any) -> None:
 
 
 @pytest.mark.slow
-def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+def test_conditions_typed_in_the_labeling_page(browser: Any, server: LabelStudio, tmp_path: Path):
     """The config as a worker sees it in Label Studio's own page in Chromium: the guidelines open, the two
     conditions are typed and submitted, and the export imports to exactly the typed text."""
     write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
@@ -507,7 +501,7 @@ def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Pa
     tasks = server.project("conditions in the browser", out / "conditions_tasks")
     task_id = sorted(tasks)[0]
     typed = ("The kind of scene, typed.", "The objects in view, typed.")
-    with labeling_page(server) as page:
+    with labeling_page(browser, server) as page:
         open_task(page, server, tasks[task_id], "Sentence 1")
         page.get_by_text("How to write conditions (read once; click to fold)").click()
         page.get_by_text("Name the attribute, not its value", exact=False).wait_for(timeout=10_000)
@@ -525,7 +519,7 @@ def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_ratings_and_bws_by_keyboard_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+def test_ratings_and_bws_by_keyboard_in_the_labeling_page(browser: Any, server: LabelStudio, tmp_path: Path):
     """The configs' keys in Label Studio's page: 4 rates 4, n ticks not pertinent; 2 picks item 2 as best and e
     item 3 as worst; the exports import to exactly those answers."""
     write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
@@ -539,7 +533,7 @@ def test_ratings_and_bws_by_keyboard_in_the_labeling_page(server: LabelStudio, t
     cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", written)
     cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
     cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
-    with labeling_page(server) as page:
+    with labeling_page(browser, server) as page:
         ratings = server.project("ratings by keyboard", out / "ratings_tasks")
         items = sorted(ratings)[:2]
         for item, key in zip(items, ("4", "n")):
