@@ -1,10 +1,13 @@
-"""Shared fixtures: the trimmed real data in tests/data (see tests/data/README.md), and small manifests over
-generated images."""
+"""Shared fixtures: the trimmed real data in tests/data (see tests/data/README.md), small manifests over
+generated images, and the one headless Chromium of the browser tests."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +20,35 @@ TEST_DATA = REPO / "tests" / "data"  # trimmed from the full files by tests/data
 COCO_SAMPLE = TEST_DATA / "coco" / "captions_val2017_sample.json"
 STSB_SAMPLE = TEST_DATA / "stsb"
 TINY_CLIP = REPO / "stages" / "embed" / "resources" / "open_clip" / "csts-tiny-clip.json"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the session's browser tests (HIT pages, report, Label Studio), through
+    Playwright: `CSTS_CHROMIUM` or /usr/bin/chromium. A missing or broken browser fails them, never skips them
+    (`make browser` installs one; CI does). Tests open their own context or page and close it."""
+    from playwright.sync_api import Error, sync_playwright
+
+    path = os.environ.get("CSTS_CHROMIUM", "/usr/bin/chromium")
+    if not (shutil.which(path) or Path(path).is_file()):
+        pytest.fail(
+            f"no Chromium at {path}: install it (`make browser`, or `apt-get install chromium`) or set CSTS_CHROMIUM"
+        )
+    with sync_playwright() as playwright:
+        try:
+            launched = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        except Error as exc:
+            pytest.fail(f"Chromium at {path} does not start: {exc}")
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session")

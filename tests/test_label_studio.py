@@ -1,8 +1,8 @@
 """Label Studio: the packaged configs and the export reader (unit tests), and the round trip against a real
-server: for each stage (conditions, ratings, bws) the exported `label_studio/config.xml` becomes a project,
-`tasks.json` its tasks, annotations are posted through the API (one of them cancelled), and the JSON export goes
-through `annotate import`: the posted values land in the stage's Parquet and the cancelled annotation in
-report.csv.
+server: for each stage (qualification, conditions, ratings, bws) the exported `label_studio/config.xml` becomes a
+project, `tasks.json` its tasks, annotations are posted through the API (one of them cancelled), and the JSON
+export goes through `annotate import`: the posted values land in the stage's Parquet (the qualification: in
+workers.csv and answers.csv) and the cancelled annotation in report.csv.
 
 Label Studio lives in its own virtual environment (`make label-studio`: requirements/label-studio.txt, exact
 versions with hashes), never in the project's lock; LABEL_STUDIO_VENV points elsewhere. A missing one fails the
@@ -13,8 +13,10 @@ with a fresh data folder, a test user and a legacy API token (off by default in 
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,7 +37,7 @@ from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.shards import shard_name, write_table
 from stages import annotate
-from stages.annotate import crowd, label_studio
+from stages.annotate import crowd, label_studio, pages, qualification
 from tests.test_annotate import kept_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,6 +246,45 @@ def test_bws_round_trip(server: LabelStudio, annotate_dir: Path):
     assert report(out / "bws") == [(ids[-1], "cancelled")]
 
 
+@pytest.mark.slow
+def test_qualification_round_trip(server: LabelStudio, tmp_path: Path):
+    """The qualification test's one task answered by two annotators (one cancels): the import scores them from
+    the export as it does from MTurk's batch results."""
+    out = tmp_path / "annotate"  # its own folder: a workers.csv would filter the other stages' imports
+    cli("annotate", "export", "--stage", "qualification", "--out", out, "--format", "label-studio")
+    tasks = server.project("qualification", out / "qualification_tasks")
+    assert len(tasks) == 1
+    (task,) = tasks.values()
+    good, poor, quitter = (server.user(f"{who}@example.com") for who in ("good", "poor", "quitter"))
+    gold = [5, 1, 5, 2, "np", 4]  # one point off on the fourth item: mean error 1/6
+    written = {"condition_high_1": "The place.", "condition_low_1": "The time of day."}
+    written |= {"condition_high_2": "The colour of the vehicle.", "condition_low_2": "The weather."}
+    answers = {f"rating_{n}": a for n, a in enumerate(gold, start=1) if a != "np"} | {"not_pertinent_5": "yes"}
+    server.annotate(task, good, written | answers)
+    sloppy = {"condition_high_1": "The first sentence.", "condition_low_1": "The setting."}
+    sloppy |= {"condition_high_2": "The vehicle.", "condition_low_2": "The vehicle."}
+    server.annotate(task, poor, sloppy | {f"rating_{n}": 3 for n in range(1, 7)})
+    server.annotate(task, quitter, {}, cancelled=True)
+
+    export = server.export(tmp_path / "qualification-export.json")
+    cli("annotate", "import", "--stage", "qualification", "--out", out, "--results", export)
+    with (out / "qualification" / "workers.csv").open(newline="") as handle:
+        workers = {row["worker_id"]: row for row in csv.DictReader(handle)}
+    assert set(workers) == {f"ls-user-{good}", f"ls-user-{poor}"}
+    scored = workers[f"ls-user-{good}"]
+    assert (scored["qualified"], scored["conditions_passed"]) == ("true", "2")
+    assert float(scored["rating_error"]) == pytest.approx(1 / 6, abs=1e-3)
+    scored = workers[f"ls-user-{poor}"]
+    assert (scored["qualified"], scored["conditions_passed"]) == ("false", "0")
+    assert float(scored["rating_error"]) == pytest.approx(13 / 6, abs=1e-3)
+    with (out / "qualification" / "answers.csv").open(newline="") as handle:
+        typed = {(r["worker_id"], r["item_id"]): r for r in csv.DictReader(handle)}
+    first = typed[f"ls-user-{good}", "q-w1"]
+    assert (first["condition_high"], first["condition_low"]) == ("The place.", "The time of day.")
+    assert [typed[f"ls-user-{good}", f"q-r{n}"]["rating"] or "np" for n in range(1, 7)] == list(map(str, gold))
+    assert report(out / "qualification") == [(next(iter(tasks)), "cancelled")]
+
+
 # ------------------------------------------------------------------------------------ configs and export reader
 
 ANSWERS = {
@@ -279,7 +320,58 @@ def test_config_names_every_answer_field(stage: str):
     assert not {c for values in choices.values() for c in values} & {"true", "false"}
     hotkeys = [node.attrib["hotkey"] for node in root.iter("Choice") if "hotkey" in node.attrib]
     assert len(hotkeys) == len(set(hotkeys))
-    assert "Guidelines" in config
+    assert root.find("Collapse/Panel") is not None  # the guidelines
+
+
+def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path: Path):
+    """The exported qualification config has one block per gold item: the import's numbered answer fields
+    (`qualification._score`) and nothing else, shows only the one hits.csv row's columns, and offers choices the
+    scoring accepts."""
+    cli("annotate", "export", "--stage", "qualification", "--out", tmp_path, "--format", "label-studio")
+    folder = tmp_path / "qualification_tasks"
+    config = (folder / "label_studio" / "config.xml").read_text()
+    root = ElementTree.fromstring(config)
+    assert {node.tag for node in root.iter()} <= LS_TAGS
+    items = qualification.read_gold(qualification.default_gold())
+    writes = sum(item["kind"] == "write" for item in items)
+    rates = len(items) - writes
+    expected = {f"condition_{kind}_{n}" for kind in ("high", "low") for n in range(1, writes + 1)}
+    expected |= {f"{name}_{n}" for name in ("rating", "not_pertinent") for n in range(1, rates + 1)}
+    controls = label_studio.answer_fields(config)
+    assert set(controls) == expected
+    with (folder / "hits.csv").open(newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert label_studio.data_fields(config) == set(row) - {"test_id"}
+    objects = {node.attrib["name"] for node in root.iter("Text")}
+    assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
+    for node in root.iter("Choices"):
+        values = [c.get("alias", c.get("value")) for c in node]
+        parse = crowd.parse_rating if node.attrib["name"].startswith("rating") else crowd.parse_flag
+        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is crowd.parse_rating else [True])
+    tasks = json.loads((folder / "label_studio" / "tasks.json").read_text())
+    assert [task["data"] for task in tasks] == [row]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", html.unescape(text).casefold())
+
+
+@pytest.mark.parametrize("stage", pages.STAGES)
+def test_the_page_and_the_config_carry_the_same_guidelines(stage: str):
+    """One source: the words of the HIT page's guidelines (its `<details class="guide">` sections) are, in order,
+    those of the config's guideline panels (heading and lines), for every stage."""
+    repeats = {"write": 2, "rate": 3}
+    page = pages.render(stage, repeats)
+    guides = re.findall(r'<details class="guide".*?</details>', page, re.S)
+    assert guides
+    in_page = [_words(re.sub(r"<[^>]+>", " ", guide)) for guide in guides]
+    root = ElementTree.fromstring(label_studio.config_text(stage, repeats))
+    in_config = [
+        _words(" ".join([panel.attrib["value"], *(line.attrib["value"] for line in panel.iter("Header"))]))
+        for panel in root.iter("Panel")
+    ]
+    assert in_config == in_page
+    assert len(in_page[0]) > 40  # the text itself, not just a heading
 
 
 @pytest.fixture
@@ -369,28 +461,22 @@ def test_cli_format_is_checked_before_anything_is_written(conditions_dir: Path):
     assert not (conditions_dir / "ratings_tasks").exists()
 
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
-CHROMIUM_ARGS += ["--disable-sync", "--no-first-run"]
-
-
 @contextmanager
-def labeling_page(server: LabelStudio) -> Iterator[Any]:
-    """Chromium logged in to Label Studio as the test user (whose annotations are `ls-user-1`)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(server.url + "/user/login/")
-            page.fill('input[name="email"]', "lead@example.com")
-            page.fill('input[name="password"]', "test-password-1")
-            page.click('button[type="submit"]')
-            page.wait_for_load_state("networkidle")
-            yield page
-        finally:
-            browser.close()
+def labeling_page(browser: Any, server: LabelStudio) -> Iterator[Any]:
+    """A page of the session's Chromium (conftest `browser`), logged in to Label Studio as the test user (whose
+    annotations are `ls-user-1`), in a context of its own."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(server.url + "/user/login/")
+        page.fill('input[name="email"]', "lead@example.com")
+        page.fill('input[name="password"]', "test-password-1")
+        page.click('button[type="submit"]')
+        page.wait_for_load_state("networkidle")
+        yield page
+    finally:
+        context.close()
 
 
 def open_task(page: Any, server: LabelStudio, task: int, shown: str) -> None:
@@ -405,7 +491,7 @@ def submit(page: Any) -> None:
 
 
 @pytest.mark.slow
-def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+def test_conditions_typed_in_the_labeling_page(browser: Any, server: LabelStudio, tmp_path: Path):
     """The config as a worker sees it in Label Studio's own page in Chromium: the guidelines open, the two
     conditions are typed and submitted, and the export imports to exactly the typed text."""
     write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
@@ -415,10 +501,10 @@ def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Pa
     tasks = server.project("conditions in the browser", out / "conditions_tasks")
     task_id = sorted(tasks)[0]
     typed = ("The kind of scene, typed.", "The objects in view, typed.")
-    with labeling_page(server) as page:
+    with labeling_page(browser, server) as page:
         open_task(page, server, tasks[task_id], "Sentence 1")
-        page.get_by_text("Guidelines (read them before your first task)").click()
-        page.get_by_text("Name the aspect, not its value", exact=False).wait_for(timeout=10_000)
+        page.get_by_text("How to write conditions (read once; click to fold)").click()
+        page.get_by_text("Name the attribute, not its value", exact=False).wait_for(timeout=10_000)
         for placeholder, text in zip(("e.g. The type of animal.", "e.g. The number of people."), typed):
             page.get_by_placeholder(placeholder).fill(text)
             page.get_by_placeholder(placeholder).press("Enter")
@@ -433,7 +519,7 @@ def test_conditions_typed_in_the_labeling_page(server: LabelStudio, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_ratings_and_bws_by_keyboard_in_the_labeling_page(server: LabelStudio, tmp_path: Path):
+def test_ratings_and_bws_by_keyboard_in_the_labeling_page(browser: Any, server: LabelStudio, tmp_path: Path):
     """The configs' keys in Label Studio's page: 4 rates 4, n ticks not pertinent; 2 picks item 2 as best and e
     item 3 as worst; the exports import to exactly those answers."""
     write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
@@ -447,7 +533,7 @@ def test_ratings_and_bws_by_keyboard_in_the_labeling_page(server: LabelStudio, t
     cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", written)
     cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
     cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
-    with labeling_page(server) as page:
+    with labeling_page(browser, server) as page:
         ratings = server.project("ratings by keyboard", out / "ratings_tasks")
         items = sorted(ratings)[:2]
         for item, key in zip(items, ("4", "n")):

@@ -27,15 +27,6 @@ from pipeline.errors import UserError
 from stages.annotate import pages, qualification
 from tests.conftest import REPO
 
-CHROMIUM = os.environ.get("CSTS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
 IMAGES = REPO / "docs" / "images"
 PAGE_URL = "http://127.0.0.1:9/hit/template.html"  # never reached: the test answers it (port 9 is discard)
@@ -58,20 +49,6 @@ def export_all(folder: Path) -> Path:
     cli("annotate", "export", "--stage", "ratings", "--out", folder, "--gold-share", "0.1")  # hidden gold rows too
     cli("annotate", "export", "--stage", "bws", "--out", folder)
     return folder
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """One Chromium for the module; a missing browser is a failure, never a skip."""
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM) or Path(CHROMIUM).is_file(), (
-        f"no Chromium at {CHROMIUM}: install it (`make browser`, or `apt-get install chromium`) or set CSTS_CHROMIUM"
-    )
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

@@ -26,15 +26,6 @@ from csts_pipeline.cli import app
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "docs" / "examples" / "annotate"
 SCREENSHOT = REPO / "docs" / "images" / "report.png"
-CHROMIUM = os.environ.get("CSTS_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def cli(*args: str) -> str:
@@ -75,22 +66,6 @@ def page(work) -> Path:
     page = work / "report" / "index.html"
     assert str(page) in output
     return page
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium through Playwright; its absence is a failure, never a skip."""
-    from playwright.sync_api import Error, sync_playwright
-
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"no Chromium at {CHROMIUM}: install it (`make browser`) or set CSTS_CHROMIUM")
-    with sync_playwright() as playwright:
-        try:
-            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        except Error as exc:
-            pytest.fail(f"Chromium at {CHROMIUM} does not start: {exc}")
-        yield launched
-        launched.close()
 
 
 def records(work: Path) -> dict:

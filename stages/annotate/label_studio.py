@@ -1,7 +1,9 @@
 """Label Studio, the self-hosted alternative to MTurk (docs/annotate.md, "Label Studio"): the labeling config and
 task import file of an exported stage, and its JSON export read back as results rows.
 
-The configs are package data (`templates/label_studio/<stage>.xml`), one file per stage; a stage's answer fields
+The configs are package data (`templates/label_studio/<stage>.xml`), one file per stage, rendered by the HIT pages'
+renderer (`pages.render_template`): the guidelines come from the same partials as the pages', and the
+qualification test's numbered items from the same repeated blocks; a stage's answer fields
 are the `name`s of the config's control tags, the same names an MTurk HIT posts, so an export becomes the same
 `ResultRow`s as a batch-results CSV and goes through the same screening, report and Parquet outputs."""
 
@@ -16,6 +18,7 @@ from xml.etree import ElementTree
 
 from pipeline.errors import UserError
 from pipeline.shards import write_atomic
+from stages.annotate import pages
 from stages.annotate.layout import HITS
 from stages.annotate.results import Problem, ResultRow
 
@@ -31,12 +34,12 @@ def has_config(stage: str) -> bool:
     return (resources.files("stages.annotate") / "templates" / FOLDER / f"{stage}.xml").is_file()
 
 
-def config_text(stage: str) -> str:
-    """The packaged labeling config of `stage` (conditions, ratings, bws, and any stage given a template)."""
-    template = resources.files("stages.annotate") / "templates" / FOLDER / f"{stage}.xml"
-    if not template.is_file():
+def config_text(stage: str, repeats: dict[str, int] | None = None) -> str:
+    """The labeling config of `stage`, rendered with the guidelines of its HIT page and `repeats` (the
+    qualification test's items: kind -> count)."""
+    if not has_config(stage):
         raise UserError(f"--format label-studio: no Label Studio config for --stage {stage}")
-    return template.read_text(encoding="utf-8")
+    return pages.render_template(f"{FOLDER}/{stage}.xml", repeats)
 
 
 def answer_fields(config: str) -> dict[str, str]:
@@ -51,13 +54,13 @@ def data_fields(config: str) -> set[str]:
     return {v[1:] for node in root.iter() for v in node.attrib.values() if v.startswith("$")}
 
 
-def write_project(tasks_dir: Path, stage: str) -> dict[str, str]:
+def write_project(tasks_dir: Path, stage: str, repeats: dict[str, int] | None = None) -> dict[str, str]:
     """`label_studio/config.xml` and `label_studio/tasks.json` (one task per row of `hits.csv`, `data` holding
     its columns) beside an exported stage's `hits.csv`; rewritten only when their content changes."""
     hits = tasks_dir / HITS
     if not hits.is_file():
         raise UserError(f"{hits}: not found (run annotate export --stage {stage} first)")
-    config = config_text(stage)
+    config = config_text(stage, repeats)
     with hits.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
     missing = data_fields(config) - set(rows[0] if rows else {})

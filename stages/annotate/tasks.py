@@ -70,7 +70,7 @@ def write_task_files(
     write_jsonl(tasks, folder / TASKS)
     written = {"hits": HITS, "tasks": TASKS, "page": pages.write_page(folder, page, hits.column_names, repeats)}
     if label_studio.has_config(page):  # the same tasks for a Label Studio server, committed with the rest
-        found = label_studio.write_project(folder, page)
+        found = label_studio.write_project(folder, page, repeats)
         written |= {"label_studio": str(Path(found["config"]).relative_to(folder))}
         written |= {"label_studio_tasks": str(Path(found["tasks"]).relative_to(folder))}
     return written
