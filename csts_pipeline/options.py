@@ -19,7 +19,7 @@ DatasetOpt = Annotated[
         "--dataset", "-d", help="Manifest name: ./manifests/NAME.yaml, else the bundled NAME (coco, flickr30k, sample)."
     ),
 ]
-# a string, not a Path: Path would fold `memory://x` into `memory:/x` (pipeline.storage.location)
+# a string, not a Path: Path would fold `memory://x` into `memory:/x` (pipeline.urls.location)
 ManifestOpt = Annotated[
     str | None, typer.Option("--manifest", "-m", help="Path or URL (s3://, gs://, hf://, ...) of a manifest YAML file.")
 ]

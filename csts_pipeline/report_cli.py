@@ -10,7 +10,7 @@ import typer
 from csts_pipeline.options import DatasetOpt, ManifestOpt, user_errors
 from pipeline.errors import UserError
 from pipeline.manifest import open_manifest
-from pipeline.storage import location
+from pipeline.urls import location
 
 
 def report(

@@ -16,7 +16,8 @@ from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, 
 from pipeline.errors import UserError
 from pipeline.manifest import Manifest, open_manifest
 from pipeline.records import read_record
-from pipeline.storage import is_url, location, remote_of, remote_record
+from pipeline.storage import remote_of, remote_record
+from pipeline.urls import is_url, location
 from stages import REGISTRY, StageSpec
 
 OutOpt = Annotated[
@@ -90,7 +91,7 @@ def report(record: dict, manifest: Manifest | None = None) -> None:
         reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
         typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts}{reused})")
     if "reader_skip_counts" in record and record.get("status") == "done":
-        from pipeline.datasets import describe_skips
+        from pipeline.corpus import describe_skips
 
         typer.echo(f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}")
     if "funnel" in record and manifest is not None:

@@ -18,7 +18,8 @@ from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_e
 from pipeline.errors import UserError
 from pipeline.manifest import TrainConfig, open_manifest
 from pipeline.records import read_record
-from pipeline.storage import is_url, output_cache
+from pipeline.storage import output_cache
+from pipeline.urls import is_url
 from stages.train.presets import train_config
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]

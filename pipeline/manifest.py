@@ -23,6 +23,7 @@ from pydantic import (
 from pipeline import storage
 from pipeline.errors import UserError
 from pipeline.manifest_paths import find_manifest, localise_urls, resolve_path
+from pipeline.urls import is_url
 
 DatasetFormat = Literal[
     "coco",
@@ -274,7 +275,7 @@ def open_manifest(dataset: str | None, path: str | Path | None, overrides: dict[
     """What the CLI loads: a bundled manifest's relative paths (work_dir, data) resolve against the current
     folder, never into the installed package; any other manifest's against its own folder (see load_manifest).
     A manifest given as a URL is copied into the cache, and its relative paths resolve against its URL folder."""
-    if storage.is_url(path):
+    if is_url(path):
         url = str(path)
         local = storage.fetch(url, storage.input_copy(url, is_file=True))
         return load_manifest(local, overrides, base_url=url.rsplit("/", 1)[0])

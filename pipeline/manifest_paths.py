@@ -10,6 +10,7 @@ from typing import Any
 
 from pipeline import storage
 from pipeline.errors import UserError
+from pipeline.urls import is_url
 
 # The manifests users see and edit live in the repository's top-level manifests/; setup.py copies them into the
 # wheel as pipeline/manifests/, so an installed copy finds them too (docs/manifests.md).
@@ -61,9 +62,9 @@ def localise_urls(raw: dict[str, Any], base_url: str | None) -> dict[str, str]:
         value = section.get(leaf) if isinstance(section, dict) else None
         if not isinstance(value, str):
             continue
-        if base_url is not None and not storage.is_url(value) and not value.startswith(PACKAGE_PREFIX):
+        if base_url is not None and not is_url(value) and not value.startswith(PACKAGE_PREFIX):
             value = value if Path(value).is_absolute() else f"{base_url}/{value}"
-        if not storage.is_url(value):
+        if not is_url(value):
             continue
         if leaf == "work_dir":
             section[leaf] = str(storage.mirror_folder(value))

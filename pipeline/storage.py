@@ -31,49 +31,13 @@ from pipeline.errors import UserError
 from pipeline.failpoints import failpoint
 from pipeline.records import RECORD, output_problems, read_json, read_record, write_json
 from pipeline.shards import write_atomic
+from pipeline.urls import display, filesystem
 
 log = logging.getLogger(__name__)
 CACHE_ENV = "CSTS_PIPELINE_CACHE"
 MARKER = ".remote.json"
 GENERATION_PREFIX = "gen-"
 ORPHAN_SECONDS = 24 * 3600  # an unreferenced generation older than this is a crashed publish's, never a live one's
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_DRIVERS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "hf": "huggingface_hub", "az": "adlfs"}
-_DRIVERS |= {"abfs": "adlfs", "abfss": "adlfs"}
-
-
-def is_url(value: object) -> bool:
-    """`scheme://...`: anything else is a local path."""
-    return isinstance(value, str) and _URL.match(value) is not None
-
-
-def location(value: str | None) -> str | Path | None:
-    """A location given on the command line: a URL as it is, anything else a path (relative to the current
-    folder, as in every CLI). Typer's Path type would fold `memory://x` into `memory:/x`, hence strings."""
-    if value is None or is_url(value):
-        return value
-    return Path(value)
-
-
-def filesystem(url: str) -> tuple[Any, str]:
-    """(fsspec filesystem, path inside it); a missing driver or an unknown protocol is one line naming the URL."""
-    protocol = url.split("://", 1)[0].lower()
-    try:
-        import fsspec
-
-        fs, path = fsspec.core.url_to_fs(url)
-    except ImportError:
-        package = _DRIVERS.get(protocol, f"the fsspec driver of {protocol}://")
-        message = f"{protocol}:// needs {package}, which is not installed: pip install {package}"
-        raise UserError(f"{url}: {message}") from None
-    except ValueError as exc:
-        known = "give a local path or an s3://, gs://, hf://, file:// or memory:// URL"
-        raise UserError(f"{url}: {exc}; {known}") from None
-    return fs, path.rstrip("/")
-
-
-def _display(fs: Any, path: str) -> str:
-    return fs.unstrip_protocol(path)
 
 
 def cache_root() -> Path:
@@ -187,7 +151,7 @@ def remote_record(url: str, name: str) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         record = None
     if not isinstance(record, dict):
-        raise UserError(f"{_display(fs, path)}: corrupt stage record; rerun the stage with --force")
+        raise UserError(f"{display(fs, path)}: corrupt stage record; rerun the stage with --force")
     return record
 
 
@@ -208,7 +172,7 @@ def remote_problems(url: str, name: str, record: dict[str, Any]) -> list[str]:
     sizes = {path[len(base) :].lstrip("/"): info.get("size") for path, info in found.items()}
     problems = []
     for relative, entry in listed.items():
-        where = _display(fs, f"{base}/{relative}")
+        where = display(fs, f"{base}/{relative}")
         if relative not in sizes:
             problems.append(f"{where}: missing")
         elif sizes[relative] != entry["bytes"]:
@@ -279,14 +243,14 @@ def pull(url: str, work_dir: Path, name: str) -> None:
     for relative, entry in record["output_files"].items():  # digests computed while copying: no second read
         if entry.get(HASH_KEY) and written_digest(incoming / relative) != entry[HASH_KEY]:
             raise UserError(
-                f"{_display(fs, f'{base}/{relative}')}: corrupt on the store (content checksum differs from its "
+                f"{display(fs, f'{base}/{relative}')}: corrupt on the store (content checksum differs from its "
                 f"record); rebuild it with `csts-pipeline {name} --force`"
             )
     shutil.rmtree(folder, ignore_errors=True)  # a crash here leaves no cached copy: the next run pulls again
     incoming.rename(folder)
     drop_sidecars(folder)
     seconds = time.perf_counter() - clock
-    log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, _display(fs, base))
+    log.info("%s: pulled %d files in %.1fs from %s", name, len(record["output_files"]), seconds, display(fs, base))
 
 
 def pull_record(url: str, work_dir: Path, name: str) -> None:
@@ -358,7 +322,7 @@ def publish(url: str, folder: Path, name: str, record: dict[str, Any]) -> dict[s
         len(published["output_files"]),
         size,
         seconds,
-        _display(fs, base),
+        display(fs, base),
     )
     return published
 

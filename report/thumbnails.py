@@ -17,7 +17,7 @@ import pyarrow.dataset as ds
 from PIL import Image, UnidentifiedImageError
 
 from pipeline.archives import Member, scan_tar
-from pipeline.datasets import escapes_folder
+from pipeline.corpus import escapes_folder
 from pipeline.manifest import DataConfig
 from pipeline.schemas import EMBEDDINGS
 

@@ -316,7 +316,7 @@ def test_karpathy_entry_without_a_required_key_is_a_one_line_error(tmp_path: Pat
 
 
 def test_describe_skips_is_one_line_with_every_class():
-    from pipeline.datasets import describe_skips
+    from pipeline.corpus import describe_skips
 
     line = describe_skips(
         {"caption: caption is null": 2, "image: file name outside the image folder": 1, "line: malformed line": 3}

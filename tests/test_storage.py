@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
 from pipeline.failpoints import FAILPOINT
-from pipeline.storage import CACHE_ENV, filesystem, mirror_folder, remote_problems, remote_record
+from pipeline.storage import CACHE_ENV, mirror_folder, remote_problems, remote_record
+from pipeline.urls import filesystem
 from tests.conftest import REPO, STAGES, contents, write_manifest
 
 runner = CliRunner()

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cluster import BatchPipeline, ClusterStage
-from pipeline.datasets import Corpus, read_dataset
+from pipeline.corpus import Corpus
+from pipeline.datasets import read_dataset
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import Manifest
