@@ -9,7 +9,9 @@ are continuous and uneven. `mixture_shard` draws from a mixture of `CENTRES` (10
 follow a decaying spectrum (variance of direction i about i^-1.2, randomly rotated), with uneven popularity
 (Zipf-like weights) and spreads (log-normal), plus per-point noise on the same spectrum: neighbours come from many
 nearby centres, with no scale at which the data falls into separate clusters. The curve: IVF-Flat, about sqrt(N)
-lists trained on up to 64 points each, 1,000 seeded queries, recall@64 against the exact top-64 (self excluded).
+lists trained on up to 64 points each, recall@64 against the exact top-64 of 1,000 seeded queries, twice: queries
+that are rows of the base (self excluded) and 1,000 independent queries from the same source never added to the
+index (`held-out` rows: the generator's shard HOLDOUT_SHARD, or captions left out of the real subset).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ DECAY = 1.2  # spectrum: variance of the i-th principal direction about (i + 1) 
 NOISE = 0.3  # point noise relative to the spread of the centres
 SPREAD_SIGMA = 0.5  # log-normal spread of each centre's own noise scale
 PROBES = (1, 2, 4, 8, 16, 32, 64)
+HOLDOUT_SHARD = 10**9  # the generator's shard of held-out queries: never a shard of a base
 
 
 @functools.lru_cache(maxsize=2)
@@ -52,8 +55,11 @@ def mixture_shard(n: int, dim: int, seed: int, shard: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def recall_curve(vectors: np.ndarray, k: int = 64, queries: int = 1000, seed: int = 0) -> dict[int, float]:
-    """recall@k of IVF-Flat (about sqrt(N) lists) at each nprobe of PROBES, on seeded queries (self excluded)."""
+def recall_curve(
+    vectors: np.ndarray, k: int = 64, queries: int = 1000, seed: int = 0, held_out: np.ndarray | None = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """recall@k of IVF-Flat (about sqrt(N) lists) at each nprobe of PROBES: on seeded rows of the base (self
+    excluded), and on `held_out` queries that are not in the base (empty when none are given)."""
     import faiss
 
     from stages.mine.ann import exact_top_k, recall_at_k
@@ -67,12 +73,15 @@ def recall_curve(vectors: np.ndarray, k: int = 64, queries: int = 1000, seed: in
     index.add(vectors)
     rows = np.sort(rng.choice(n, min(n, queries), replace=False))
     truth = exact_top_k(_InMemory(vectors), rows, k)
-    curve = {}
+    held_truth = exact_top_k(_InMemory(vectors), None, k, queries=held_out) if held_out is not None else None
+    curve, independent = {}, {}
     for nprobe in PROBES:
         index.nprobe = nprobe
         scores, found = index.search(vectors[rows], k + 1)
         curve[nprobe] = round(recall_at_k(drop_self(found, scores, rows, k)[0], truth), 3)
-    return curve
+        if held_out is not None:
+            independent[nprobe] = round(recall_at_k(index.search(held_out, k)[1], held_truth), 3)
+    return curve, independent
 
 
 class _InMemory:
@@ -108,25 +117,27 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[25_000, 100_000])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--real", action="store_true", help="also the COCO captions' curve (needs ../shared)")
+    parser.add_argument("--held-out", type=int, default=1000, help="independent queries, never added to the index")
     args = parser.parse_args()
-    print("data         N       " + "  ".join(f"np{p:<4}" for p in PROBES), flush=True)
+    print("data                   N       " + "  ".join(f"np{p:<4}" for p in PROBES), flush=True)
     if args.real:
         real = coco_caption_vectors()
-        for n in [size for size in args.sizes if size <= len(real)]:
-            subset = real[np.random.default_rng(1).choice(len(real), n, replace=False)]
-            print(f"real    {n:>10,}  " + "  ".join(f"{r:.3f} " for r in recall_curve(subset).values()), flush=True)
+        for n in [size for size in args.sizes if size + args.held_out <= len(real)]:
+            picked = np.random.default_rng(1).choice(len(real), n + args.held_out, replace=False)
+            curves = recall_curve(real[picked[:n]], held_out=real[picked[n:]])
+            _print_curves("real", n, curves)
     for n in args.sizes:
         started = time.perf_counter()
         vectors = np.concatenate(
             [mixture_shard(min(10_000, n - lo), args.dim, 0, s) for s, lo in enumerate(range(0, n, 10_000))]
         )
-        curve = recall_curve(vectors)
-        print(
-            f"mixture {n:>10,}  "
-            + "  ".join(f"{r:.3f} " for r in curve.values())
-            + f" ({time.perf_counter() - started:.0f}s)",
-            flush=True,
-        )
+        curves = recall_curve(vectors, held_out=mixture_shard(args.held_out, args.dim, 0, HOLDOUT_SHARD))
+        _print_curves("mixture", n, curves, f" ({time.perf_counter() - started:.0f}s)")
+
+
+def _print_curves(data: str, n: int, curves: tuple[dict[int, float], dict[int, float]], tail: str = "") -> None:
+    for name, curve in zip(("sample rows", "held-out"), curves):
+        print(f"{data:<7} {name:<11} {n:>10,}  " + "  ".join(f"{r:.3f} " for r in curve.values()) + tail, flush=True)
 
 
 if __name__ == "__main__":

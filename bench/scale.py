@@ -96,11 +96,44 @@ def synthetic_embed_stage(
     OutputFolder("embed", folder, params, {}).record_in_place({"images_embedded": n_images})
 
 
-def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
+HOLDOUT_SHARD = 10**9  # the generator's shard number of the held-out queries: never a shard of the base
+
+
+def holdout_queries(n: int, dim: int, data: str, dtype: str) -> np.ndarray:
+    """`n` vectors from the base's generator that are not in the base, rounded to the stored dtype as the base is."""
+    from bench.hard_data import mixture_shard
+
+    generate = mixture_shard if data == "mixture" else clustered_shard
+    return generate(n, dim, 0, HOLDOUT_SHARD).astype(dtype).astype(np.float32)
+
+
+def measure_holdout(queries: np.ndarray) -> None:
+    """Make mine's searcher also report recall@k on `queries` (never added to the index) at its tuned parameter,
+    against their exact top-k over the base (streamed in blocks), beside the record's self-excluded figure."""
+    from stages.mine import search
+
+    build = search.build_searcher
+
+    def build_and_measure(plan, shards, config, device, folder=None):
+        from stages.mine.ann import holdout_recall
+
+        searcher, record = build(plan, shards, config, device, folder)
+        if record.get("index") != "exact":
+            started = time.perf_counter()
+            record["holdout_recall_at_k"] = round(holdout_recall(searcher, shards, queries, config.k), 4)
+            record |= {"holdout_queries": len(queries), "holdout_seconds": round(time.perf_counter() - started, 1)}
+        return searcher, record
+
+    search.build_searcher = build_and_measure
+
+
+def _run_stage(stage: str, manifest_path: str, queue: mp.Queue, holdout: np.ndarray | None = None) -> None:
     from importlib import import_module
 
     from pipeline.manifest import load_manifest
 
+    if holdout is not None:
+        measure_holdout(holdout)
     started = time.perf_counter()
     record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=True)
     seconds = time.perf_counter() - started
@@ -116,10 +149,11 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue) -> None:
     )
 
 
-def run_stage(stage: str, manifest_path: Path) -> dict:
+def run_stage(stage: str, manifest_path: Path, holdout: np.ndarray | None = None) -> dict:
     """One stage in a fresh process, so that its peak memory is measured alone."""
     queue: mp.Queue = mp.get_context("spawn").Queue()
-    process = mp.get_context("spawn").Process(target=_run_stage, args=(stage, str(manifest_path), queue))
+    args = (stage, str(manifest_path), queue, holdout)
+    process = mp.get_context("spawn").Process(target=_run_stage, args=args)
     process.start()
     result = queue.get()
     process.join()
@@ -150,6 +184,7 @@ def main() -> None:
     parser.add_argument("--memory-budget", type=float, default=8.0, help="mine.memory_budget, GiB")
     parser.add_argument("--data", default="mixture", choices=["mixture", "clustered"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
+    parser.add_argument("--holdout", type=int, default=1000, help="held-out queries for mine's independent recall")
     args = parser.parse_args()
 
     rows = []
@@ -176,8 +211,9 @@ def main() -> None:
         }
         manifest_path = work_dir / "manifest.yaml"
         manifest_path.write_text(yaml.safe_dump(manifest))
+        holdout = holdout_queries(args.holdout, args.dim, args.data, args.dtype) if args.holdout else None
         for stage in args.stages:
-            result = run_stage(stage, manifest_path)
+            result = run_stage(stage, manifest_path, holdout if stage == "mine" else None)
             candidates = result["counts"].get("candidate_pairs") or result["counts"].get("candidates")
             rows.append(
                 {"fraction": fraction, "images": n_images, "stage": stage, **result, "candidate_pairs": candidates}
@@ -210,9 +246,15 @@ def _describe_search(search: dict) -> str:
         return f"exact ({search.get('knn_backend')})"
     knob = "nprobe" if "nprobe" in search else "efSearch"
     budget = search.get("budget", {})
+    holdout = (
+        f", recall@k={search['holdout_recall_at_k']} on {search['holdout_queries']} held-out queries"
+        if "holdout_recall_at_k" in search
+        else ""
+    )
     return (
         f"{search['index']} {knob}={search[knob]} recall@k={search['recall_at_k']} on {search['recall_sample']} "
-        f"queries (build {search['build_seconds']}s, tune {search['tune_seconds']}s); budget: {budget.get('reason')}, "
+        f"sample rows (self excluded){holdout} (build {search['build_seconds']}s, tune {search['tune_seconds']}s); "
+        f"budget: {budget.get('reason')}, "
         f"measured peak {budget.get('measured_peak_gib')} GiB"
     )
 

@@ -12,7 +12,8 @@ from pipeline.schemas import EMBEDDINGS
 from pipeline.shards import read_shards, write_table
 from stages.embed.encoder import embeddings_table
 from stages.mine import ann, knn
-from stages.mine.budget import GIB, estimate, plan_index
+from stages.mine import budget as budget_module
+from stages.mine.budget import GIB, estimate, ivf_lists, plan_index, training_rows
 from stages.mine.rerank import VectorFile, rerank
 from stages.mine.vectors import EmbeddingShards
 from tests.test_mine_ann import _clustered, _embed_folder, _mine
@@ -25,11 +26,69 @@ def test_the_budget_picks_the_most_accurate_index_that_fits():
     assert plan_index(config.model_copy(update={"memory_budget": 5}), 2_000_000, 512).kind == "ivf_sq8"
     tight = plan_index(config, 10_000_000, 512)
     assert (tight.kind, tight.pq_m, tight.candidates) == ("ivf_pq", 256, 8 * 64)
-    assert tight.factory == "IVF3162,PQ256x4fs"
-    assert tight.estimate["total"] <= 8 * GIB < estimate("ivf_sq8", 10_000_000, 512, 3162, None, config)["total"]
+    assert tight.factory == "IVF12649_HNSW32,PQ256x4fs"
+    assert tight.estimate["total"] <= 8 * GIB < estimate("ivf_sq8", 10_000_000, 512, 12649, None, config)["total"]
     assert "ivf_sq8" in tight.reason and "does not fit" in tight.reason
     smaller = plan_index(config.model_copy(update={"memory_budget": 5}), 10_000_000, 512)
     assert smaller.kind == "ivf_pq" and smaller.pq_m < 256
+
+
+def test_list_count_is_sqrt_n_below_a_million_and_4_sqrt_n_from_there_with_an_hnsw_quantiser():
+    config = MineConfig(memory_budget=64)
+    for n, lists in [(3000, 55), (100_000, 316), (999_999, 1000), (1_000_000, 4000), (10_000_000, 12649)]:
+        assert ivf_lists(n, None) == lists
+    assert ivf_lists(1000, None) == 25 and ivf_lists(1_000_000, 50) == 50  # 39 points a list; as configured
+    small = plan_index(config.model_copy(update={"index": "ivf"}), 999_999, 512)
+    assert (small.quantizer, small.lists) == ("flat", 1000) and "quantizer" not in small.record(64)
+    large = plan_index(config.model_copy(update={"index": "ivf"}), 10_000_000, 512)
+    assert (large.quantizer, large.factory) == ("hnsw", "IVF12649_HNSW32,Flat")
+    assert large.record(64)["quantizer"] == "HNSW32"
+    assert training_rows("ivf", 999_999, 1000) == 64_000  # as before below the cap
+    assert training_rows("ivf", 10_000_000, 12649) == 32 * 12649  # capped: 32 a list
+    assert budget_module.quantizer_bytes(2047, 512) == 2047 * 512 * 4  # the centroids
+    assert budget_module.quantizer_bytes(2048, 512) > 2048 * 512 * 4  # and the graph's links
+
+
+def test_many_lists_build_an_hnsw_coarse_quantiser_that_keeps_recall(tmp_path: Path, monkeypatch):
+    import faiss
+
+    monkeypatch.setattr(budget_module, "HNSW_QUANTIZER_FROM", 32)  # the graph at a test's size
+    vectors = _clustered(3000, dim=32, clusters=40)
+    _embed_folder(tmp_path, vectors)
+    shards = EmbeddingShards(tmp_path / "embed" / EMBEDDINGS)
+    config = MineConfig(index="ivf", k=8, ivf_lists=40, recall_sample=200)
+    plan = plan_index(config, len(shards), shards.dim)
+    assert plan.factory == "IVF40_HNSW32,Flat"
+    searcher = ann.build_index(plan, shards, config, knn.torch.device("cpu"))
+    quantizer = faiss.downcast_index(faiss.extract_index_ivf(searcher.index).quantizer)
+    assert isinstance(quantizer, faiss.IndexHNSWFlat) and quantizer.ntotal == 40
+    record = ann.tune(searcher, "ivf", shards, config)
+    assert record["recall_at_k"] >= 0.95 and record["ivf_lists"] == 40
+
+
+def test_recall_on_held_out_queries_uses_their_exact_top_k_over_the_whole_base(tmp_path: Path):
+    vectors = _clustered(1000, dim=16)
+    _embed_folder(tmp_path, vectors)
+    shards = EmbeddingShards(tmp_path / "embed" / EMBEDDINGS)
+    held_out = _clustered(50, dim=16, seed=9)
+    truth = ann.exact_top_k(shards, None, 8, block=128, queries=held_out)  # streamed in blocks of the base
+    expected = np.argsort(-(held_out @ vectors.T), axis=1, kind="stable")[:, :8]
+    assert (np.sort(truth, axis=1) == np.sort(expected, axis=1)).all()
+    exact = knn.FaissSearch.flat(16)
+    exact.add(vectors)
+    assert ann.holdout_recall(exact, shards, held_out, 8) == 1.0
+    coarse = knn.FaissSearch(_ivf(vectors, 10))
+    assert ann.holdout_recall(coarse, shards, held_out, 8) < 1.0
+
+
+def _ivf(vectors: np.ndarray, lists: int):
+    """IVF-Flat at nprobe 1: approximate, so held-out recall below 1."""
+    import faiss
+
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(vectors.shape[1]), vectors.shape[1], lists, faiss.METRIC_INNER_PRODUCT)
+    index.train(vectors)
+    index.add(vectors)
+    return index
 
 
 def test_a_budget_too_small_is_a_one_line_error():

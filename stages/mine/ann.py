@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.manifest import MineConfig
-from stages.mine.budget import COMPRESSED, IndexPlan, plan_index, training_rows
+from stages.mine.budget import COMPRESSED, QUANTIZER_EF_SEARCH, IndexPlan, plan_index, training_rows
 from stages.mine.rerank import RerankSearch, VectorFile
 from stages.mine.vectors import EmbeddingShards
 
@@ -37,7 +37,7 @@ def resolve_index(config: MineConfig, n_images: int, dim: int = 512) -> str:
 
 def new_index(plan: IndexPlan, shards: EmbeddingShards, config: MineConfig):
     """The empty FAISS index of the plan: IVF trained on a seeded sample (up to 64 points per list, more for PQ
-    codebooks), HNSW, or exact (flat)."""
+    codebooks; an HNSW coarse quantiser for many lists), HNSW, or exact (flat)."""
     import faiss
 
     dim = shards.dim
@@ -51,6 +51,8 @@ def new_index(plan: IndexPlan, shards: EmbeddingShards, config: MineConfig):
     ivf = faiss.extract_index_ivf(index)
     ivf.cp.niter = 10
     ivf.cp.seed = config.seed
+    if plan.quantizer == "hnsw":  # efSearch also bounds the k-means assignment's accuracy while training
+        faiss.downcast_index(ivf.quantizer).hnsw.efSearch = QUANTIZER_EF_SEARCH
     rng = np.random.default_rng(config.seed)
     sample = np.sort(rng.choice(len(shards), training_rows(plan.kind, len(shards), plan.lists), replace=False))
     index.train(shards.rows(sample))
@@ -63,7 +65,8 @@ def fill(index, plan: IndexPlan, parts, n: int, dtype, device, folder: Path | No
     there."""
     from stages.mine.knn import FaissSearch
 
-    searcher = FaissSearch(index, device if plan.kind == "ivf" else None)  # CPU: no GPU HNSW or re-ranking
+    on_gpu = plan.kind == "ivf" and plan.quantizer == "flat"  # CPU: no GPU HNSW quantiser or re-ranking
+    searcher = FaissSearch(index, device if on_gpu else None)
     compressed = plan.kind in COMPRESSED and folder is not None
     copy = VectorFile(folder / "vectors.npy", n, index.d, dtype) if compressed else None
     for vectors in parts:
@@ -84,9 +87,15 @@ def build_index(
     return fill(index, plan, shards.shards(shards.dtype), len(shards), shards.dtype, device, folder)
 
 
-def exact_top_k(shards: EmbeddingShards, rows: np.ndarray, k: int, block: int = 16_384) -> np.ndarray:
-    """Exact top-k rows of the sample queries `rows` (self excluded), streaming over the shards."""
-    queries = shards.rows(rows)
+def exact_top_k(
+    shards: EmbeddingShards, rows: np.ndarray | None, k: int, block: int = 16_384, queries: np.ndarray | None = None
+) -> np.ndarray:
+    """Exact top-k rows of the sample queries `rows` (self excluded), or of `queries` that are not rows of the
+    base (nothing excluded), streaming over the shards: one block of the base in memory."""
+    if queries is None:
+        queries = shards.rows(rows)
+    else:
+        queries, rows = np.asarray(queries, np.float32), np.full(len(queries), -1)
     best_scores = np.full((len(rows), k), -np.inf, np.float32)
     best = np.full((len(rows), k), -1, np.int64)
     for lo, vectors in shards.blocks(block):
@@ -98,6 +107,14 @@ def exact_top_k(shards: EmbeddingShards, rows: np.ndarray, k: int, block: int = 
         top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         best_scores, best = np.take_along_axis(scores, top, 1), np.take_along_axis(found, top, 1)
     return best
+
+
+def holdout_recall(searcher, shards: EmbeddingShards, queries: np.ndarray, k: int) -> float:
+    """recall@k of `searcher` at its current parameter on queries the index did not see (drawn from the same
+    distribution, never added), against their exact top-k over the base computed block by block."""
+    truth = exact_top_k(shards, None, k, queries=queries)
+    _, found = searcher.search(np.ascontiguousarray(queries, np.float32), k)
+    return recall_at_k(found, truth)
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:

@@ -29,6 +29,15 @@ CAPTION_BYTES = 5 * 16 + 32  # per image: about five captions (id + owner) and t
 RERANK_CHUNK = 128  # queries re-ranked at once (their candidates' vectors are gathered in one array)
 COMPRESSED = ("ivf_sq8", "ivf_pq")
 APPROXIMATE = ("ivf", *COMPRESSED, "hnsw")
+# FAISS's guideline for millions of vectors: 4 sqrt(N) to 16 sqrt(N) lists; below a million about sqrt(N) as before
+MANY_FROM = 1_000_000
+MANY_LISTS_PER_ROOT = 4
+# from this many lists the coarse quantiser is an HNSW graph (IndexHNSWFlat), so assigning a vector to its lists
+# (training, adding and every query's probe) costs a graph walk, not a distance to every list
+HNSW_QUANTIZER_FROM = 2048
+QUANTIZER_M = 32
+QUANTIZER_EF_SEARCH = 128
+TRAIN_CAP = 262_144  # training points: 64 a list up to this cap, then 32 a list (FAISS warns below 39; k-means cost)
 
 
 @dataclass
@@ -43,30 +52,48 @@ class IndexPlan:
     reason: str = ""
 
     @property
+    def quantizer(self) -> str:
+        """The coarse quantiser: `flat` (a distance to every list) or `hnsw` (a graph over the lists)."""
+        return "hnsw" if self.lists >= HNSW_QUANTIZER_FROM else "flat"
+
+    @property
     def factory(self) -> str:
         """The FAISS index_factory string of an IVF index."""
         codes = {"ivf": "Flat", "ivf_sq8": "SQ8", "ivf_pq": f"PQ{self.pq_m}x4fs"}[self.kind]
-        return f"IVF{self.lists},{codes}"
+        coarse = f"_HNSW{QUANTIZER_M}" if self.quantizer == "hnsw" else ""
+        return f"IVF{self.lists}{coarse},{codes}"
 
     def record(self, budget_gib: float) -> dict[str, Any]:
         out: dict[str, Any] = {"memory_budget_gib": budget_gib, "chosen": self.kind, "reason": self.reason}
         out["estimated_gib"] = {name: round(value / GIB, 3) for name, value in self.estimate.items()}
         if self.kind in COMPRESSED:
             out |= {"factory": self.factory, "rerank_candidates": self.candidates}
+        if self.kind in ("ivf", *COMPRESSED) and self.quantizer == "hnsw":
+            out |= {"factory": self.factory, "quantizer": f"HNSW{QUANTIZER_M}"}
         return out
 
 
 def ivf_lists(n_images: int, configured: int | None) -> int:
-    """About sqrt(N) inverted lists (FAISS's rule of thumb), with at least 39 training points each."""
+    """About sqrt(N) inverted lists (FAISS's rule of thumb) below a million images, 4 sqrt(N) from there (FAISS's
+    guideline for millions: fewer codes scanned a query, 25,000 at nprobe 32 of 10M rather than 101,000), with at
+    least 39 training points each."""
     if configured is not None:
         return max(1, min(configured, n_images // 39 or 1))
-    return max(1, min(round(math.sqrt(n_images)), n_images // 39 or 1))
+    per_root = MANY_LISTS_PER_ROOT if n_images >= MANY_FROM else 1
+    return max(1, min(round(per_root * math.sqrt(n_images)), n_images // 39 or 1))
 
 
 def training_rows(kind: str, n_images: int, lists: int) -> int:
-    """Up to 64 points per list, and at least 16,384 for the product quantiser's codebooks."""
-    wanted = 64 * lists if kind != "ivf_pq" else max(64 * lists, 16_384)
-    return min(n_images, wanted)
+    """Up to 64 points per list (32 a list past TRAIN_CAP points, as k-means costs points x lists), and at least
+    16,384 for the product quantiser's codebooks."""
+    wanted = 64 * lists if 64 * lists <= TRAIN_CAP else max(TRAIN_CAP, 32 * lists)
+    return min(n_images, wanted if kind != "ivf_pq" else max(wanted, 16_384))
+
+
+def quantizer_bytes(lists: int, dim: int) -> int:
+    """The coarse quantiser: the lists' centroids, and an HNSW graph's links (2 M on the base level) over them."""
+    links = QUANTIZER_M * 2 * 4 * 1.2 if lists >= HNSW_QUANTIZER_FROM else 0
+    return int(lists * (dim * 4 + links))
 
 
 def pq_splits(dim: int) -> list[int]:
@@ -77,7 +104,7 @@ def pq_splits(dim: int) -> list[int]:
 
 def index_bytes(kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig) -> int:
     """The index's own memory: codes, ids and the coarse quantiser."""
-    coarse = lists * dim * 4
+    coarse = quantizer_bytes(lists, dim)
     if kind == "exact":
         return n * dim * 4
     if kind == "hnsw":
