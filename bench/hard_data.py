@@ -102,7 +102,7 @@ def coco_caption_vectors() -> np.ndarray:
     """MiniLM (the packaged all-MiniLM-L6-v2) embeddings of the COCO val2017 captions, normalised."""
     import torch
 
-    from bench.scale import COCO_VAL
+    from bench.shared_data import COCO_VAL
     from pipeline.datasets import read_coco
     from pipeline.text_encoder import load_text_encoder
 

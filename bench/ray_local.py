@@ -84,7 +84,8 @@ def compare(work: Path, stages: tuple[str, ...], manifests: dict[str, Path] | No
 
 def scale_manifests(work: Path, fraction: float) -> dict[str, Path]:
     """bench/scale.py's synthetic embed output (512-d, k=64, 5 real captions per image) in both work folders."""
-    from bench.scale import COCO_VAL, synthetic_embed_stage
+    from bench.scale import synthetic_embed_stage
+    from bench.shared_data import COCO_VAL
 
     n_images = round(82_783 * fraction)
     manifests = {}

@@ -19,6 +19,7 @@ import argparse
 import json
 import multiprocessing as mp
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -33,15 +34,9 @@ from pipeline.shards import shard_name, write_table
 from stages.embed.encoder import embeddings_table
 
 REPO = Path(__file__).resolve().parents[1]
-# ../shared beside the checkout (a worktree under wt/ finds the one a level up)
-COCO_VAL = (
-    next(
-        (path for path in (REPO.parent / "shared", REPO.parents[1] / "shared") if path.exists()), REPO.parent / "shared"
-    )
-    / "data"
-    / "coco"
-    / "captions_val2017.json"
-)
+sys.path.insert(0, str(REPO))  # `python bench/scale.py` as well as `python -m bench.scale`
+
+from bench.shared_data import COCO_VAL  # noqa: E402
 
 
 def clustered_shard(n: int, dim: int, seed: int, shard: int) -> np.ndarray:
