@@ -6,7 +6,7 @@ The Label Studio configs (`templates/label_studio/<stage>.xml`) are rendered her
 set of guidelines: a guidelines partial (`_guide_*.html`) included into a config becomes a Label Studio panel of
 its text, one block per paragraph and table row.
 
-Template syntax, resolved here and nowhere else: `<!--#include NAME-->` inlines the partial `templates/NAME`;
+Template syntax, resolved here and nowhere else: `<!--#include NAME-->` inlines the partial `templates/NAME` (partials may include others);
 `<!--#repeat KIND-->...<!--#end-->` repeats its body once per item of that kind (the qualification test), with
 `__N__` the item's number from 1. `fill` substitutes a hits.csv row as MTurk does, HTML-escaped, for previews and
 the browser tests."""
@@ -47,7 +47,7 @@ def render_template(name: str, repeats: dict[str, int] | None = None) -> str:
     into_xml = name.endswith(".xml")
 
     def include(match: re.Match) -> str:
-        partial = _partial(match.group(1)).rstrip("\n")
+        partial = _INCLUDE.sub(include, _partial(match.group(1))).rstrip("\n")  # a partial may include others
         return guide_panel(partial) if into_xml and match.group(1).endswith(".html") else partial
 
     text = _INCLUDE.sub(include, _partial(name))
