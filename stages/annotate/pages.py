@@ -6,8 +6,8 @@ The Label Studio configs (`templates/label_studio/<stage>.xml`) are rendered her
 set of guidelines: a guidelines partial (`_guide_*.html`) included into a config becomes a Label Studio panel of
 its text, one block per paragraph and table row.
 
-Template syntax, resolved here and nowhere else: `<!--#include NAME-->` inlines the partial `templates/NAME` (partials may include others);
-`<!--#repeat KIND-->...<!--#end-->` repeats its body once per item of that kind (the qualification test), with
+Template syntax, resolved here and nowhere else: `<!--#include NAME-->` inlines the partial `templates/NAME`
+(partials may include others); `<!--#repeat KIND-->...<!--#end-->` repeats its body once per item of that kind (the qualification test), with
 `__N__` the item's number from 1. `fill` substitutes a hits.csv row as MTurk does, HTML-escaped, for previews and
 the browser tests."""
 
