@@ -7,8 +7,9 @@ set of guidelines: a guidelines partial (`_guide_*.html`) included into a config
 its text, one block per paragraph and table row.
 
 Template syntax, resolved here and nowhere else: `<!--#include NAME-->` inlines the partial `templates/NAME`
-(partials may include others); `<!--#repeat KIND-->...<!--#end-->` repeats its body once per item of that kind (the qualification test), with
-`__N__` the item's number from 1. `fill` substitutes a hits.csv row as MTurk does, HTML-escaped, for previews and
+(partials may include others); `<!--#repeat KIND-->...<!--#end-->` repeats its body once per item of that kind
+(the qualification test), with `__N__` the item's number from 1. `fill` substitutes a hits.csv row as MTurk
+does, HTML-escaped, for previews and
 the browser tests."""
 
 from __future__ import annotations
