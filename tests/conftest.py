@@ -1,5 +1,5 @@
 """Shared fixtures: the trimmed real data in tests/data (see tests/data/README.md), small manifests over
-generated images, and the one headless Chromium of the browser tests."""
+generated images, the one headless Chromium of the browser tests, and a local Ray."""
 
 from __future__ import annotations
 
@@ -122,3 +122,16 @@ def contents(work: Path, stages: tuple[str, ...] = STAGES) -> dict[str, object]:
             found[f"{stage}/{table.name}"] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
         found[f"{stage}/counts"] = json.loads((folder / "_stage.json").read_text())["counts"]
     return found
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray of 2 CPUs on loopback, for one test module."""
+    from pipeline.ray_executor import LOOPBACK_ONLY
+
+    for name, value in LOOPBACK_ONLY.items():  # before Ray is imported: a local Ray on loopback only
+        os.environ.setdefault(name, value)
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()

@@ -1,28 +1,16 @@
 """mine with the base split across 2 Ray actors (a local Ray of 2 CPUs): the same neighbours as one process."""
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pipeline.manifest import load_manifest
-from pipeline.ray_executor import LOOPBACK_ONLY
 from pipeline.shards import read_shards
 from stages.mine import stage as mine
 from stages.mine.split import merge_top_k
 from tests.conftest import write_manifest
 from tests.test_mine_ann import _clustered, _embed_folder, _rows
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    for name, value in LOOPBACK_ONLY.items():  # before Ray is imported: a local Ray on loopback only
-        os.environ.setdefault(name, value)
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
 
 
 def test_merge_keeps_the_best_of_every_part():

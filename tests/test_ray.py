@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from pipeline.cluster import ClusterStage
 from pipeline.failpoints import FAILPOINT, FAILPOINT_ONCE
-from pipeline.ray_executor import LOOPBACK_ONLY
 from pipeline.stage import Stage
 from tests.conftest import STAGES, contents
 
@@ -30,16 +29,6 @@ def invoke(*args: str):
     result = CliRunner().invoke(app, list(args))
     assert result.exit_code == 0, result.output + repr(result.exception)
     return result
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    for name, value in LOOPBACK_ONLY.items():  # before Ray is imported: a local Ray on loopback only
-        os.environ.setdefault(name, value)
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
