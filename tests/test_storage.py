@@ -79,6 +79,15 @@ def store_contents(url: str, into: Path, stages: tuple[str, ...] = STAGES) -> di
     return contents(into, stages)
 
 
+def other_shards(manifest: Path, tmp_path: Path) -> Path:
+    """The same manifest with other embed shards: another output (fingerprint and shards), the same rows."""
+    raw = yaml.safe_load(manifest.read_text())
+    raw["embed"]["images_per_shard"] = 10
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(raw))
+    return other
+
+
 def seed_text_embeddings(local: Path, url: str) -> None:
     """The local run's sentence-embedding cache in the URL's working cache, so filter skips encoding."""
     shutil.copytree(local / "text_embeddings", mirror_folder(url) / "text_embeddings", dirs_exist_ok=True)
@@ -159,10 +168,7 @@ def test_a_publish_killed_before_its_record_leaves_the_store_output_whole(manife
     first = runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url])
     assert first.exit_code == 0, first.output
     before = remote_record(url, "embed")
-    raw = yaml.safe_load(manifest.read_text())
-    raw["embed"]["images_per_shard"] = 10  # another output (fingerprint and shards), the same rows
-    other = tmp_path / "other.yaml"
-    other.write_text(yaml.safe_dump(raw))
+    other = other_shards(manifest, tmp_path)
     args = ("embed", "--manifest", str(other), "--out", url)
 
     killed = cli(*args, failpoint="embed:publish-before-record")
@@ -189,10 +195,7 @@ def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
     url = "memory://bucket/runs/cut"
     assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
     before = remote_record(url, "embed")
-    raw = yaml.safe_load(manifest.read_text())
-    raw["embed"]["images_per_shard"] = 10
-    other = tmp_path / "other.yaml"
-    other.write_text(yaml.safe_dump(raw))
+    other = other_shards(manifest, tmp_path)
 
     def crash(name: str) -> None:
         if name == "embed:publish-after-first-file":
@@ -215,10 +218,7 @@ def test_status_after_a_crash_before_publish_publishes_the_cached_commit(manifes
     url = f"file://{tmp_path / 'store'}"
     assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
     before = remote_record(url, "embed")
-    raw = yaml.safe_load(manifest.read_text())
-    raw["embed"]["images_per_shard"] = 10
-    other = tmp_path / "other.yaml"
-    other.write_text(yaml.safe_dump(raw))
+    other = other_shards(manifest, tmp_path)
     killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-record")
     assert killed.returncode == -9, killed.stderr
     cached = json.loads((mirror_folder(url) / "embed" / "_stage.json").read_text())
@@ -238,10 +238,7 @@ def test_a_publish_killed_before_its_cleanup_is_committed(manifest: Path, tmp_pa
     url = f"file://{tmp_path / 'store'}"
     assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
     before = remote_record(url, "embed")
-    raw = yaml.safe_load(manifest.read_text())
-    raw["embed"]["images_per_shard"] = 10
-    other = tmp_path / "other.yaml"
-    other.write_text(yaml.safe_dump(raw))
+    other = other_shards(manifest, tmp_path)
     killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-cleanup")
     assert killed.returncode == -9, killed.stderr
     after = remote_record(url, "embed")
