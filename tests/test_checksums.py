@@ -80,3 +80,18 @@ def test_single_bit_flips_are_reported_corrupt_and_refused_downstream(embedded: 
             victim.write_bytes(original)
     clean = runner.invoke(app, ["status", "--verify", "--manifest", str(embedded)])
     assert clean.exit_code == 0 and "corrupt" not in clean.output, clean.output
+
+
+def test_a_file_is_read_once_per_process_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import pipeline.checksums as checksums
+
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"abc" * 1000)
+    entry = {"bytes": 3000, HASH_KEY: file_digest(path)}
+    reads = []
+    monkeypatch.setattr(checksums, "file_digest", lambda p: reads.append(p) or file_digest(p))
+    assert checksums.verify_file(path, entry) is None and checksums.verify_file(path, entry) is None
+    assert len(reads) == 1  # the second reader trusts the first one's read: same size, same mtime
+    path.write_bytes(b"abd" * 1000)  # changed since (a new mtime): read again, and found corrupt
+    assert checksums.verify_file(path, entry) == f"{path}: corrupt (content checksum differs from the record's)"
+    assert len(reads) == 2
