@@ -60,6 +60,10 @@ def synthetic_embed_stage(
     `per_image` real captions each, vectors from `data` (mixture or clustered) stored as `dtype`."""
     from bench.hard_data import mixture_shard
 
+    folder = work_dir / "embed"
+    params = {"synthetic": n_images, "dim": dim, "seed": seed, "data": data, "dtype": dtype}
+    if OutputFolder("embed", folder, params, {}).up_to_date():  # generated before, whole: 10M images take minutes
+        return
     generate = mixture_shard if data == "mixture" else clustered_shard
     corpus = read_coco(COCO_VAL)
     by_image: dict[int, list[str]] = {}
@@ -69,7 +73,6 @@ def synthetic_embed_stage(
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(sources), n_images)
     image_ids = np.arange(n_images, dtype=np.int64)
-    folder = work_dir / "embed"
     per_shard = 10_000
     for shard, lo in enumerate(range(0, n_images, per_shard)):
         hi = min(n_images, lo + per_shard)
@@ -87,7 +90,6 @@ def synthetic_embed_stage(
         ),
         folder / CAPTIONS / shard_name(0),
     )
-    params = {"synthetic": n_images, "dim": dim, "seed": seed, "data": data, "dtype": dtype}
     OutputFolder("embed", folder, params, {}).record_in_place({"images_embedded": n_images})
 
 

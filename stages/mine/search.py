@@ -9,15 +9,19 @@ block by block when the pairs are made.
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from pipeline.failpoints import failpoint
 from pipeline.manifest import MineConfig
+from pipeline.records import write_json
 from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
 from pipeline.shards import shard_name, write_table
 from pipeline.stage import Resources, Unit
@@ -26,6 +30,7 @@ from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from stages.mine.vectors import EmbeddingShards
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
+BLOCKS_DONE = "blocks.done"  # first rows of the finished query blocks, one a line
 
 
 def build_searcher(
@@ -62,10 +67,14 @@ def search_block(searcher, queries: np.ndarray, lo: int, k: int) -> tuple[np.nda
     return drop_self(found, found_scores, np.arange(lo, lo + len(queries)), k)
 
 
-def local_blocks(searcher, shards: EmbeddingShards, k: int, batch: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first row, neighbours, scores) per query block, searched here; memory holds one block of queries."""
+def local_blocks(
+    searcher, shards: EmbeddingShards, k: int, batch: int, skip: frozenset[int] = frozenset()
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first row, neighbours, scores) per query block, searched here; memory holds one block of queries. Blocks
+    whose first row is in `skip` (finished by an interrupted run) are not searched again."""
     for lo, queries in shards.blocks(batch):
-        yield lo, *search_block(searcher, queries, lo, k)
+        if lo not in skip:
+            yield lo, *search_block(searcher, queries, lo, k)
 
 
 def exact_task(shared: tuple[np.ndarray, int, str, int], block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -96,16 +105,62 @@ def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[
         yield lo, ids, cosines
 
 
+def finished_blocks(folder: Path) -> frozenset[int]:
+    """First rows of the query blocks an interrupted run finished (their lists are in `folder`'s memory maps)."""
+    done = folder / BLOCKS_DONE
+    if not (done.is_file() and (folder / "neighbours.npy").is_file() and (folder / "scores.npy").is_file()):
+        return frozenset()
+    return frozenset(int(line) for line in done.read_text().split())
+
+
 def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray]], n: int, k: int, folder: Path):
-    """The blocks' top-k lists, in memory maps under `folder` (they need not fit in memory): (neighbours, scores)."""
+    """The blocks' top-k lists, in memory maps under `folder` (they need not fit in memory): (neighbours, scores).
+    Each block is flushed, then its first row appended to `blocks.done`, so a run killed mid-search resumes
+    from its finished blocks (`finished_blocks`); a fresh folder starts the maps anew."""
     folder.mkdir(parents=True, exist_ok=True)
-    neighbours = np.lib.format.open_memmap(folder / "neighbours.npy", "w+", np.int32, (n, k))
-    scores = np.lib.format.open_memmap(folder / "scores.npy", "w+", np.float32, (n, k))
-    for lo, ids, cosines in blocks:
-        neighbours[lo : lo + len(ids)], scores[lo : lo + len(ids)] = ids, cosines
-    neighbours.flush()
-    scores.flush()
+    mode = "r+" if finished_blocks(folder) else "w+"
+    if mode == "w+":
+        (folder / BLOCKS_DONE).unlink(missing_ok=True)
+    neighbours = np.lib.format.open_memmap(folder / "neighbours.npy", mode, np.int32, (n, k))
+    scores = np.lib.format.open_memmap(folder / "scores.npy", mode, np.float32, (n, k))
+    with open(folder / BLOCKS_DONE, "a") as done:
+        for lo, ids, cosines in blocks:
+            neighbours[lo : lo + len(ids)], scores[lo : lo + len(ids)] = ids, cosines
+            neighbours.flush()
+            scores.flush()
+            done.write(f"{lo}\n")
+            done.flush()
+            failpoint(f"mine:knn-block:{lo}")
     return neighbours, scores
+
+
+def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]) -> tuple[Any, dict[str, Any]]:
+    """(searcher, record) kept in `folder` by an interrupted run, else `build()`'s, saved there when it is a
+    FAISS index on the CPU (an approximate index at 10M images takes most of an hour to build and tune here)."""
+    from stages.mine.knn import FaissSearch
+    from stages.mine.rerank import RerankSearch
+
+    index_file, record_file = folder / "index.faiss", folder / "searcher.json"
+    if index_file.is_file() and record_file.is_file():
+        import faiss
+
+        saved = json.loads(record_file.read_text())
+        index = faiss.read_index(str(index_file))
+        if saved["rerank_candidates"]:
+            return RerankSearch(index, folder / "vectors.npy", saved["rerank_candidates"]), saved["record"]
+        return FaissSearch(index), saved["record"]
+    searcher, record = build()
+    index = getattr(searcher, "index", None)
+    cpu = isinstance(searcher, (FaissSearch, RerankSearch)) and "Gpu" not in type(index).__name__
+    if record.get("index") != "exact" and cpu:
+        import faiss
+
+        folder.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(index, str(folder / "index.tmp"))
+        os.replace(folder / "index.tmp", index_file)
+        candidates = searcher.candidates if isinstance(searcher, RerankSearch) else 0
+        write_json(record_file, {"record": record, "rerank_candidates": candidates})
+    return searcher, record
 
 
 def search_all(searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -116,8 +116,16 @@ class MineStage(ClusterStage):
 
     def _search(self, shards: EmbeddingShards, folder: Path) -> tuple[np.ndarray, np.ndarray]:
         """Every row's top-k, block by block: here, or as tasks of the executor's `tasks` for an exact search
-        (the base vectors shared, one task per query block)."""
-        from stages.mine.search import build_searcher, local_blocks, store_knn, task_blocks
+        (the base vectors shared, one task per query block). Here, a run killed mid-search resumes: the built
+        index and the finished blocks wait in `folder` (stages.mine.search `saved_searcher`, `store_knn`)."""
+        from stages.mine.search import (
+            build_searcher,
+            finished_blocks,
+            local_blocks,
+            saved_searcher,
+            store_knn,
+            task_blocks,
+        )
 
         config, n = self.config, len(shards)
         if self.tasks.distributed and config.parts > 1 and self.index != "hnsw":
@@ -131,8 +139,11 @@ class MineStage(ClusterStage):
         if self.index == "exact" and self.tasks.distributed:
             self.search = {"index": "exact", "knn_backend": config.knn, "query_blocks": -(-n // config.query_batch)}
             return store_knn(task_blocks(self.tasks, shards, config), n, config.k, folder)
-        searcher, self.search = build_searcher(self.plan_, shards, config, self.device, folder)
-        return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
+        searcher, self.search = saved_searcher(
+            folder, lambda: build_searcher(self.plan_, shards, config, self.device, folder)
+        )
+        done = finished_blocks(folder)  # an interrupted run's finished blocks are kept, not searched again
+        return store_knn(local_blocks(searcher, shards, config.k, config.query_batch, done), n, config.k, folder)
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
         from stages.mine.pairs import expand

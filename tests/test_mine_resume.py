@@ -1,0 +1,48 @@
+"""mine killed mid-search resumes: the built index and the finished query blocks are kept, the rest searched."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.manifest import load_manifest
+from pipeline.shards import read_shards
+from stages.mine import search, stage
+from tests.conftest import write_manifest
+from tests.test_commit import cli
+from tests.test_mine_ann import _clustered, _embed_folder, _rows
+
+CONFIG = {"index": "ivf_pq", "k": 8, "recall_sample": 200, "query_batch": 700, "rerank": 8}
+
+
+def _manifest(folder: Path) -> Path:
+    path = write_manifest(folder, folder / "c.json", folder, mine=CONFIG)
+    _embed_folder(folder / "work", _clustered(3000, dim=32, clusters=40))
+    return path
+
+
+@pytest.mark.slow
+def test_a_mine_killed_mid_search_resumes_from_its_index_and_finished_blocks(tmp_path: Path, monkeypatch):
+    manifest_path = _manifest(tmp_path)
+    killed = cli("mine", "--manifest", manifest_path, failpoint="mine:knn-block:700")
+    assert killed.returncode == -9, killed.stderr
+    knn = tmp_path / "work" / ".mine.next" / search.KNN_DIR
+    assert (knn / search.BLOCKS_DONE).read_text().split() == ["0", "700"]
+    assert (knn / "index.faiss").is_file() and (knn / "vectors.npy").is_file()
+
+    searched = []
+    original = search.search_block
+    monkeypatch.setattr(search, "build_searcher", lambda *args: pytest.fail("the saved index is rebuilt"))
+    monkeypatch.setattr(search, "search_block", lambda s, q, lo, k: searched.append(lo) or original(s, q, lo, k))
+    manifest = load_manifest(manifest_path)
+    resumed = stage.run(manifest)
+    assert searched == [1400, 2100, 2800]
+    assert resumed["search"]["index"] == "ivf_pq" and resumed["search"]["recall_at_k"] >= 0.95
+    assert not (tmp_path / "work" / ".mine.next").exists()
+    pairs = read_shards(tmp_path / "work" / "mine" / "image_pairs")
+
+    monkeypatch.undo()
+    whole = stage.run(manifest, force=True)  # the same seeds build the same index: the same pairs, uninterrupted
+    assert _rows(read_shards(tmp_path / "work" / "mine" / "image_pairs")) == _rows(pairs)
+    assert whole["counts"] == resumed["counts"]
+    assert np.isclose(whole["search"]["recall_at_k"], resumed["search"]["recall_at_k"])
