@@ -3,7 +3,8 @@
     python bench/scale.py                        # 82,783 synthetic images, k=64, at 10%, 30% and 100%
     python bench/scale.py --fractions 0.1 --images 82783
     python bench/scale.py --images 1000000 --fractions 1 --stages mine --captions-per-image 1   # approximate
-    python bench/scale.py --images 10000000 --fractions 1 --stages mine --memory-budget 8 --dtype float16
+    python bench/scale.py --images 10000000 --fractions 1 --stages mine --memory-budget 8 --dtype float16 \
+        --captions-per-image 1 [--resume]      # hours here: --resume goes on after an interruption
 
 Synthetic image embeddings (512-d) stand in for CLIP's: by default the mixture of bench.hard_data (continuous and
 uneven, as hard for IVF as real embeddings), or with `--data clustered` the old 1,000 tight clusters; each synthetic
@@ -124,7 +125,9 @@ def measure_holdout(queries: np.ndarray) -> None:
     search.build_searcher = build_and_measure
 
 
-def _run_stage(stage: str, manifest_path: str, queue: mp.Queue, holdout: np.ndarray | None = None) -> None:
+def _run_stage(
+    stage: str, manifest_path: str, queue: mp.Queue, holdout: np.ndarray | None = None, resume: bool = False
+) -> None:
     from importlib import import_module
 
     from pipeline.manifest import load_manifest
@@ -132,7 +135,7 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue, holdout: np.ndar
     if holdout is not None:
         measure_holdout(holdout)
     started = time.perf_counter()
-    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=True)
+    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=not resume)
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     queue.put(
@@ -146,10 +149,11 @@ def _run_stage(stage: str, manifest_path: str, queue: mp.Queue, holdout: np.ndar
     )
 
 
-def run_stage(stage: str, manifest_path: Path, holdout: np.ndarray | None = None) -> dict:
-    """One stage in a fresh process, so that its peak memory is measured alone."""
+def run_stage(stage: str, manifest_path: Path, holdout: np.ndarray | None = None, resume: bool = False) -> dict:
+    """One stage in a fresh process, so that its peak memory is measured alone; `resume`: an interrupted run of
+    the same stage goes on from where it stopped (mine: its saved index and finished query blocks)."""
     queue: mp.Queue = mp.get_context("spawn").Queue()
-    args = (stage, str(manifest_path), queue, holdout)
+    args = (stage, str(manifest_path), queue, holdout, resume)
     process = mp.get_context("spawn").Process(target=_run_stage, args=args)
     process.start()
     result = queue.get()
@@ -182,6 +186,11 @@ def main() -> None:
     parser.add_argument("--data", default="mixture", choices=["mixture", "clustered"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     parser.add_argument("--holdout", type=int, default=1000, help="held-out queries for mine's independent recall")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with an interrupted run of the same command (else each stage starts afresh)",
+    )
     args = parser.parse_args()
 
     rows = []
@@ -210,7 +219,7 @@ def main() -> None:
         manifest_path.write_text(yaml.safe_dump(manifest))
         holdout = holdout_queries(args.holdout, args.dim, args.data, args.dtype) if args.holdout else None
         for stage in args.stages:
-            result = run_stage(stage, manifest_path, holdout if stage == "mine" else None)
+            result = run_stage(stage, manifest_path, holdout if stage == "mine" else None, args.resume)
             candidates = result["counts"].get("candidate_pairs") or result["counts"].get("candidates")
             rows.append(
                 {"fraction": fraction, "images": n_images, "stage": stage, **result, "candidate_pairs": candidates}
@@ -250,7 +259,8 @@ def _describe_search(search: dict) -> str:
     )
     return (
         f"{search['index']} {knob}={search[knob]} recall@k={search['recall_at_k']} on {search['recall_sample']} "
-        f"sample rows (self excluded){holdout} (build {search['build_seconds']}s, tune {search['tune_seconds']}s); "
+        f"sample rows (self excluded){holdout} (build {search['build_seconds']}s, tune {search['tune_seconds']}s, "
+        f"search {search.get('search_seconds')}s over every run, {search.get('blocks_resumed', 0)} blocks resumed); "
         f"budget: {budget.get('reason')}, "
         f"measured peak {budget.get('measured_peak_gib')} GiB"
     )

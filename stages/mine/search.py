@@ -30,7 +30,7 @@ from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from stages.mine.vectors import EmbeddingShards
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
-BLOCKS_DONE = "blocks.done"  # first rows of the finished query blocks, one a line
+BLOCKS_DONE = "blocks.done"  # a line per finished query block: its first row and the seconds it took
 
 
 def build_searcher(
@@ -106,32 +106,70 @@ def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[
 
 
 def finished_blocks(folder: Path) -> frozenset[int]:
-    """First rows of the query blocks an interrupted run finished (their lists are in `folder`'s memory maps)."""
+    """First rows of the query blocks an interrupted run finished (their lists are in `folder`'s files)."""
+    return frozenset(_done_lines(folder))
+
+
+def search_seconds(folder: Path) -> float:
+    """The seconds every finished block took, over all the runs that searched them (a resumed run included)."""
+    return round(sum(_done_lines(folder).values()), 3)
+
+
+def _done_lines(folder: Path) -> dict[int, float]:
     done = folder / BLOCKS_DONE
     if not (done.is_file() and (folder / "neighbours.npy").is_file() and (folder / "scores.npy").is_file()):
-        return frozenset()
-    return frozenset(int(line) for line in done.read_text().split())
+        return {}
+    lines = [line.split() for line in done.read_text().splitlines() if line.strip()]
+    return {int(words[0]): float(words[1]) for words in lines if len(words) == 2}
 
 
 def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray]], n: int, k: int, folder: Path):
-    """The blocks' top-k lists, in memory maps under `folder` (they need not fit in memory): (neighbours, scores).
-    Each block is flushed, then its first row appended to `blocks.done`, so a run killed mid-search resumes
-    from its finished blocks (`finished_blocks`); a fresh folder starts the maps anew."""
+    """The blocks' top-k lists, in .npy files under `folder` (they need not fit in memory), returned as read-only
+    memory maps: (neighbours, scores). Blocks are written by plain file writes, not through a map, whose pages
+    would count as the process's memory (5 GB at 10M images). After each block its first row is appended to
+    `blocks.done`, so a run killed mid-search resumes from its finished blocks (`finished_blocks`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    mode = "r+" if finished_blocks(folder) else "w+"
-    if mode == "w+":
+    fresh = not finished_blocks(folder)
+    if fresh:
         (folder / BLOCKS_DONE).unlink(missing_ok=True)
-    neighbours = np.lib.format.open_memmap(folder / "neighbours.npy", mode, np.int32, (n, k))
-    scores = np.lib.format.open_memmap(folder / "scores.npy", mode, np.float32, (n, k))
+    files = [
+        _RowFile(folder / "neighbours.npy", np.int32, (n, k), fresh),
+        _RowFile(folder / "scores.npy", np.float32, (n, k), fresh),
+    ]
     with open(folder / BLOCKS_DONE, "a") as done:
-        for lo, ids, cosines in blocks:
-            neighbours[lo : lo + len(ids)], scores[lo : lo + len(ids)] = ids, cosines
-            neighbours.flush()
-            scores.flush()
-            done.write(f"{lo}\n")
+        started = time.perf_counter()
+        for lo, ids, cosines in blocks:  # the block is searched while this loop waits for it
+            files[0].write(lo, ids)
+            files[1].write(lo, cosines)
+            done.write(f"{lo} {time.perf_counter() - started:.3f}\n")
+            started = time.perf_counter()
             done.flush()
             failpoint(f"mine:knn-block:{lo}")
-    return neighbours, scores
+    for file in files:
+        file.close()
+    return np.load(folder / "neighbours.npy", mmap_mode="r"), np.load(folder / "scores.npy", mmap_mode="r")
+
+
+class _RowFile:
+    """An .npy file of `shape` whose rows are written in place by offset (created empty unless resuming)."""
+
+    def __init__(self, path: Path, dtype: type, shape: tuple[int, int], fresh: bool):
+        if fresh or not path.is_file():
+            header = np.lib.format.open_memmap(path, "w+", dtype, shape)
+            del header
+        self.offset = np.load(path, mmap_mode="r").offset
+        self.dtype, self.row_bytes = np.dtype(dtype), shape[1] * np.dtype(dtype).itemsize
+        self.handle = open(path, "r+b")  # noqa: SIM115 (closed by `close`)
+
+    def write(self, first_row: int, rows: np.ndarray) -> None:
+        os.pwrite(
+            self.handle.fileno(),
+            np.ascontiguousarray(rows, self.dtype).tobytes(),
+            self.offset + first_row * self.row_bytes,
+        )
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]) -> tuple[Any, dict[str, Any]]:

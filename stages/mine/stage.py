@@ -123,6 +123,7 @@ class MineStage(ClusterStage):
             finished_blocks,
             local_blocks,
             saved_searcher,
+            search_seconds,
             store_knn,
             task_blocks,
         )
@@ -143,7 +144,9 @@ class MineStage(ClusterStage):
             folder, lambda: build_searcher(self.plan_, shards, config, self.device, folder)
         )
         done = finished_blocks(folder)  # an interrupted run's finished blocks are kept, not searched again
-        return store_knn(local_blocks(searcher, shards, config.k, config.query_batch, done), n, config.k, folder)
+        found = store_knn(local_blocks(searcher, shards, config.k, config.query_batch, done), n, config.k, folder)
+        self.search = self.search | {"search_seconds": search_seconds(folder), "blocks_resumed": len(done)}
+        return found
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
         from stages.mine.pairs import expand
