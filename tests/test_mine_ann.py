@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from pipeline.commit import OutputFolder
 from pipeline.manifest import MineConfig, load_manifest
@@ -155,3 +156,34 @@ def test_mine_by_text_pairs_images_whose_captions_agree(tmp_path: Path):
     topic_2 = (pairs.column("image_id_2").to_numpy() - 500) % 4
     assert pairs.num_rows >= n * 3 / 2 and np.all(topic_1 == topic_2)
     assert not {"_knn", "_text"} & {path.name for path in (manifest.work_dir / "mine").iterdir()}
+
+
+class _RecallFromNprobe:
+    """A searcher that finds the exact neighbours once nprobe reaches `enough`, and nothing before."""
+
+    def __init__(self, vectors: np.ndarray, enough: int):
+        self.vectors, self.enough, self.nprobe, self.set_to = vectors, enough, 1, []
+        self.index = type("Index", (), {"nlist": 64})()
+
+    def set_parameter(self, name: str, value: int) -> None:
+        self.nprobe = value
+        self.set_to.append(value)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, found = torch.topk(torch.from_numpy(queries @ self.vectors.T), k, dim=1)
+        if self.nprobe < self.enough:
+            found = torch.full_like(found, -1)
+        return scores.numpy(), found.numpy()
+
+
+@pytest.mark.parametrize(("enough", "chosen", "tried"), [(6, 6, [1, 2, 4, 8, 6]), (7, 8, [1, 2, 4, 8, 6])])
+def test_tuning_doubles_then_tries_three_quarters_of_the_value_that_reached_the_target(
+    tmp_path: Path, enough: int, chosen: int, tried: list[int]
+):
+    vectors = _clustered(400)
+    _embed_folder(tmp_path, vectors)
+    searcher = _RecallFromNprobe(vectors, enough)
+    config = MineConfig(index="ivf", k=8, recall_sample=50)
+    record = ann.tune(searcher, "ivf", EmbeddingShards(tmp_path / "embed" / EMBEDDINGS), config)
+    assert [step["nprobe"] for step in record["tried"]] == tried
+    assert record["nprobe"] == chosen and searcher.nprobe == chosen and record["recall_at_k"] == 1.0

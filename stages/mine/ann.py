@@ -143,8 +143,9 @@ def nlist(index) -> int:
 
 
 def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: MineConfig) -> dict[str, Any]:
-    """Raise nprobe / efSearch until recall@k on the seeded sample reaches the target (or the parameter its
-    ceiling); the searcher is left at the chosen value. Returns what goes into the stage record."""
+    """Raise nprobe / efSearch by doubling until recall@k on the seeded sample reaches the target (or the parameter
+    its ceiling), then try 3/4 of the value that reached it; the searcher is left at the chosen value. Returns what
+    goes into the stage record."""
     from stages.mine.knn import drop_self
 
     started = time.perf_counter()
@@ -156,15 +157,23 @@ def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: Mine
     name, value = ("efSearch", k + 1) if kind == "hnsw" else ("nprobe", 1)
     ceiling = MAX_EF_SEARCH if kind == "hnsw" else nlist(searcher.index)
     tried = []
-    while True:
+
+    def measure(value: int) -> float:
         _set_parameter(searcher, kind, value)
         scores, found = searcher.search(queries, k + 1)
-        found = drop_self(found, scores, rows, k)[0]
-        recall = recall_at_k(found, truth)
+        recall = recall_at_k(drop_self(found, scores, rows, k)[0], truth)
         tried.append({name: value, "recall": round(recall, 4)})
-        if recall >= config.recall_target or value >= ceiling:
-            break
+        return recall
+
+    while (recall := measure(value)) < config.recall_target and value < ceiling:
         value = min(ceiling, value * 2)
+    # the doubling may overshoot by up to 2x, and search time grows with the parameter: try 3/4 of it once
+    between = value * 3 // 4
+    if recall >= config.recall_target and len(tried) > 1 and between > tried[-2][name]:
+        if (lower := measure(between)) >= config.recall_target:
+            value, recall = between, lower
+        else:
+            _set_parameter(searcher, kind, value)
     record = {"index": kind, name: value, "recall_at_k": round(recall, 4), "recall_target": config.recall_target}
     record |= {"recall_sample": len(rows), "tried": tried, "tune_seconds": round(time.perf_counter() - started, 3)}
     if kind != "hnsw":
