@@ -9,7 +9,9 @@ recall. Choosing `auto`: docs/mine.md (exact below `mine.exact_below` images, me
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:  # torch only when an index is built: plan() (and `status`) re
     from stages.mine.knn import FaissSearch
 
 MAX_EF_SEARCH = 4096
+log = logging.getLogger(__name__)
 
 
 def resolve_index(config: MineConfig, n_images: int, dim: int = 512) -> str:
@@ -142,10 +145,31 @@ def nlist(index) -> int:
     return int(index.nlist if hasattr(index, "nlist") else faiss.extract_index_ivf(index).nlist)
 
 
+def climb(measure: Callable[[int], float], value: int, ceiling: int, target: float) -> tuple[int, float, bool]:
+    """(value, recall, stalled): double `value` until `measure(value)` reaches `target`, then try 3/4 of that value
+    once (doubling overshoots by up to 2x, and search time grows with the value). Stop early when recall stalls:
+    once a doubling gained less than the one before (by the ratio r), the gains left add up to about
+    gain x r / (1 - r), and when even that falls short of the target more doublings, each twice the search time,
+    would not reach it (a compressed index's candidates, not its probes, then bound recall)."""
+    recall, before, gain = measure(value), None, None
+    while recall < target and value < ceiling:
+        before, last = value, recall
+        value = min(ceiling, value * 2)
+        recall = measure(value)
+        previous_gain, gain = gain, recall - last
+        if recall < target and previous_gain and 0 <= gain < previous_gain:
+            ratio = gain / previous_gain
+            if recall + gain * ratio / (1 - ratio) < target:
+                return value, recall, True
+    between = value * 3 // 4
+    if recall >= target and before is not None and between > before and (lower := measure(between)) >= target:
+        return between, lower, False
+    return value, recall, False
+
+
 def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: MineConfig) -> dict[str, Any]:
-    """Raise nprobe / efSearch by doubling until recall@k on the seeded sample reaches the target (or the parameter
-    its ceiling), then try 3/4 of the value that reached it; the searcher is left at the chosen value. Returns what
-    goes into the stage record."""
+    """nprobe / efSearch raised (`climb`) until recall@k on the seeded sample reaches the target, the parameter its
+    ceiling, or recall stalls; the searcher is left at the chosen value. Returns what goes into the stage record."""
     from stages.mine.knn import drop_self
 
     started = time.perf_counter()
@@ -165,16 +189,21 @@ def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: Mine
         tried.append({name: value, "recall": round(recall, 4)})
         return recall
 
-    while (recall := measure(value)) < config.recall_target and value < ceiling:
-        value = min(ceiling, value * 2)
-    # the doubling may overshoot by up to 2x, and search time grows with the parameter: try 3/4 of it once
-    between = value * 3 // 4
-    if recall >= config.recall_target and len(tried) > 1 and between > tried[-2][name]:
-        if (lower := measure(between)) >= config.recall_target:
-            value, recall = between, lower
-        else:
-            _set_parameter(searcher, kind, value)
+    value, recall, stalled = climb(measure, value, ceiling, config.recall_target)
+    _set_parameter(searcher, kind, value)
     record = {"index": kind, name: value, "recall_at_k": round(recall, 4), "recall_target": config.recall_target}
+    if stalled:
+        record["stalled"] = True
+        log.warning(
+            "mine: recall@%d stops near %.4f, below the target %g, from %s %d on: the candidates, not the %s, "
+            "bound it (raise mine.rerank for a compressed index, or choose a larger memory budget)",
+            k,
+            recall,
+            config.recall_target,
+            name,
+            value,
+            name,
+        )
     record |= {"recall_sample": len(rows), "tried": tried, "tune_seconds": round(time.perf_counter() - started, 3)}
     if kind != "hnsw":
         record["ivf_lists"] = nlist(searcher.index)
