@@ -184,7 +184,7 @@ STALLING = {1: 0.5, 2: 0.6, 4: 0.68, 8: 0.72, 16: 0.74, 32: 0.75, 64: 0.75}
     [
         (RISING | {6: 0.95}, 6, [1, 2, 4, 8, 6], False),  # 3/4 of the value that reached the target also does
         (RISING | {6: 0.9}, 8, [1, 2, 4, 8, 6], False),  # it does not: back to the value that did
-        (STALLING, 8, [1, 2, 4, 8], True),  # gains halving from 0.68: at most 0.76 to come, short of 0.95
+        (STALLING, 16, [1, 2, 4, 8, 16], True),  # gains halving twice: at most 0.76 to come, short of 0.95
     ],
 )
 def test_tuning_doubles_tries_three_quarters_and_stops_where_recall_stalls(

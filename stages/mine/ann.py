@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # torch only when an index is built: plan() (and `status`) re
     from stages.mine.knn import FaissSearch
 
 MAX_EF_SEARCH = 4096
+STALLED_AFTER = 2  # doublings in a row whose projected recall falls short of the target
 log = logging.getLogger(__name__)
 
 
@@ -149,9 +150,9 @@ def climb(measure: Callable[[int], float], value: int, ceiling: int, target: flo
     """(value, recall, stalled): double `value` until `measure(value)` reaches `target`, then try 3/4 of that value
     once (doubling overshoots by up to 2x, and search time grows with the value). Stop early when recall stalls:
     once a doubling gained less than the one before (by the ratio r), the gains left add up to about
-    gain x r / (1 - r), and when even that falls short of the target more doublings, each twice the search time,
-    would not reach it (a compressed index's candidates, not its probes, then bound recall)."""
-    recall, before, gain = measure(value), None, None
+    gain x r / (1 - r); when two doublings in a row project short of the target, more doublings, each twice the
+    search time, would not reach it (a compressed index's candidates, not its probes, then bound recall)."""
+    recall, before, gain, short = measure(value), None, None, 0
     while recall < target and value < ceiling:
         before, last = value, recall
         value = min(ceiling, value * 2)
@@ -159,8 +160,11 @@ def climb(measure: Callable[[int], float], value: int, ceiling: int, target: flo
         previous_gain, gain = gain, recall - last
         if recall < target and previous_gain and 0 <= gain < previous_gain:
             ratio = gain / previous_gain
-            if recall + gain * ratio / (1 - ratio) < target:
+            short = short + 1 if recall + gain * ratio / (1 - ratio) < target else 0
+            if short == STALLED_AFTER:
                 return value, recall, True
+        else:
+            short = 0
     between = value * 3 // 4
     if recall >= target and before is not None and between > before and (lower := measure(between)) >= target:
         return between, lower, False
