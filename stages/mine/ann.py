@@ -139,6 +139,14 @@ def _set_parameter(searcher: FaissSearch, kind: str, value: int) -> None:
     space.set_index_parameter(searcher.index, name, value)
 
 
+def set_tuned(index, record: dict[str, Any]) -> None:
+    """Set a FAISS index (on the CPU) to the nprobe or efSearch its tuning record chose."""
+    import faiss
+
+    name = "efSearch" if record["index"] == "hnsw" else "nprobe"
+    faiss.ParameterSpace().set_index_parameter(index, name, record[name])
+
+
 def nlist(index) -> int:
     """Inverted lists of an IVF index, also inside OPQ's pre-transform (or on the GPU)."""
     import faiss

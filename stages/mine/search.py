@@ -182,8 +182,11 @@ def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]
     if index_file.is_file() and record_file.is_file():
         import faiss
 
+        from stages.mine.ann import set_tuned
+
         saved = json.loads(record_file.read_text())
         index = faiss.read_index(str(index_file))
+        set_tuned(index, saved["record"])  # FAISS saves nprobe and efSearch too: the record is the one to trust
         if saved["rerank_candidates"]:
             return RerankSearch(index, folder / "vectors.npy", saved["rerank_candidates"]), saved["record"]
         return FaissSearch(index), saved["record"]
