@@ -13,8 +13,9 @@ from pipeline.shards import read_shards, write_table
 from stages.embed.encoder import embeddings_table
 from stages.mine import ann, knn
 from stages.mine import budget as budget_module
+from stages.mine import rerank as rerank_module
 from stages.mine.budget import GIB, estimate, ivf_lists, plan_index, training_rows
-from stages.mine.rerank import VectorFile, rerank
+from stages.mine.rerank import StoredRows, VectorFile, rerank
 from stages.mine.vectors import EmbeddingShards
 from tests.test_mine_ann import _clustered, _embed_folder, _mine
 
@@ -98,8 +99,10 @@ def test_a_budget_too_small_is_a_one_line_error():
         plan_index(MineConfig(memory_budget=1, index="ivf"), 1_000_000, 512)
 
 
+@pytest.mark.parametrize("map_below", [0.0, 1.1])  # every read through a map; every read by preadv
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type):
+def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type, map_below: float, monkeypatch):
+    monkeypatch.setattr(rerank_module, "MAP_BELOW", map_below)
     rng = np.random.default_rng(3)
     base = rng.standard_normal((500, 24)).astype(np.float32)
     queries = rng.standard_normal((40, 24)).astype(np.float32)
@@ -118,6 +121,21 @@ def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type):
         np.testing.assert_allclose(scores[q], np.sort(exact)[::-1][:10], rtol=1e-5)
     assert (ids[0, 5:] == -1).all() and np.isneginf(scores[0, 5:]).all()
     assert set(ids[0, :5]) == set(found[0, :5])
+
+
+def test_stored_rows_reads_runs_of_rows_and_names_a_truncated_file(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(rerank_module, "MAP_BELOW", 1.1)
+    base = np.arange(100 * 4, dtype=np.float32).reshape(100, 4)
+    copy = VectorFile(tmp_path / "vectors.npy", 100, 4, np.float16)
+    copy.add(base)
+    copy.close()
+    wanted = np.array([0, 1, 2, 7, 50, 51, 99])  # runs of 3, 1, 2 and 1 rows
+    with StoredRows(tmp_path / "vectors.npy") as stored:
+        np.testing.assert_array_equal(stored.read(wanted), base[wanted].astype(np.float16).astype(np.float32))
+    with open(tmp_path / "vectors.npy", "r+b") as handle:
+        handle.truncate(handle.seek(0, 2) - 8)
+    with StoredRows(tmp_path / "vectors.npy") as stored, pytest.raises(OSError, match="short read at row 99"):
+        stored.read(wanted)
 
 
 def test_compressed_mine_re_ranks_and_records_the_budget(tmp_path: Path):
