@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from pipeline.manifest import load_manifest
@@ -22,19 +23,10 @@ def test_merge_keeps_the_best_of_every_part():
 
 @pytest.mark.slow
 def test_split_across_two_ray_workers_matches_one_process(tmp_path: Path, ray_session):
-    from pipeline.ray_executor import RayExecutor
-
     vectors = _clustered(3000, dim=32, clusters=40)
     config = {"index": "ivf", "k": 8, "recall_sample": 300, "query_batch": 700, "ivf_lists": 50}
-    runs = {}
-    for name, parts in (("local", 1), ("split", 2)):
-        work = tmp_path / name
-        manifest = load_manifest(write_manifest(work, work / "c.json", work, mine=config | {"parts": parts}))
-        _embed_folder(manifest.work_dir, vectors)
-        executor = mine.LocalExecutor() if parts == 1 else RayExecutor(progress=False)
-        record = executor.run(mine.MineStage(manifest), force=True)
-        runs[name] = record, _rows(read_shards(manifest.work_dir / "mine" / "image_pairs"))
-    (local, local_pairs), (split, split_pairs) = runs["local"], runs["split"]
+    (local, local_table), (split, split_table) = _local_and_split(tmp_path, vectors, config)
+    local_pairs, split_pairs = _rows(local_table), _rows(split_table)
     assert split["search"]["parts"] == 2 and "parts" not in local["search"]
     assert split["search"]["tried"] == local["search"]["tried"]  # the same recall at every nprobe
     assert split["search"]["recall_at_k"] == local["search"]["recall_at_k"] >= 0.95
@@ -48,19 +40,9 @@ def test_split_ivf_pq_re_ranks_in_every_part_and_loses_no_recall(tmp_path: Path,
     """Each part searches its own codes (the same trained quantiser and codebooks, so the same approximate scores)
     for k x rerank candidates and re-ranks them from its own vector file: the union holds every candidate the whole
     index would give, so the merged recall is at least the single process's at every nprobe, and cosines are exact."""
-    from pipeline.ray_executor import RayExecutor
-
     vectors = _clustered(3000, dim=32, clusters=40)
     config = {"index": "ivf_pq", "k": 8, "recall_sample": 300, "query_batch": 700, "ivf_lists": 50, "rerank": 4}
-    runs = {}
-    for name, parts in (("local", 1), ("split", 2)):
-        work = tmp_path / name
-        manifest = load_manifest(write_manifest(work, work / "c.json", work, mine=config | {"parts": parts}))
-        _embed_folder(manifest.work_dir, vectors)
-        executor = mine.LocalExecutor() if parts == 1 else RayExecutor(progress=False)
-        record = executor.run(mine.MineStage(manifest), force=True)
-        runs[name] = record, read_shards(manifest.work_dir / "mine" / "image_pairs")
-    (local, _), (split, split_pairs) = runs["local"], runs["split"]
+    (local, _), (split, split_pairs) = _local_and_split(tmp_path, vectors, config)
     assert split["search"]["parts"] == 2 and split["search"]["budget"]["factory"] == "IVF50,PQ16x4fs"
     for local_step, split_step in zip(local["search"]["tried"], split["search"]["tried"]):
         assert split_step["nprobe"] == local_step["nprobe"] and split_step["recall"] >= local_step["recall"]
@@ -71,3 +53,18 @@ def test_split_ivf_pq_re_ranks_in_every_part_and_loses_no_recall(tmp_path: Path,
     second = np.array([row[i] for i in split_pairs.column("image_id_2").to_numpy()])
     exact = np.einsum("ij,ij->i", vectors[first], vectors[second])  # re-ranked in the parts: exact cosines
     np.testing.assert_allclose(split_pairs.column("cosine").to_numpy(), exact, atol=1e-5)
+
+
+def _local_and_split(tmp_path: Path, vectors: np.ndarray, config: dict) -> list[tuple[dict, pa.Table]]:
+    """(record, image pairs) of mine over `vectors` in one process, then split in 2 parts on the local Ray cluster."""
+    from pipeline.ray_executor import RayExecutor
+
+    runs = []
+    for name, parts in (("local", 1), ("split", 2)):
+        work = tmp_path / name
+        manifest = load_manifest(write_manifest(work, work / "c.json", work, mine=config | {"parts": parts}))
+        _embed_folder(manifest.work_dir, vectors)
+        executor = mine.LocalExecutor() if parts == 1 else RayExecutor(progress=False)
+        record = executor.run(mine.MineStage(manifest), force=True)
+        runs.append((record, read_shards(manifest.work_dir / "mine" / "image_pairs")))
+    return runs
