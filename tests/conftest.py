@@ -3,6 +3,7 @@ generated images, the one headless Chromium of the browser tests, and a local Ra
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -65,6 +66,19 @@ def sample_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     root = tmp_path_factory.mktemp("sample")
     ensure_sample(root / "captions.json", root / "images")
     return root / "captions.json", root / "images"
+
+
+def first_images(sample: tuple[Path, Path], count: int, folder: Path) -> dict:
+    """The COCO JSON (as a dict) of the generated sample's first `count` images, their JPEGs copied into `folder`."""
+    captions, images = sample
+    coco = json.loads(captions.read_text())
+    coco["images"] = coco["images"][:count]
+    kept = {image["id"] for image in coco["images"]}
+    coco["annotations"] = [a for a in coco["annotations"] if a["image_id"] in kept]
+    folder.mkdir(parents=True)
+    for image in coco["images"]:
+        shutil.copy(images / image["file_name"], folder / image["file_name"])
+    return coco
 
 
 def write_manifest(folder: Path, captions: Path, images: Path, **sections: dict) -> Path:

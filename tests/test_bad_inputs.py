@@ -27,7 +27,7 @@ from csts_pipeline.cli import app
 from pipeline.datasets import read_dataset
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
-from tests.conftest import write_manifest
+from tests.conftest import first_images, write_manifest
 
 runner = CliRunner()
 IMAGES = 6
@@ -36,16 +36,8 @@ IMAGES = 6
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory, sample_dataset: tuple[Path, Path]) -> tuple[dict, Path]:
     """The first images of the generated sample: their COCO JSON (as a dict) and their folder."""
-    captions, images = sample_dataset
-    coco = json.loads(captions.read_text())
-    coco["images"] = coco["images"][:IMAGES]
-    kept = {image["id"] for image in coco["images"]}
-    coco["annotations"] = [a for a in coco["annotations"] if a["image_id"] in kept]
     root = tmp_path_factory.mktemp("small") / "images"
-    root.mkdir()
-    for image in coco["images"]:
-        shutil.copy(images / image["file_name"], root / image["file_name"])
-    return coco, root
+    return first_images(sample_dataset, IMAGES, root), root
 
 
 def coco_manifest(tmp: Path, small: tuple[dict, Path], edit: Callable[[dict, Path], None] | None = None) -> Path:

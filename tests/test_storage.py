@@ -22,7 +22,7 @@ from csts_pipeline.cli import app
 from pipeline.failpoints import FAILPOINT
 from pipeline.storage import CACHE_ENV, mirror_folder, remote_problems, remote_record
 from pipeline.urls import filesystem
-from tests.conftest import REPO, STAGES, contents, write_manifest
+from tests.conftest import REPO, STAGES, contents, first_images, write_manifest
 
 runner = CliRunner()
 IMAGES = 40  # of the generated sample's 240: the same code paths, a fraction of the time
@@ -40,15 +40,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory, sample_dataset: tuple[Path, Path]) -> tuple[Path, Path]:
     """The first images of the generated sample and their captions, in COCO JSON."""
-    captions, images = sample_dataset
-    coco = json.loads(captions.read_text())
-    coco["images"] = coco["images"][:IMAGES]
-    kept = {image["id"] for image in coco["images"]}
-    coco["annotations"] = [a for a in coco["annotations"] if a["image_id"] in kept]
     root = tmp_path_factory.mktemp("small")
-    (root / "images").mkdir()
-    for image in coco["images"]:
-        shutil.copy(images / image["file_name"], root / "images" / image["file_name"])
+    coco = first_images(sample_dataset, IMAGES, root / "images")
     (root / "captions.json").write_text(json.dumps(coco))
     return root / "captions.json", root / "images"
 
