@@ -81,6 +81,13 @@ def other_shards(manifest: Path, tmp_path: Path) -> Path:
     return other
 
 
+def published_then_other(manifest: Path, tmp_path: Path, url: str) -> tuple[dict, Path]:
+    """Embed published to `url`; (its store record, the manifest of another embed output: `other_shards`)."""
+    first = runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url])
+    assert first.exit_code == 0, first.output
+    return remote_record(url, "embed"), other_shards(manifest, tmp_path)
+
+
 def seed_text_embeddings(local: Path, url: str) -> None:
     """The local run's sentence-embedding cache in the URL's working cache, so filter skips encoding."""
     shutil.copytree(local / "text_embeddings", mirror_folder(url) / "text_embeddings", dirs_exist_ok=True)
@@ -158,10 +165,7 @@ def cli(*args: str, failpoint: str | None = None) -> subprocess.CompletedProcess
 
 def test_a_publish_killed_before_its_record_leaves_the_store_output_whole(manifest: Path, local: Path, tmp_path: Path):
     url = f"file://{tmp_path / 'store'}"
-    first = runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url])
-    assert first.exit_code == 0, first.output
-    before = remote_record(url, "embed")
-    other = other_shards(manifest, tmp_path)
+    before, other = published_then_other(manifest, tmp_path, url)
     args = ("embed", "--manifest", str(other), "--out", url)
 
     killed = cli(*args, failpoint="embed:publish-before-record")
@@ -186,9 +190,7 @@ def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
     manifest: Path, local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     url = "memory://bucket/runs/cut"
-    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
-    before = remote_record(url, "embed")
-    other = other_shards(manifest, tmp_path)
+    before, other = published_then_other(manifest, tmp_path, url)
 
     def crash(name: str) -> None:
         if name == "embed:publish-after-first-file":
@@ -209,9 +211,7 @@ def test_status_after_a_crash_before_publish_publishes_the_cached_commit(manifes
     """`status` pulls embed (mine's upstream) into the cache: a committed but unpublished embed there is published
     first, never replaced by the store's older output (docs/storage.md)."""
     url = f"file://{tmp_path / 'store'}"
-    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
-    before = remote_record(url, "embed")
-    other = other_shards(manifest, tmp_path)
+    before, other = published_then_other(manifest, tmp_path, url)
     killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-record")
     assert killed.returncode == -9, killed.stderr
     cached = json.loads((mirror_folder(url) / "embed" / "_stage.json").read_text())
@@ -229,9 +229,7 @@ def test_a_publish_killed_before_its_cleanup_is_committed(manifest: Path, tmp_pa
     committed (store and cache name the new generation), the old generation's files are only left over, and the
     next run is a no-op that publishes nothing again."""
     url = f"file://{tmp_path / 'store'}"
-    assert runner.invoke(app, ["embed", "--manifest", str(manifest), "--out", url]).exit_code == 0
-    before = remote_record(url, "embed")
-    other = other_shards(manifest, tmp_path)
+    before, other = published_then_other(manifest, tmp_path, url)
     killed = cli("embed", "--manifest", str(other), "--out", url, failpoint="embed:publish-before-cleanup")
     assert killed.returncode == -9, killed.stderr
     after = remote_record(url, "embed")
