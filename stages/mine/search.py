@@ -9,7 +9,6 @@ block by block when the pairs are made.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,7 +20,7 @@ import torch
 
 from pipeline.failpoints import failpoint
 from pipeline.manifest import MineConfig
-from pipeline.records import write_json
+from pipeline.records import read_json, write_json
 from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
 from pipeline.shards import shard_name, write_table
 from pipeline.stage import Resources, Unit
@@ -184,7 +183,7 @@ def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]
 
         from stages.mine.ann import set_tuned
 
-        saved = json.loads(record_file.read_text())
+        saved = read_json(record_file)
         index = faiss.read_index(str(index_file))
         set_tuned(index, saved["record"])  # FAISS saves nprobe and efSearch too: the record is the one to trust
         if saved["rerank_candidates"]:
