@@ -38,6 +38,33 @@ def test_neighbours_equal_brute_force_top_k(backend: str):
     assert not np.any(neighbours == np.arange(500)[:, None])
 
 
+def test_torch_search_over_many_pieces_and_chunks_equals_brute_force(monkeypatch):
+    """The base split in pieces of 200 rows (shards of 150 joined), searched in chunks of 96 columns: the merged
+    top-k is the brute-force one."""
+    monkeypatch.setattr(knn, "PIECE_ROWS", 200)
+    monkeypatch.setattr(knn, "SCORE_BYTES", 4 * 128 * 96)
+    vectors = _unit(np.random.default_rng(2), 1000, 16)
+    searcher = knn.TorchSearch(16)
+    for lo in range(0, 1000, 150):
+        searcher.add(vectors[lo : lo + 150])
+    _, found = searcher.search(vectors[:128], 7)
+    sims = vectors[:128] @ vectors.T
+    np.testing.assert_array_equal(found, np.argsort(-sims, axis=1, kind="stable")[:, :7])
+    assert [len(piece) for piece in searcher.pieces] == [300, 300, 300, 100]
+
+
+def test_group_top_k_finds_the_best_columns_in_one_group_and_in_the_tail():
+    scores = torch.rand(3, 64 * knn.GROUP + 5)
+    scores[0, 70:75] = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.5])  # all five best in one group
+    scores[1, -1] = 9.0  # the best after the last whole group
+    scores[2, :: knn.GROUP] = 2.0  # a tie of group maxima
+    values, columns = knn.top_k(scores, 5)
+    expected = torch.topk(scores, 5, dim=1)
+    torch.testing.assert_close(values, expected.values)
+    assert columns[0].tolist() == [70, 71, 72, 73, 74] and columns[1, 0] == scores.shape[1] - 1
+    assert set(columns[2].tolist()) <= set(range(0, scores.shape[1], knn.GROUP))
+
+
 @pytest.mark.parametrize("backend", ["faiss", "torch"])
 def test_self_match_is_removed_by_index_even_among_duplicate_vectors(backend: str):
     vectors = _unit(np.random.default_rng(1), 20, 8)

@@ -52,24 +52,91 @@ class FaissSearch:
         return self.index.search(queries, k)
 
 
-class TorchSearch:
-    """Chunked `torch.mm` + `topk` in float32 on the device: exact, and often faster than FAISS on a GPU."""
+SCORE_BYTES = 1 << 30  # float32 scores of one query block against one base chunk: the search's memory beyond the base
+PIECE_ROWS = 1 << 16  # base rows held per tensor: shards are joined up to this, so a GPU multiplies large chunks
+GROUP = 32  # columns per group in `top_k`'s first step
 
-    def __init__(self, dim: int, device: torch.device | None = None):
+
+class TorchSearch:
+    """Exact top-k by `torch.mm` and `top_k` over the base chunk by chunk, on the device. Scores are float32 sums of
+    the products of the vectors as stored: a GPU keeps float16 shards as float16 (half the memory, the tensor
+    cores) and accumulates in float32; the CPU computes in float32. Memory beyond the base: one query block's
+    scores against one chunk (`SCORE_BYTES`), whatever the number of images."""
+
+    def __init__(self, dim: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32):
         self.device = device or torch.device("cpu")
-        self.parts: list[torch.Tensor] = []
-        self.base = torch.empty((0, dim))
+        self.dtype = dtype if self.device.type == "cuda" else torch.float32
+        self.dim = dim
+        self.pieces: list[torch.Tensor] = []
+        self.pending: list[torch.Tensor] = []
 
     def add(self, vectors: np.ndarray) -> None:
-        self.parts.append(torch.from_numpy(np.require(vectors, requirements="W")).to(self.device))
+        # Arrow buffers are read-only, hence the copy of those
+        self.pending.append(torch.from_numpy(np.require(vectors, requirements="W")).to(self.device, self.dtype))
+        if sum(len(part) for part in self.pending) >= PIECE_ROWS:
+            self._join_pending()
+
+    def _join_pending(self) -> None:
+        if self.pending:
+            self.pieces.append(torch.cat(self.pending) if len(self.pending) > 1 else self.pending[0])
+            self.pending = []
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.parts:  # Arrow buffers are read-only, hence the copies above
-            self.base = torch.cat([self.base.to(self.device), *self.parts])
-            self.parts = []
-        block = torch.from_numpy(np.require(queries, requirements="W")).to(self.device)
-        scores, found = torch.topk(block @ self.base.T, k, dim=1, sorted=True)
-        return scores.cpu().numpy(), found.cpu().numpy()
+        self._join_pending()
+        block = torch.from_numpy(np.require(queries, requirements="W")).to(self.device, self.dtype)
+        k = min(k, sum(len(piece) for piece in self.pieces))
+        chunk = max(GROUP, SCORE_BYTES // (4 * max(1, len(block))) // GROUP * GROUP)
+        best: tuple[torch.Tensor, torch.Tensor] | None = None
+        first = 0
+        for piece in self.pieces:
+            for lo in range(0, len(piece), chunk):
+                scores, found = top_k(_scores(block, piece[lo : lo + chunk]), k)
+                best = _merge(best, (scores, found + (first + lo)), k)
+            first += len(piece)
+        if best is None:
+            raise ValueError("search before any vectors were added")
+        return best[0].cpu().numpy(), best[1].cpu().numpy()
+
+
+def _scores(queries: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """queries x base.T in float32: half-precision inputs accumulate and come out in float32 (CUDA's `out_dtype`)."""
+    if queries.dtype == torch.float32:
+        return queries @ base.T
+    try:
+        return torch.mm(queries, base.T, out_dtype=torch.float32)
+    except (TypeError, RuntimeError):  # a torch without `out_dtype`: the scores rounded to float16, then widened
+        return (queries @ base.T).float()
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, columns) of the k best columns of each row, best first. The k best lie in the k groups of `GROUP`
+    columns with the best maxima, so the selection runs over the group maxima (one pass over the scores) and then
+    over k x GROUP candidates: a few times quicker than `torch.topk` over every column."""
+    rows, cols = scores.shape
+    groups = cols // GROUP
+    if groups <= 2 * k:
+        return torch.topk(scores, min(k, cols), dim=1)
+    body = groups * GROUP
+    maxima = scores[:, :body].reshape(rows, groups, GROUP).amax(dim=2)
+    chosen = torch.topk(maxima, k, dim=1).indices
+    offsets = torch.arange(GROUP, device=scores.device)
+    columns = (chosen[:, :, None] * GROUP + offsets).reshape(rows, k * GROUP)
+    if body < cols:  # the columns after the last whole group are candidates too
+        tail = torch.arange(body, cols, device=scores.device).expand(rows, cols - body)
+        columns = torch.cat([columns, tail], dim=1)
+    values, picked = torch.topk(scores.gather(1, columns), k, dim=1)
+    return values, columns.gather(1, picked)
+
+
+def _merge(
+    best: tuple[torch.Tensor, torch.Tensor] | None, found: tuple[torch.Tensor, torch.Tensor], k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of the running top-k and a chunk's top-k."""
+    if best is None:
+        return found
+    scores, ids = torch.cat([best[0], found[0]], dim=1), torch.cat([best[1], found[1]], dim=1)
+    values, picked = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+    return values, ids.gather(1, picked)
 
 
 def drop_self(found: np.ndarray, scores: np.ndarray, query_rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,8 +170,13 @@ def set_search_threads(backend: str, threads: int) -> None:
     faiss.omp_set_num_threads(threads)
 
 
-def exact_searcher(dim: int, device: torch.device, backend: str) -> FaissSearch | TorchSearch:
-    return TorchSearch(dim, device) if backend == "torch" else FaissSearch.flat(dim, device)
+def exact_searcher(
+    dim: int, device: torch.device, backend: str, stored: np.dtype = np.dtype(np.float32)
+) -> FaissSearch | TorchSearch:
+    """FAISS's flat index, or `TorchSearch` (in float16 on a GPU when the vectors are stored so)."""
+    if backend == "torch":
+        return TorchSearch(dim, device, torch.float16 if stored == np.float16 else torch.float32)
+    return FaissSearch.flat(dim, device)
 
 
 def exact_knn(

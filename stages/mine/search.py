@@ -44,7 +44,7 @@ def build_searcher(
     if kind == "exact":
         from stages.mine.knn import exact_searcher
 
-        searcher = exact_searcher(shards.dim, device, config.knn)
+        searcher = exact_searcher(shards.dim, device, config.knn, shards.dtype)
         for vectors in shards.shards():
             searcher.add(vectors)
         record = {"index": "exact", "knn_backend": config.knn, "build_seconds": _since(started)}
