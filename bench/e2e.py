@@ -113,6 +113,8 @@ def write_manifest(work: Path, args: argparse.Namespace, encoder: Path) -> Path:
     manifest["work_dir"] = str(work / "run")
     manifest["data"] = {"format": "coco", "captions": str(work / "captions.json"), "images": str(work / "images")}
     manifest["run"] = {"device": args.device}
+    manifest["mine"] = manifest.get("mine") or {}
+    manifest["mine"]["knn"] = args.knn
     manifest["embed"] |= {"model": "ViT-B-32", "pretrained": None, "num_workers": args.workers}
     manifest["filter"] |= {"text_encoder": str(encoder), "text_pooling": "cls_pooler"}
     if args.text_batch_size:
@@ -181,6 +183,7 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.002, help="share of COCO's 82,783 images")
     parser.add_argument("--scale", action="store_true", help="full COCO size (--fraction 1)")
     parser.add_argument("--device", default="auto", help="run.device: auto, cpu, cuda")
+    parser.add_argument("--knn", default="faiss", choices=["faiss", "torch"], help="mine.knn (torch: on the device)")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-e2e"))
     parser.add_argument("--distinct-jpegs", type=int, default=2000, help="distinct files behind the image names")
     parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="embed.num_workers")

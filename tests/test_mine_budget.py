@@ -34,6 +34,21 @@ def test_the_budget_picks_the_most_accurate_index_that_fits():
     assert smaller.kind == "ivf_pq" and smaller.pq_m < 256
 
 
+def test_an_exact_base_on_the_gpu_is_not_counted_against_the_host_budget(monkeypatch):
+    config = MineConfig(memory_budget=8, index="exact", knn="torch")
+    with pytest.raises(UserError, match="exact"):  # 10M float32 vectors in this process: 19 GiB
+        plan_index(config, 10_000_000, 512)
+    on_gpu = plan_index(config, 10_000_000, 512, gpu=True)
+    assert on_gpu.kind == "exact" and "base on the GPU" in on_gpu.reason
+    assert on_gpu.estimate["index"] == 2 * budget_module.PIECE_ROWS * 512 * 4  # one piece in transit
+    auto = MineConfig(memory_budget=8, knn="torch")
+    assert plan_index(auto, 1_000_000, 512, gpu=True).kind == "ivf"  # `auto` still goes approximate past exact_below
+    assert budget_module.base_on_gpu(config, "cuda:1") and not budget_module.base_on_gpu(config, "cpu")
+    assert not budget_module.base_on_gpu(MineConfig(knn="faiss"), "cuda")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert budget_module.base_on_gpu(config, "auto")
+
+
 def test_list_count_is_sqrt_n_below_a_million_and_4_sqrt_n_from_there_with_an_hnsw_quantiser():
     config = MineConfig(memory_budget=64)
     for n, lists in [(3000, 55), (100_000, 316), (999_999, 1000), (1_000_000, 4000), (10_000_000, 12649)]:

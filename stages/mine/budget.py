@@ -37,6 +37,7 @@ MANY_LISTS_PER_ROOT = 4
 HNSW_QUANTIZER_FROM = 2048
 QUANTIZER_M = 32
 QUANTIZER_EF_SEARCH = 128
+PIECE_ROWS = 1 << 16  # mine.knn=torch joins shards into pieces of this many rows on their way to the device
 TRAIN_CAP = 262_144  # training points: 64 a list up to this cap, then 32 a list (FAISS warns below 39; k-means cost)
 
 
@@ -102,24 +103,29 @@ def pq_splits(dim: int) -> list[int]:
     return [m for m in (dim // 2, dim // 4, dim // 8, dim // 16) if m >= 2 and m % 2 == 0 and dim % m == 0] or [2]
 
 
-def index_bytes(kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig) -> int:
-    """The index's own memory: codes, ids and the coarse quantiser."""
+def index_bytes(
+    kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
+) -> int:
+    """The index's own memory in this process: codes, ids and the coarse quantiser. An exact base kept on a GPU
+    (`gpu`) costs the host only a piece in transit, as float32 and as the shards' copy."""
     coarse = quantizer_bytes(lists, dim)
     if kind == "exact":
-        return n * dim * 4
+        return min(n, PIECE_ROWS) * dim * 4 * 2 if gpu else n * dim * 4
     if kind == "hnsw":
         return int(n * (dim * 4 + config.hnsw_m * 2 * 4) * LIST_GROWTH)
     per_vector = {"ivf": dim * 4, "ivf_sq8": dim, "ivf_pq": (pq_m or 0) // 2}[kind] + 8
     return int(n * per_vector * LIST_GROWTH) + coarse
 
 
-def estimate(kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig) -> dict[str, int]:
-    """Peak bytes of the mine process by part, with `total`."""
+def estimate(
+    kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
+) -> dict[str, int]:
+    """Peak bytes of the mine process by part, with `total` (host memory: an exact base on a GPU is not in it)."""
     k, batch = config.k, config.query_batch
     candidates = config.rerank * k if kind in COMPRESSED else 0
     parts = {
         "process": PROCESS_BYTES,
-        "index": index_bytes(kind, n, dim, lists, pq_m, config),
+        "index": index_bytes(kind, n, dim, lists, pq_m, config, gpu),
         "ids_and_captions": n * CAPTION_BYTES,
         "training_sample": training_rows(kind, n, lists) * dim * 4 if kind in APPROXIMATE else 0,
         "query_block": batch * (dim * 4 + (k + 1 + candidates) * 12 * 2),
@@ -130,10 +136,22 @@ def estimate(kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: 
     return parts | {"total": sum(parts.values())}
 
 
-def plan_index(config: MineConfig, n: int, dim: int) -> IndexPlan:
+def base_on_gpu(config: MineConfig, device: str) -> bool:
+    """Whether an exact search keeps its base in GPU memory: `mine.knn: torch` on a CUDA device (`run.device`)."""
+    if config.knn != "torch" or device == "cpu":
+        return False
+    if device.startswith("cuda"):
+        return True
+    import torch  # `auto`: only here, so that planning a FAISS or CPU run does not load torch
+
+    return torch.cuda.is_available()
+
+
+def plan_index(config: MineConfig, n: int, dim: int, gpu: bool = False) -> IndexPlan:
     """The index for N vectors of `dim` under the budget: the first of exact (below `exact_below`), IVF-Flat,
     IVF-SQ8 and IVF-PQ (largest code first) whose estimate fits; an explicit `mine.index` is kept as asked, and
-    fails with a one-line error when it cannot fit."""
+    fails with a one-line error when it cannot fit. `gpu` (`base_on_gpu`): an exact base lives on the GPU, so the
+    budget, which is the host's, does not hold it."""
     budget = config.memory_budget * GIB
     lists = ivf_lists(n, config.ivf_lists)
     if config.index == "auto":
@@ -143,8 +161,9 @@ def plan_index(config: MineConfig, n: int, dim: int) -> IndexPlan:
     tried = []
     for kind in kinds:
         for pq_m in pq_splits(dim) if kind == "ivf_pq" else [None]:
-            parts = estimate(kind, n, dim, lists, pq_m, config)
+            parts = estimate(kind, n, dim, lists, pq_m, config, gpu)
             name = f"{kind} (PQ{pq_m})" if pq_m else kind
+            name += " (base on the GPU)" if gpu and kind == "exact" else ""
             if parts["total"] <= budget:
                 reason = f"{name}: estimated {parts['total'] / GIB:.2f} GiB of {config.memory_budget:g} GiB"
                 reason += "".join(f"; {other} does not fit" for other in tried)

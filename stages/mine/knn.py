@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from pipeline.errors import UserError
+from stages.mine.budget import PIECE_ROWS  # base rows a tensor holds: shards are joined up to this
 
 
 def require_faiss(what: str = "mine.knn=faiss", alternative: str = ", or run with --knn torch") -> None:
@@ -53,7 +54,6 @@ class FaissSearch:
 
 
 SCORE_BYTES = 1 << 30  # float32 scores of one query block against one base chunk: the search's memory beyond the base
-PIECE_ROWS = 1 << 16  # base rows held per tensor: shards are joined up to this, so a GPU multiplies large chunks
 GROUP = 32  # columns per group in `top_k`'s first step
 
 

@@ -30,7 +30,7 @@ from pipeline.records import require_record
 from pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
 from pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
 from pipeline.stage import Resources, StagePlan, StageResult, Unit
-from stages.mine.budget import COMPRESSED, GIB, plan_index
+from stages.mine.budget import COMPRESSED, GIB, base_on_gpu, plan_index
 
 if TYPE_CHECKING:
     from stages.mine.pairs import CaptionIndex
@@ -60,7 +60,8 @@ class MineStage(ClusterStage):
             )
         config = self.config
         params = {"k": config.k, "pairs": config.pairs, "candidates_per_shard": config.candidates_per_shard}
-        self.plan_ = plan_index(config, embedded or 0, embedding_dim(self.work_dir / UPSTREAM / EMBEDDINGS))
+        dim = embedding_dim(self.work_dir / UPSTREAM / EMBEDDINGS)
+        self.plan_ = plan_index(config, embedded or 0, dim, base_on_gpu(config, self.manifest.run.device))
         self.index = self.plan_.kind
         if self.index != "exact":  # exact runs keep the fingerprint they had before approximate search existed
             params |= {"index": self.index, "recall_target": config.recall_target, "seed": config.seed}
