@@ -62,7 +62,7 @@ def recall(searcher: knn.TorchSearch, vectors: np.ndarray, rows: np.ndarray, k: 
     for lo in range(0, len(vectors), 1 << 20):
         chunk = torch.from_numpy(vectors[lo : lo + (1 << 20)].astype(np.float64)).to(device)
         scores, ids = torch.topk(queries @ chunk.T, k, dim=1)
-        best = knn._merge(best, (scores, ids + lo), k)
+        best = knn.running_top_k(best, (scores, ids + lo), k)
     truth = best[1].cpu().numpy()
     return float(np.mean([len(np.intersect1d(a, b)) / k for a, b in zip(found, truth)]))
 

@@ -66,7 +66,6 @@ class TorchSearch:
     def __init__(self, dim: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32):
         self.device = device or torch.device("cpu")
         self.dtype = dtype if self.device.type == "cuda" else torch.float32
-        self.dim = dim
         self.pieces: list[torch.Tensor] = []
         self.pending: list[torch.Tensor] = []
 
@@ -91,7 +90,7 @@ class TorchSearch:
         for piece in self.pieces:
             for lo in range(0, len(piece), chunk):
                 scores, found = top_k(_scores(block, piece[lo : lo + chunk]), k)
-                best = _merge(best, (scores, found + (first + lo)), k)
+                best = running_top_k(best, (scores, found + (first + lo)), k)
             first += len(piece)
         if best is None:
             raise ValueError("search before any vectors were added")
@@ -111,7 +110,8 @@ def _scores(queries: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
 def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, columns) of the k best columns of each row, best first. The k best lie in the k groups of `GROUP`
     columns with the best maxima, so the selection runs over the group maxima (one pass over the scores) and then
-    over k x GROUP candidates: a few times quicker than `torch.topk` over every column."""
+    over k x GROUP candidates: 1.08x `torch.topk` over every column on an H100 at 1M and 10M images, as fast on
+    the CPU (bench/exact_scale.py)."""
     rows, cols = scores.shape
     groups = cols // GROUP
     if groups <= 2 * k:
@@ -128,7 +128,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, columns.gather(1, picked)
 
 
-def _merge(
+def running_top_k(
     best: tuple[torch.Tensor, torch.Tensor] | None, found: tuple[torch.Tensor, torch.Tensor], k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k best of the running top-k and a chunk's top-k."""
