@@ -24,14 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.mine import rerank as rerank_module  # noqa: E402
-from stages.mine.budget import RERANK_CHUNK  # noqa: E402
 from stages.mine.rerank import MAP_BELOW, StoredRows, VectorFile  # noqa: E402
+
+RERANK_CHUNK = 128  # queries a read stands for: 128 x 512 candidates is mine's read of READ_ROWS distinct rows
 
 
 def mapped_rows(path: Path, rows: np.ndarray) -> np.ndarray:
-    """The baseline: map the file, gather the sorted rows, widen to float32, unmap (mine before StoredRows)."""
+    """The baseline: map the file, gather the sorted rows, unmap (mine before StoredRows)."""
     base = np.load(path, mmap_mode="r")
-    out = np.asarray(base[rows], np.float32)
+    out = np.asarray(base[rows])
     del base
     return out
 

@@ -138,6 +138,21 @@ def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type, map_belo
     assert set(ids[0, :5]) == set(found[0, :5])
 
 
+def test_float16_rows_widen_exactly_zeros_and_subnormals_included(tmp_path: Path):
+    """The kernel widens float16 bits itself: every kind of value (zeros of both signs, subnormals, normals up to
+    the largest) gives the product numpy gives from the same float16 values."""
+    values = np.array([0.0, -0.0, 6e-8, -3e-6, 6.1e-5, 1e-5, 0.5, -0.25, 1.0, 65504.0, -2.5, 3e-4], np.float16)
+    rows = np.stack([np.roll(values, shift) for shift in range(len(values))])  # each value in each column
+    copy = VectorFile(tmp_path / "vectors.npy", len(rows), len(values), np.float16)
+    copy.add(rows)
+    copy.close()
+    queries = np.eye(len(values), dtype=np.float32)  # query j reads column j of its candidates
+    found = np.tile(np.arange(len(rows)), (len(values), 1))
+    with StoredRows(tmp_path / "vectors.npy") as stored:
+        exact = rerank_module.candidate_scores(queries, found, stored)
+    np.testing.assert_array_equal(exact, rows.astype(np.float32).T)
+
+
 def test_stored_rows_reads_runs_of_rows_and_names_a_truncated_file(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(rerank_module, "MAP_BELOW", 1.1)
     base = np.arange(100 * 4, dtype=np.float32).reshape(100, 4)

@@ -4,8 +4,10 @@ A compressed index (IVF-SQ8, IVF-PQ) ranks by approximate scores; `RerankSearch`
 query, then scores those candidates exactly (float32 inner products of the stored vectors, float16 or float32 as
 the embed stage wrote them) and keeps the top k. So the top-k returned is exact on the candidate set, and recall
 is lost only where a true neighbour is not among the candidates. The full vectors are copied once, shard by shard,
-into `vectors.npy` in the staging folder while the index is filled (`VectorFile`); each re-ranking chunk reads its
-candidates' rows from the file (`StoredRows`), so the file's pages stay in the page cache, not in the process.
+into `vectors.npy` in the staging folder while the index is filled (`VectorFile`). A query block's candidates are
+sorted by row, and the rows are read in order, `READ_ROWS` distinct rows at a time (`StoredRows`, so the file's
+pages stay in the page cache, not in the process); a compiled kernel scores each row against every query that has
+it as a candidate, widening float16 once a row. So a row is read once a block, however many queries want it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numba
 import numpy as np
 
-from stages.mine.budget import RERANK_CHUNK
+from stages.mine.budget import READ_ROWS
 
 MAP_BELOW = 0.02  # share of the file's rows from which a read goes through a memory map (bench/rerank_reads.py)
 
@@ -48,22 +51,15 @@ class RerankSearch:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids) best first, as FAISS returns them; -1 and -inf where fewer than k candidates exist."""
         _, found = self.index.search(queries, max(k, self.candidates))
-        scores = np.full((len(queries), k), -np.inf, np.float32)
-        ids = np.full((len(queries), k), -1, np.int64)
-        with StoredRows(self.vectors) as stored:
-            for lo in range(0, len(queries), RERANK_CHUNK):
-                hi = min(len(queries), lo + RERANK_CHUNK)
-                scores[lo:hi], ids[lo:hi] = rerank(queries[lo:hi], found[lo:hi], stored, k)
-        return scores, ids
+        return rerank(queries, found, self.vectors, k)
 
 
 class StoredRows:
-    """Rows of an .npy file read by number into buffers reused from one read to the next. Sparse reads (under
-    MAP_BELOW of the file's rows) take one positioned read (`preadv`) per run of consecutive rows, where a memory
-    map faults about once a row (bench/rerank_reads.py, 10M rows: 1.5 ms a query read, 1.8 to 1.9 ms mapped, and
-    5.3 ms mapped right after the file was written); the pages read stay in the page cache, not in the process.
-    Denser reads go through a map, unmapped at once, whose faults then bring in several wanted rows each (2M rows:
-    1.0 ms mapped, 1.4 ms read)."""
+    """Rows of an .npy file, in the stored dtype, read by number into a buffer reused from one read to the next.
+    Sparse reads (under MAP_BELOW of the file's rows) take one positioned read (`preadv`) per run of consecutive
+    rows, where a memory map faults about once a row; denser reads go through a map, unmapped at once, whose faults
+    then bring in several wanted rows each (bench/rerank_reads.py measures both). The pages read stay in the page
+    cache, not in the process."""
 
     def __init__(self, path: Path):
         with open(path, "rb") as handle:  # the header alone: a truncated file is named by the read that misses
@@ -75,7 +71,6 @@ class StoredRows:
             self.offset = handle.tell()
         self.row_bytes = self.dim * self.dtype.itemsize
         self.raw = np.empty((0, self.dim), self.dtype)
-        self.wide = np.empty((0, self.dim), np.float32)
         self.path, self.fd = path, os.open(path, os.O_RDONLY)
 
     def __enter__(self) -> StoredRows:
@@ -85,15 +80,14 @@ class StoredRows:
         os.close(self.fd)
 
     def read(self, rows: np.ndarray) -> np.ndarray:
-        """The float32 rows numbered `rows` (sorted, distinct), valid until the next read."""
+        """The rows numbered `rows` (sorted, distinct) in the stored dtype, valid until the next read."""
         if len(rows) >= MAP_BELOW * self.rows:
             mapped = np.load(self.path, mmap_mode="r")
-            wide = np.asarray(mapped[rows], np.float32)
+            out = np.asarray(mapped[rows])
             del mapped
-            return wide
+            return out
         if len(rows) > len(self.raw):
             self.raw = np.empty((len(rows), self.dim), self.dtype)
-            self.wide = np.empty((len(rows), self.dim), np.float32)
         view = memoryview(self.raw).cast("B")
         starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
         ends = np.append(starts[1:], len(rows))
@@ -106,9 +100,7 @@ class StoredRows:
                 != size
             ):
                 raise OSError(f"{self.path}: short read at row {row} (the file is truncated)")
-        wide = self.wide[: len(rows)]
-        np.copyto(wide, self.raw[: len(rows)])
-        return wide
+        return self.raw[: len(rows)]
 
 
 def rerank(queries: np.ndarray, found: np.ndarray, vectors: Path | StoredRows, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,11 +108,7 @@ def rerank(queries: np.ndarray, found: np.ndarray, vectors: Path | StoredRows, k
     if isinstance(vectors, Path):
         with StoredRows(vectors) as stored:
             return rerank(queries, found, stored, k)
-    unique, inverse = np.unique(np.where(found >= 0, found, 0), return_inverse=True)
-    rows = vectors.read(unique)  # sorted rows: one pass over the file
-    gathered = rows[inverse.reshape(found.shape)]  # queries x candidates x dim
-    exact = np.matmul(gathered, np.asarray(queries, np.float32)[:, :, None])[:, :, 0]
-    exact[found < 0] = -np.inf
+    exact = candidate_scores(np.ascontiguousarray(queries, np.float32), found, vectors)
     width = min(k, found.shape[1])
     top = np.argpartition(-exact, width - 1, axis=1)[:, :width]
     top_scores = np.take_along_axis(exact, top, 1)
@@ -131,3 +119,64 @@ def rerank(queries: np.ndarray, found: np.ndarray, vectors: Path | StoredRows, k
     scores[:, :width] = np.take_along_axis(exact, top, 1)
     ids[:, :width] = np.where(np.isfinite(scores[:, :width]), np.take_along_axis(found, top, 1), -1)
     return scores, ids
+
+
+def candidate_scores(queries: np.ndarray, found: np.ndarray, stored: StoredRows) -> np.ndarray:
+    """Inner products of each query with each of its candidates (-inf where `found` is -1): the (query, candidate)
+    pairs sorted by row, the distinct rows read in order, `READ_ROWS` at a time, and scored by `_row_dots`."""
+    flat = found.ravel()
+    valid = flat >= 0
+    order = np.argsort(np.where(valid, flat, np.iinfo(np.int64).max), kind="stable")[: int(valid.sum())]
+    rows = flat[order]
+    firsts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)  # each distinct row's first pair in `order`
+    bounds = np.append(firsts, len(order))
+    exact = np.full(flat.shape, -np.inf, np.float32)
+    for lo in range(0, len(firsts), READ_ROWS):
+        hi = min(len(firsts), lo + READ_ROWS)
+        block = stored.read(rows[firsts[lo:hi]])
+        half = block.dtype == np.float16  # widened bit by bit in the kernel: numba has no float16
+        bits = block.view(np.uint16) if half else np.empty((0, 0), np.uint16)
+        wide = np.empty((0, 0), np.float32) if half else np.ascontiguousarray(block, np.float32)
+        _row_dots(bits, wide, bounds[lo : hi + 1], order, queries, found.shape[1], exact)
+    return exact.reshape(found.shape)
+
+
+@numba.njit(cache=True, parallel=True, fastmath=True)
+def _row_dots(bits, wide, bounds, order, queries, width, out):  # pragma: no cover (compiled)
+    """out[pair] = row . query for the pairs `order[bounds[u]:bounds[u + 1]]` of each row u of the read (float16
+    `bits` or float32 `wide`); a pair is query * width + candidate."""
+    rows = bits.shape[0] if bits.shape[0] else wide.shape[0]
+    dim = queries.shape[1]
+    step = 1024  # rows a parallel iteration takes, with one widening buffer
+    for first in numba.prange((rows + step - 1) // step):
+        row = np.empty(dim, np.float32)
+        for u in range(first * step, min(rows, (first + 1) * step)):
+            if bits.shape[0]:
+                _widen_half(bits[u], row)
+            else:
+                row[:] = wide[u]
+            for p in range(bounds[u], bounds[u + 1]):
+                pair = order[p]
+                query = queries[pair // width]
+                total = np.float32(0.0)
+                for d in range(dim):
+                    total += row[d] * query[d]
+                out[pair] = total
+
+
+@numba.njit(cache=True, inline="always")
+def _widen_half(half, out):  # pragma: no cover (compiled)
+    """IEEE half-precision bits to float32: exponent rebased for normal numbers, then zeros, subnormals and
+    infinities/NaN fixed up (rare in unit vectors; a second pass keeps the first one vectorisable)."""
+    bits = out.view(np.uint32)
+    for d in range(half.shape[0]):
+        h = np.uint32(half[d])
+        bits[d] = ((h & 0x8000) << 16) | ((((h >> 10) & 0x1F) + 112) << 23) | ((h & 0x3FF) << 13)
+    for d in range(half.shape[0]):
+        h = np.uint32(half[d])
+        exponent = (h >> 10) & 0x1F
+        if exponent == 0:
+            value = np.float32(h & 0x3FF) * np.float32(2.0**-24)
+            out[d] = -value if h & 0x8000 else value
+        elif exponent == 31:
+            bits[d] = ((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13)
