@@ -118,6 +118,8 @@ def test_a_budget_too_small_is_a_one_line_error():
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type, map_below: float, monkeypatch):
     monkeypatch.setattr(rerank_module, "MAP_BELOW", map_below)
+    monkeypatch.setattr(rerank_module, "RERANK_PAIRS", 100)  # parts of 3 queries
+    monkeypatch.setattr(rerank_module, "READ_ROWS", 7)  # reads of 7 distinct rows
     rng = np.random.default_rng(3)
     base = rng.standard_normal((500, 24)).astype(np.float32)
     queries = rng.standard_normal((40, 24)).astype(np.float32)

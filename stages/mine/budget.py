@@ -26,8 +26,9 @@ GIB = 1024**3
 PROCESS_BYTES = int(1.1 * GIB)
 LIST_GROWTH = 1.5  # inverted lists grow by doubling: 1M x 512-d IVF-Flat peaked at 4.17 GiB, 1.43x its codes
 CAPTION_BYTES = 5 * 16 + 32  # per image: about five captions (id + owner) and the image-id arrays
-READ_ROWS = 1 << 16  # distinct rows a re-ranking read brings in (stages.mine.rerank)
-RERANK_PAIR_BYTES = 40  # a (query, candidate) pair of a block's re-ranking: its sort keys, order, rows and score
+READ_ROWS = 1 << 13  # distinct rows a re-ranking read brings in (stages.mine.rerank)
+RERANK_PAIRS = 1 << 24  # (query, candidate) pairs re-ranked at once (about 1 GiB): a block in parts of this many
+RERANK_PAIR_BYTES = 64  # a (query, candidate) pair of a block's re-ranking: sort keys, order, rows, scores, temporaries
 COMPRESSED = ("ivf_sq8", "ivf_pq")
 APPROXIMATE = ("ivf", *COMPRESSED, "hnsw")
 # FAISS's guideline for millions of vectors: 4 sqrt(N) to 16 sqrt(N) lists; below a million about sqrt(N) as before
@@ -130,7 +131,7 @@ def estimate(
         "ids_and_captions": n * CAPTION_BYTES,
         "training_sample": training_rows(kind, n, lists) * dim * 4 if kind in APPROXIMATE else 0,
         "query_block": batch * (dim * 4 + (k + 1 + candidates) * 12 * 2),
-        "rerank": batch * candidates * RERANK_PAIR_BYTES + READ_ROWS * dim * 4,
+        "rerank": min(batch * candidates, RERANK_PAIRS) * RERANK_PAIR_BYTES + READ_ROWS * dim * 4,
         # one pair block looks up its neighbours' lists: at most a page per looked-up row stays mapped
         "neighbour_maps": min(n * k * 8, batch * k * 4096 // 2),
     }

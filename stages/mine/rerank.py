@@ -18,7 +18,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from stages.mine.budget import READ_ROWS
+from stages.mine.budget import READ_ROWS, RERANK_PAIRS
 
 MAP_BELOW = 0.02  # share of the file's rows from which a read goes through a memory map (bench/rerank_reads.py)
 
@@ -104,20 +104,23 @@ class StoredRows:
 
 
 def rerank(queries: np.ndarray, found: np.ndarray, vectors: Path | StoredRows, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best of each query's candidate ids `found` (-1: none) by exact inner product with the stored rows."""
+    """The k best of each query's candidate ids `found` (-1: none) by exact inner product with the stored rows, in
+    parts of at most `RERANK_PAIRS` (query, candidate) pairs, so memory does not grow with the candidates."""
     if isinstance(vectors, Path):
         with StoredRows(vectors) as stored:
             return rerank(queries, found, stored, k)
-    exact = candidate_scores(np.ascontiguousarray(queries, np.float32), found, vectors)
-    width = min(k, found.shape[1])
-    top = np.argpartition(-exact, width - 1, axis=1)[:, :width]
-    top_scores = np.take_along_axis(exact, top, 1)
-    order = np.argsort(-top_scores, axis=1, kind="stable")
-    top = np.take_along_axis(top, order, 1)
     scores = np.full((len(found), k), -np.inf, np.float32)
     ids = np.full((len(found), k), -1, np.int64)
-    scores[:, :width] = np.take_along_axis(exact, top, 1)
-    ids[:, :width] = np.where(np.isfinite(scores[:, :width]), np.take_along_axis(found, top, 1), -1)
+    width = min(k, found.shape[1])
+    step = max(1, RERANK_PAIRS // max(1, found.shape[1]))
+    for lo in range(0, len(found), step):
+        part = found[lo : lo + step]
+        exact = candidate_scores(np.ascontiguousarray(queries[lo : lo + step], np.float32), part, vectors)
+        top = np.argpartition(-exact, width - 1, axis=1)[:, :width]
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(exact, top, 1), axis=1, kind="stable"), 1)
+        best = np.take_along_axis(exact, top, 1)
+        scores[lo : lo + step, :width] = best
+        ids[lo : lo + step, :width] = np.where(np.isfinite(best), np.take_along_axis(part, top, 1), -1)
     return scores, ids
 
 
