@@ -6,7 +6,7 @@ used: its rotation's training costs minutes more on 2 cores for a gain that the 
 
 The estimate is the whole process's peak, not only the index: the interpreter with torch, FAISS and Arrow
 (measured 562 MiB on import), the O(N) ids and caption index, the k-means training sample, one query block with
-its candidate lists and re-ranking chunk, and the pages of the neighbour-list memory maps a pair block touches.
+its candidate lists and their re-ranking, and the pages of the neighbour-list memory maps a pair block touches.
 Compressed indexes search `mine.rerank` x k candidates and re-rank them exactly from the full vectors
 (stages.mine.rerank), so their recall is measured after re-ranking, as for every approximate run (stages.mine.ann).
 """
