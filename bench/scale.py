@@ -184,6 +184,7 @@ def main() -> None:
     parser.add_argument("--index", default="auto", choices=["auto", "exact", "ivf", "ivf_sq8", "ivf_pq", "hnsw"])
     parser.add_argument("--memory-budget", type=float, default=8.0, help="mine.memory_budget, GiB")
     parser.add_argument("--knn", default="faiss", choices=["faiss", "torch"], help="mine.knn: the exact search")
+    parser.add_argument("--rerank", type=int, default=8, help="mine.rerank: candidates re-ranked are this x k")
     parser.add_argument("--device", default="auto", help="run.device (mine.knn=torch searches there)")
     parser.add_argument("--data", default="mixture", choices=["mixture", "clustered"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
@@ -207,7 +208,13 @@ def main() -> None:
             "work_dir": str(work_dir),
             "data": {"format": "coco", "captions": str(COCO_VAL), "images": str(work_dir)},
             "run": {"device": args.device},
-            "mine": {"k": args.k, "index": args.index, "memory_budget": args.memory_budget, "knn": args.knn},
+            "mine": {
+                "k": args.k,
+                "index": args.index,
+                "memory_budget": args.memory_budget,
+                "knn": args.knn,
+                "rerank": args.rerank,
+            },
             "filter": {
                 "max_iou": 0.12,
                 "min_cosine": 0.4,
