@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import stages.mine.knn as knn
 from bench.hard_data import mixture_shard
 from pipeline.device import resolve_device
+from stages.mine.ann import recall_at_k
 
 SHARD = 100_000
 
@@ -64,7 +65,7 @@ def recall(searcher: knn.TorchSearch, vectors: np.ndarray, rows: np.ndarray, k: 
         scores, ids = torch.topk(queries @ chunk.T, k, dim=1)
         best = knn.running_top_k(best, (scores, ids + lo), k)
     truth = best[1].cpu().numpy()
-    return float(np.mean([len(np.intersect1d(a, b)) / k for a, b in zip(found, truth)]))
+    return recall_at_k(found, truth)
 
 
 def plain_top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,14 +26,16 @@ def _clustered(n: int, dim: int = 16, clusters: int = 20, seed: int = 0) -> np.n
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def _embed_folder(work_dir: Path, vectors: np.ndarray, per_shard: int = 300, captions_per_image: int = 2) -> None:
-    """An embed output of the given vectors, in several shards (image ids not in row order)."""
+def _embed_folder(
+    work_dir: Path, vectors: np.ndarray, per_shard: int = 300, captions_per_image: int = 2, dtype: str = "float32"
+) -> None:
+    """An embed output of the given vectors, in several shards (image ids not in row order), stored as `dtype`."""
     n = len(vectors)
     image_ids = (np.arange(n, dtype=np.int64) * 7919) % 100_003
     folder = work_dir / "embed"
     for shard, lo in enumerate(range(0, n, per_shard)):
         hi = min(n, lo + per_shard)
-        table = embeddings_table(image_ids[lo:hi], [f"{i}.jpg" for i in image_ids[lo:hi]], vectors[lo:hi])
+        table = embeddings_table(image_ids[lo:hi], [f"{i}.jpg" for i in image_ids[lo:hi]], vectors[lo:hi], dtype)
         write_table(table, folder / EMBEDDINGS / f"part-{shard:05d}.parquet")
     owners = np.repeat(image_ids, captions_per_image)
     ids = np.arange(len(owners), dtype=np.int64)

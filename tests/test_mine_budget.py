@@ -205,6 +205,21 @@ def test_re_ranking_lifts_recall_over_the_compressed_index_alone(tmp_path: Path)
     assert ann.recall_at_k(reranked, truth) > ann.recall_at_k(plain, truth) + 0.1
 
 
+def test_exact_torch_mine_over_float16_shards_gives_the_faiss_pairs(tmp_path: Path):
+    """float16 shards reach the torch search as stored (it widens them itself): the same image pairs as FAISS's
+    exact search over the shards read as float32."""
+    vectors = _clustered(700, dim=32)
+    _embed_folder(tmp_path / "work", vectors, dtype="float16")
+    assert EmbeddingShards(tmp_path / "work" / "embed" / EMBEDDINGS).dtype == np.float16
+    tables = {}
+    for backend in ("faiss", "torch"):
+        _, folder = _mine(tmp_path, vectors, index="exact", k=8, knn=backend)
+        tables[backend] = read_shards(folder / "image_pairs")
+    assert tables["torch"].num_rows == tables["faiss"].num_rows > 0
+    for column in ("image_id_1", "image_id_2"):
+        assert tables["torch"].column(column).to_pylist() == tables["faiss"].column(column).to_pylist()
+
+
 def test_float16_embeddings_round_trip_and_mine_the_same_neighbours(tmp_path: Path):
     vectors = _clustered(600, dim=32)
     table = embeddings_table(np.arange(600), [""] * 600, vectors, "float16")

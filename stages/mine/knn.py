@@ -103,7 +103,7 @@ def _scores(queries: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         return queries @ base.T
     try:
         return torch.mm(queries, base.T, out_dtype=torch.float32)
-    except (TypeError, RuntimeError):  # a torch without `out_dtype`: the scores rounded to float16, then widened
+    except TypeError:  # a torch without `out_dtype` (before 2.8): the scores rounded to float16, then widened
         return (queries @ base.T).float()
 
 

@@ -45,7 +45,7 @@ def build_searcher(
         from stages.mine.knn import exact_searcher
 
         searcher = exact_searcher(shards.dim, device, config.knn, shards.dtype)
-        for vectors in shards.shards():
+        for vectors in shards.shards(shards.dtype if config.knn == "torch" else np.float32):  # torch casts itself
             searcher.add(vectors)
         record = {"index": "exact", "knn_backend": config.knn, "build_seconds": _since(started)}
         return searcher, record | {"budget": plan.record(config.memory_budget)}
