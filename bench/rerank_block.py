@@ -4,6 +4,7 @@ float32 and gathered per query in numpy, then a batched product), on the same ca
 
     python -m bench.rerank_block                                  # 1M x 512 float16 rows, 8,192 queries x 2,048
     python -m bench.rerank_block --rows 10000000                  # the 10M re-ranking copy's size (10 GB of disk)
+    python -m bench.rerank_block --rows 10000000 --rerank-pairs 4194304    # the block in four parts
 
 Writes a float16 .npy file of random unit rows (as mine's `VectorFile`) under --folder (kept for reruns), draws
 random candidate lists, times the new way on the whole block and the former way on its first --former-queries
@@ -23,6 +24,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from stages.mine import rerank as rerank_module  # noqa: E402
 from stages.mine.rerank import StoredRows, VectorFile, rerank  # noqa: E402
 
 FORMER_CHUNK = 128
@@ -65,8 +67,11 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=2048, help="mine.rerank x k")
     parser.add_argument("--k", type=int, default=64)
     parser.add_argument("--former-queries", type=int, default=512)
+    parser.add_argument("--rerank-pairs", type=int, default=None, help="pairs re-ranked at once (RERANK_PAIRS)")
     parser.add_argument("--folder", type=Path, default=Path("runs/bench-rerank"))
     args = parser.parse_args()
+    if args.rerank_pairs:
+        rerank_module.RERANK_PAIRS = args.rerank_pairs
     args.folder.mkdir(parents=True, exist_ok=True)
     path = vector_file(args.folder, args.rows, args.dim)
     rng = np.random.default_rng(1)
