@@ -185,6 +185,7 @@ def main() -> None:
     parser.add_argument("--memory-budget", type=float, default=8.0, help="mine.memory_budget, GiB")
     parser.add_argument("--knn", default="faiss", choices=["faiss", "torch"], help="mine.knn: the exact search")
     parser.add_argument("--rerank", type=int, default=8, help="mine.rerank: candidates re-ranked are this x k")
+    parser.add_argument("--recall-target", type=float, default=0.95, help="mine.recall_target (on the sample)")
     parser.add_argument("--device", default="auto", help="run.device (mine.knn=torch searches there)")
     parser.add_argument("--data", default="mixture", choices=["mixture", "clustered"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
@@ -214,6 +215,7 @@ def main() -> None:
                 "memory_budget": args.memory_budget,
                 "knn": args.knn,
                 "rerank": args.rerank,
+                "recall_target": args.recall_target,
             },
             "filter": {
                 "max_iou": 0.12,

@@ -27,7 +27,7 @@ def test_the_budget_picks_the_most_accurate_index_that_fits():
     assert plan_index(config.model_copy(update={"memory_budget": 5}), 2_000_000, 512).kind == "ivf_sq8"
     tight = plan_index(config, 10_000_000, 512)
     assert (tight.kind, tight.pq_m, tight.candidates) == ("ivf_pq", 256, 8 * 64)
-    assert tight.factory == "IVF12649_HNSW32,PQ256x4fs"
+    assert tight.factory == "IVF12649,PQ256x4fsr"
     assert tight.estimate["total"] <= 8 * GIB < estimate("ivf_sq8", 10_000_000, 512, 12649, None, config)["total"]
     assert "ivf_sq8" in tight.reason and "does not fit" in tight.reason
     smaller = plan_index(config.model_copy(update={"memory_budget": 5}), 10_000_000, 512)
@@ -49,20 +49,22 @@ def test_an_exact_base_on_the_gpu_is_not_counted_against_the_host_budget(monkeyp
     assert budget_module.base_on_gpu(config, "auto")
 
 
-def test_list_count_is_sqrt_n_below_a_million_and_4_sqrt_n_from_there_with_an_hnsw_quantiser():
+def test_list_count_is_sqrt_n_below_a_million_and_4_sqrt_n_from_there_with_an_hnsw_quantiser_past_32k_lists():
     config = MineConfig(memory_budget=64)
     for n, lists in [(3000, 55), (100_000, 316), (999_999, 1000), (1_000_000, 4000), (10_000_000, 12649)]:
         assert ivf_lists(n, None) == lists
     assert ivf_lists(1000, None) == 25 and ivf_lists(1_000_000, 50) == 50  # 39 points a list; as configured
     small = plan_index(config.model_copy(update={"index": "ivf"}), 999_999, 512)
     assert (small.quantizer, small.lists) == ("flat", 1000) and "quantizer" not in small.record(64)
-    large = plan_index(config.model_copy(update={"index": "ivf"}), 10_000_000, 512)
-    assert (large.quantizer, large.factory) == ("hnsw", "IVF12649_HNSW32,Flat")
-    assert large.record(64)["quantizer"] == "HNSW32"
+    middle = plan_index(config.model_copy(update={"index": "ivf"}), 10_000_000, 512)
+    assert (middle.quantizer, middle.factory) == ("flat", "IVF12649,Flat")  # one matrix product is quicker
+    large = plan_index(config.model_copy(update={"index": "ivf", "memory_budget": 512}), 100_000_000, 512)
+    assert (large.quantizer, large.factory) == ("hnsw", "IVF40000_HNSW32,Flat")
+    assert large.record(512)["quantizer"] == "HNSW32"
     assert training_rows("ivf", 999_999, 1000) == 64_000  # as before below the cap
     assert training_rows("ivf", 10_000_000, 12649) == 32 * 12649  # capped: 32 a list
-    assert budget_module.quantizer_bytes(2047, 512) == 2047 * 512 * 4  # the centroids
-    assert budget_module.quantizer_bytes(2048, 512) > 2048 * 512 * 4  # and the graph's links
+    assert budget_module.quantizer_bytes(32_767, 512) == 32_767 * 512 * 4  # the centroids
+    assert budget_module.quantizer_bytes(32_768, 512) > 32_768 * 512 * 4  # and the graph's links
 
 
 def test_many_lists_build_an_hnsw_coarse_quantiser_that_keeps_recall(tmp_path: Path, monkeypatch):
@@ -177,7 +179,7 @@ def test_compressed_mine_re_ranks_and_records_the_budget(tmp_path: Path):
     search = record["search"]
     assert search["index"] == "ivf_pq" and search["recall_at_k"] >= 0.95
     budget = search["budget"]
-    assert budget["chosen"] == "ivf_pq" and budget["factory"].endswith("x4fs") and budget["rerank_candidates"] == 64
+    assert budget["chosen"] == "ivf_pq" and budget["factory"].endswith("x4fsr") and budget["rerank_candidates"] == 64
     assert budget["measured_peak_gib"] > 0 and budget["estimated_gib"]["total"] <= budget["memory_budget_gib"]
     assert record["params"]["factory"] == budget["factory"]
     pairs = read_shards(folder / "image_pairs")

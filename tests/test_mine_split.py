@@ -43,7 +43,7 @@ def test_split_ivf_pq_re_ranks_in_every_part_and_loses_no_recall(tmp_path: Path,
     vectors = _clustered(3000, dim=32, clusters=40)
     config = {"index": "ivf_pq", "k": 8, "recall_sample": 300, "query_batch": 700, "ivf_lists": 50, "rerank": 4}
     (local, _), (split, split_pairs) = _local_and_split(tmp_path, vectors, config)
-    assert split["search"]["parts"] == 2 and split["search"]["budget"]["factory"] == "IVF50,PQ16x4fs"
+    assert split["search"]["parts"] == 2 and split["search"]["budget"]["factory"] == "IVF50,PQ16x4fsr"
     for local_step, split_step in zip(local["search"]["tried"], split["search"]["tried"]):
         assert split_step["nprobe"] == local_step["nprobe"] and split_step["recall"] >= local_step["recall"]
     assert split["search"]["recall_at_k"] >= 0.95

@@ -1,7 +1,9 @@
 """Which index fits `mine.memory_budget`: the most accurate one whose estimated peak memory fits, as autofaiss
 chooses under a memory budget (exact, IVF-Flat, IVF-SQ8, then IVF-PQ with fewer bytes per vector). IVF-PQ uses
-FAISS's 4-bit fast-scan codes (`PQ{m}x4fs`, FAISS's advice with a re-ranking step): training them took 15 s where
-8-bit codes took 214 s (65,536 x 512-d on 2 cores), and the re-ranking makes up for the coarser codes. OPQ is not
+FAISS's 4-bit fast-scan codes (FAISS's advice with a re-ranking step): training them took 15 s where 8-bit codes
+took 214 s (65,536 x 512-d on 2 cores), and the re-ranking makes up for the coarser codes. They code each vector's
+residual from its list's centroid (`PQ{m}x4fsr`), which ranks the candidates better at the same scan cost
+(bench/pq_codes.py). OPQ is not
 used: its rotation's training costs minutes more on 2 cores for a gain that the re-ranking already gives.
 
 The estimate is the whole process's peak, not only the index: the interpreter with torch, FAISS and Arrow
@@ -35,8 +37,10 @@ APPROXIMATE = ("ivf", *COMPRESSED, "hnsw")
 MANY_FROM = 1_000_000
 MANY_LISTS_PER_ROOT = 4
 # from this many lists the coarse quantiser is an HNSW graph (IndexHNSWFlat), so assigning a vector to its lists
-# (training, adding and every query's probe) costs a graph walk, not a distance to every list
-HNSW_QUANTIZER_FROM = 2048
+# (training, adding and every query's probe) costs a graph walk, not a distance to every list. Below it a batch of
+# queries against every centroid is one matrix product, which is quicker: at 12,649 lists (10M images) 0.10 ms a
+# query for nprobe 384 where the graph took 0.32 (8,192 queries, 2 cores); the product grows with the lists
+HNSW_QUANTIZER_FROM = 32_768
 QUANTIZER_M = 32
 QUANTIZER_EF_SEARCH = 128
 PIECE_ROWS = 1 << 16  # mine.knn=torch joins shards into pieces of this many rows on their way to the device
@@ -62,7 +66,7 @@ class IndexPlan:
     @property
     def factory(self) -> str:
         """The FAISS index_factory string of an IVF index."""
-        codes = {"ivf": "Flat", "ivf_sq8": "SQ8", "ivf_pq": f"PQ{self.pq_m}x4fs"}[self.kind]
+        codes = {"ivf": "Flat", "ivf_sq8": "SQ8", "ivf_pq": f"PQ{self.pq_m}x4fsr"}[self.kind]
         coarse = f"_HNSW{QUANTIZER_M}" if self.quantizer == "hnsw" else ""
         return f"IVF{self.lists}{coarse},{codes}"
 
