@@ -99,6 +99,27 @@ def test_recall_on_held_out_queries_uses_their_exact_top_k_over_the_whole_base(t
     assert ann.holdout_recall(coarse, shards, held_out, 8) < 1.0
 
 
+def test_a_compressed_index_searches_list_by_list_and_finds_what_row_order_finds(tmp_path: Path):
+    from stages.mine import search
+
+    _embed_folder(tmp_path, _clustered(2000, dim=32, clusters=40))
+    shards = EmbeddingShards(tmp_path / "embed" / EMBEDDINGS)
+    config = MineConfig(index="ivf_pq", k=8, rerank=8, ivf_lists=20, recall_sample=200)
+    plan = plan_index(config, len(shards), shards.dim)
+    searcher = ann.build_index(plan, shards, config, knn.torch.device("cpu"), tmp_path / "knn")
+    ann.tune(searcher, plan.kind, shards, config)
+    order = ann.rows_by_list(searcher.index)
+    assert sorted(order.tolist()) == list(range(2000))  # every row once
+    _, lists = searcher.index.quantizer.search(shards.rows(order), 1)
+    assert (np.diff(lists[:, 0]) >= 0).all()  # grouped by list, lists in their order
+    by_list = search.search_all(searcher, shards, 8, 300, tmp_path / "listed")
+    by_row = search.store_knn(search.local_blocks(searcher, shards, 8, 300), 2000, 8, tmp_path / "rows")
+    assert (np.asarray(by_list[0]) == np.asarray(by_row[0])).all()
+    assert np.allclose(by_list[1], by_row[1])
+    keys = [int(line.split()[0]) for line in (tmp_path / "listed" / search.BLOCKS_DONE).read_text().splitlines()]
+    assert keys == list(range(0, 2000, 300))
+
+
 def _ivf(vectors: np.ndarray, lists: int):
     """IVF-Flat at nprobe 1: approximate, so held-out recall below 1."""
     import faiss

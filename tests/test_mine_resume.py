@@ -3,11 +3,12 @@
 from pathlib import Path
 
 import faiss
+import numpy as np
 import pytest
 
 from pipeline.manifest import load_manifest
 from pipeline.shards import read_shards
-from stages.mine import search, stage
+from stages.mine import ann, search, stage
 from tests.conftest import write_manifest
 from tests.test_commit import cli
 from tests.test_mine_ann import _clustered, _embed_folder, _rows
@@ -38,19 +39,18 @@ def test_a_mine_killed_mid_search_resumes_from_its_index_and_finished_blocks(tmp
     monkeypatch.setattr(search, "build_searcher", lambda *args: pytest.fail("the saved index is rebuilt"))
     nprobes = []
 
-    def search_block(searcher, queries, lo, k):
-        searched.append(lo)
+    def search_block(searcher, queries, rows, k):
+        searched.append(rows)
         nprobes.append(faiss.extract_index_ivf(searcher.index).nprobe)
-        return original(searcher, queries, lo, k)
+        return original(searcher, queries, rows, k)
 
     monkeypatch.setattr(search, "search_block", search_block)
     manifest = load_manifest(manifest_path)
+    finished = set(ann.rows_by_list(index)[:1400].tolist())  # blocks go list by list: the killed run's two
     resumed = stage.run(manifest)
-    assert (
-        searched == [1400, 2100, 2800]
-        and resumed["search"]["blocks_resumed"] == 2
-        and set(nprobes) == {resumed["search"]["nprobe"]}
-    )
+    assert [len(rows) for rows in searched] == [700, 700, 200] and resumed["search"]["blocks_resumed"] == 2
+    assert sorted(np.concatenate(searched).tolist()) == sorted(set(range(3000)) - finished)
+    assert set(nprobes) == {resumed["search"]["nprobe"]}
     assert resumed["search"]["search_seconds"] > 0  # the killed run's blocks counted too
     assert resumed["search"]["index"] == "ivf_pq" and resumed["search"]["recall_at_k"] >= 0.95
     assert not (tmp_path / "work" / ".mine.next").exists()

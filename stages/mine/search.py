@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from pipeline.stage import Resources, Unit
 from stages.mine.budget import IndexPlan, plan_index
 from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from stages.mine.vectors import EmbeddingShards
+
+if TYPE_CHECKING:
+    from stages.mine.rerank import RerankSearch
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
 BLOCKS_DONE = "blocks.done"  # a line per finished query block: its first row and the seconds it took
@@ -57,23 +60,43 @@ def build_searcher(
     return searcher, record | {"budget": plan.record(config.memory_budget)}
 
 
-def search_block(searcher, queries: np.ndarray, lo: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k (self excluded) of the query block of rows [lo, lo + len(queries)): the one search step, run in a
-    loop by the local executor and as one Ray task per block by the Ray executor."""
+def search_block(searcher, queries: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (self excluded) of the query block of rows `rows`: the one search step, run in a loop by the local
+    executor and as one Ray task per block by the Ray executor."""
     from stages.mine.knn import drop_self
 
     found_scores, found = searcher.search(queries, k + 1)
-    return drop_self(found, found_scores, np.arange(lo, lo + len(queries)), k)
+    return drop_self(found, found_scores, rows, k)
 
 
 def local_blocks(
     searcher, shards: EmbeddingShards, k: int, batch: int, skip: frozenset[int] = frozenset()
-) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first row, neighbours, scores) per query block, searched here; memory holds one block of queries. Blocks
-    whose first row is in `skip` (finished by an interrupted run) are not searched again."""
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """(key, rows, neighbours, scores) per query block of consecutive rows, keyed by its first row; memory holds
+    one block of queries. Blocks whose key is in `skip` (finished by an interrupted run) are not searched again."""
     for lo, queries in shards.blocks(batch):
         if lo not in skip:
-            yield lo, *search_block(searcher, queries, lo, k)
+            rows = np.arange(lo, lo + len(queries))
+            yield lo, rows, *search_block(searcher, queries, rows, k)
+
+
+def listed_blocks(
+    searcher: RerankSearch, k: int, batch: int, skip: frozenset[int] = frozenset()
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """(key, rows, neighbours, scores) per query block of a compressed index, its rows taken list by list
+    (`ann.rows_by_list`) and read from the re-ranking copy; keyed by the block's place in that order. Rows of one
+    list probe nearly the same lists and share most of their candidates, so the scan and the re-ranking's reads
+    cost less than for rows taken in order (bench/query_order.py)."""
+    from stages.mine.ann import rows_by_list
+    from stages.mine.rerank import StoredRows
+
+    order = rows_by_list(searcher.index)
+    with StoredRows(searcher.vectors) as stored:
+        for key in range(0, len(order), batch):
+            if key not in skip:
+                rows = np.sort(order[key : key + batch])
+                queries = np.asarray(stored.read(rows), np.float32)
+                yield key, rows, *search_block(searcher, queries, rows, k)
 
 
 def exact_task(shared: tuple[np.ndarray, int, str, int], block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -87,11 +110,11 @@ def exact_task(shared: tuple[np.ndarray, int, str, int], block: tuple[int, int])
     set_search_threads(backend, threads)
     searcher = exact_searcher(base.shape[1], torch.device("cpu"), backend)
     searcher.add(base)
-    return search_block(searcher, base[lo:hi], lo, k)
+    return search_block(searcher, base[lo:hi], np.arange(lo, hi), k)
 
 
 def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[tuple[int, ...]]:
-    """(first row, neighbours, scores) per query block, each block a task of `tasks` (pipeline.stage), which
+    """(key, rows, neighbours, scores) per query block, each block a task of `tasks` (pipeline.stage), which
     share the base vectors: the same blocks, searcher and thread count as `local_blocks` on this machine, so the
     same bits; each task asks for as many CPUs as it runs threads."""
     from stages.mine.knn import search_threads
@@ -100,12 +123,12 @@ def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[
     bounds = [(lo, min(n, lo + batch)) for lo in range(0, n, batch)]
     shared = (shards.all(), config.k, config.knn, threads)
     found = tasks.map(exact_task, bounds, shared, Resources(cpus=threads))
-    for (lo, _), (ids, cosines) in zip(bounds, found):
-        yield lo, ids, cosines
+    for (lo, hi), (ids, cosines) in zip(bounds, found):
+        yield lo, np.arange(lo, hi), ids, cosines
 
 
 def finished_blocks(folder: Path) -> frozenset[int]:
-    """First rows of the query blocks an interrupted run finished (their lists are in `folder`'s files)."""
+    """Keys of the query blocks an interrupted run finished (their lists are in `folder`'s files)."""
     return frozenset(_done_lines(folder))
 
 
@@ -122,10 +145,10 @@ def _done_lines(folder: Path) -> dict[int, float]:
     return {int(words[0]): float(words[1]) for words in lines if len(words) == 2}
 
 
-def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray]], n: int, k: int, folder: Path):
+def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n: int, k: int, folder: Path):
     """The blocks' top-k lists, in .npy files under `folder` (they need not fit in memory), returned as read-only
     memory maps: (neighbours, scores). Blocks are written by plain file writes, not through a map, whose pages
-    would count as the process's memory (5 GB at 10M images). After each block its first row is appended to
+    would count as the process's memory (5 GB at 10M images). After each block its key is appended to
     `blocks.done`, so a run killed mid-search resumes from its finished blocks (`finished_blocks`)."""
     folder.mkdir(parents=True, exist_ok=True)
     fresh = not finished_blocks(folder)
@@ -137,13 +160,13 @@ def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray]], n: int, k: i
     ]
     with open(folder / BLOCKS_DONE, "a") as done:
         started = time.perf_counter()
-        for lo, ids, cosines in blocks:  # the block is searched while this loop waits for it
-            files[0].write(lo, ids)
-            files[1].write(lo, cosines)
-            done.write(f"{lo} {time.perf_counter() - started:.3f}\n")
+        for key, rows, ids, cosines in blocks:  # the block is searched while this loop waits for it
+            files[0].write(rows, ids)
+            files[1].write(rows, cosines)
+            done.write(f"{key} {time.perf_counter() - started:.3f}\n")
             started = time.perf_counter()
             done.flush()
-            failpoint(f"mine:knn-block:{lo}")
+            failpoint(f"mine:knn-block:{key}")
     for file in files:
         file.close()
     return np.load(folder / "neighbours.npy", mmap_mode="r"), np.load(folder / "scores.npy", mmap_mode="r")
@@ -160,12 +183,17 @@ class _RowFile:
         self.dtype, self.row_bytes = np.dtype(dtype), shape[1] * np.dtype(dtype).itemsize
         self.handle = open(path, "r+b")  # noqa: SIM115 (closed by `close`)
 
-    def write(self, first_row: int, rows: np.ndarray) -> None:
-        os.pwrite(
-            self.handle.fileno(),
-            np.ascontiguousarray(rows, self.dtype).tobytes(),
-            self.offset + first_row * self.row_bytes,
-        )
+    def write(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """`values` into the rows numbered `rows` (sorted): one write per run of consecutive rows."""
+        data = memoryview(np.ascontiguousarray(values, self.dtype)).cast("B")
+        starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
+        ends = np.append(starts[1:], len(rows))
+        for start, end, row in zip(starts.tolist(), ends.tolist(), rows[starts].tolist()):
+            os.pwrite(
+                self.handle.fileno(),
+                data[start * self.row_bytes : end * self.row_bytes],
+                self.offset + row * self.row_bytes,
+            )
 
     def close(self) -> None:
         self.handle.close()
@@ -203,9 +231,19 @@ def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]
     return searcher, record
 
 
-def search_all(searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`."""
-    return store_knn(local_blocks(searcher, shards, k, batch), len(shards), k, folder)
+def search_all(
+    searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path, skip: frozenset[int] = frozenset()
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`: a
+    compressed index's blocks list by list (`listed_blocks`), any other's in row order. Blocks keyed in `skip`
+    (`finished_blocks` of an interrupted run) are not searched again."""
+    from stages.mine.rerank import RerankSearch
+
+    if isinstance(searcher, RerankSearch):
+        blocks = listed_blocks(searcher, k, batch, skip)
+    else:
+        blocks = local_blocks(searcher, shards, k, batch, skip)
+    return store_knn(blocks, len(shards), k, folder)
 
 
 def write_pairs(

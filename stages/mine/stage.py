@@ -124,6 +124,7 @@ class MineStage(ClusterStage):
             finished_blocks,
             local_blocks,
             saved_searcher,
+            search_all,
             search_seconds,
             store_knn,
             task_blocks,
@@ -145,7 +146,7 @@ class MineStage(ClusterStage):
             folder, lambda: build_searcher(self.plan_, shards, config, self.device, folder)
         )
         done = finished_blocks(folder)  # an interrupted run's finished blocks are kept, not searched again
-        found = store_knn(local_blocks(searcher, shards, config.k, config.query_batch, done), n, config.k, folder)
+        found = search_all(searcher, shards, config.k, config.query_batch, folder, done)
         self.search = self.search | {"search_seconds": search_seconds(folder), "blocks_resumed": len(done)}
         return found
 
