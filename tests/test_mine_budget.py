@@ -163,6 +163,17 @@ def test_rerank_is_exact_on_the_candidates(tmp_path: Path, dtype: type, map_belo
     assert set(ids[0, :5]) == set(found[0, :5])
 
 
+@pytest.mark.parametrize("rows", [1, 7, 5000, 1_000_003])
+def test_pairs_are_ordered_by_row_as_a_stable_argsort_orders_them(rows: int):
+    rng = np.random.default_rng(rows)
+    flat = rng.integers(-1, rows, 20_000)  # -1: no candidate, left out
+    flat[:50] = rows - 1  # one row many times, at the top of the range
+    valid = flat >= 0
+    expected = np.argsort(np.where(valid, flat, np.iinfo(np.int64).max), kind="stable")[: valid.sum()]
+    assert (rerank_module.pairs_by_row(flat) == expected).all()
+    assert len(rerank_module.pairs_by_row(np.full(9, -1))) == 0
+
+
 def test_float16_rows_widen_exactly_zeros_and_subnormals_included(tmp_path: Path):
     """The kernel widens float16 bits itself: every kind of value (zeros of both signs, subnormals, normals up to
     the largest) gives the product numpy gives from the same float16 values."""

@@ -128,8 +128,7 @@ def candidate_scores(queries: np.ndarray, found: np.ndarray, stored: StoredRows)
     """Inner products of each query with each of its candidates (-inf where `found` is -1): the (query, candidate)
     pairs sorted by row, the distinct rows read in order, `READ_ROWS` at a time, and scored by `_row_dots`."""
     flat = found.ravel()
-    valid = flat >= 0
-    order = np.argsort(np.where(valid, flat, np.iinfo(np.int64).max), kind="stable")[: int(valid.sum())]
+    order = pairs_by_row(flat)
     rows = flat[order]
     firsts = np.flatnonzero(np.diff(rows, prepend=-1) != 0)  # each distinct row's first pair in `order`
     bounds = np.append(firsts, len(order))
@@ -142,6 +141,42 @@ def candidate_scores(queries: np.ndarray, found: np.ndarray, stored: StoredRows)
         wide = np.empty((0, 0), np.float32) if half else np.ascontiguousarray(block, np.float32)
         _row_dots(bits, wide, bounds[lo : hi + 1], order, queries, found.shape[1], exact)
     return exact.reshape(found.shape)
+
+
+def pairs_by_row(flat: np.ndarray) -> np.ndarray:
+    """Places in `flat` of its rows (-1: none, left out), sorted by row, in place order within a row: what a stable
+    argsort gives, by a counting sort into buckets of rows and a sort within each (`_bucket_sort`), which took
+    0.8 s for a block's 2^24 pairs where numpy's stable argsort took 3.6 (10M rows, 2 cores)."""
+    top = int(flat.max(initial=-1))
+    if top < 0:
+        return np.zeros(0, np.int64)
+    wanted = max(1, len(flat) // 16)  # buckets of about 16 pairs: one counter a bucket, small sorts
+    shift = max(0, (top + 1).bit_length() - wanted.bit_length())
+    return _bucket_sort(np.ascontiguousarray(flat, np.int64), shift, (top >> shift) + 1)
+
+
+@numba.njit(cache=True, parallel=True)
+def _bucket_sort(flat, shift, buckets):  # pragma: no cover (compiled)
+    """`pairs_by_row`: places counted and scattered by bucket (row >> shift) in place order, then each bucket's
+    places sorted by row, stably, in parallel."""
+    counts = np.zeros(buckets + 1, np.int64)
+    for place in range(flat.shape[0]):
+        if flat[place] >= 0:
+            counts[(flat[place] >> shift) + 1] += 1
+    starts = np.cumsum(counts)
+    order = np.empty(starts[-1], np.int64)
+    free = starts[:-1].copy()
+    for place in range(flat.shape[0]):
+        if flat[place] >= 0:
+            bucket = flat[place] >> shift
+            order[free[bucket]] = place
+            free[bucket] += 1
+    for bucket in numba.prange(buckets):
+        lo, hi = starts[bucket], starts[bucket + 1]
+        if hi - lo > 1:
+            places = order[lo:hi].copy()
+            order[lo:hi] = places[np.argsort(flat[places], kind="mergesort")]
+    return order
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
