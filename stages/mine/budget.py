@@ -38,8 +38,8 @@ MANY_FROM = 1_000_000
 MANY_LISTS_PER_ROOT = 4
 # from this many lists the coarse quantiser is an HNSW graph (IndexHNSWFlat), so assigning a vector to its lists
 # (training, adding and every query's probe) costs a graph walk, not a distance to every list. Below it a batch of
-# queries against every centroid is one matrix product, which is quicker: at 12,649 lists (10M images) 0.10 ms a
-# query for nprobe 384 where the graph took 0.32 (8,192 queries, 2 cores); the product grows with the lists
+# queries against every centroid is one matrix product, quicker and exact: at 12,649 lists (10M images) 0.086 ms a
+# query for nprobe 256 where the graph took 0.116 and found 97% of the lists (bench/coarse_quantizer.py, 2 cores)
 HNSW_QUANTIZER_FROM = 32_768
 QUANTIZER_M = 32
 QUANTIZER_EF_SEARCH = 128
