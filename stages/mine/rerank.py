@@ -19,6 +19,7 @@ import numba
 import numpy as np
 
 from stages.mine.budget import READ_ROWS, RERANK_PAIRS
+from stages.mine.vectors import row_runs
 
 MAP_BELOW = 0.02  # share of the file's rows from which a read goes through a memory map (bench/rerank_reads.py)
 
@@ -89,9 +90,7 @@ class StoredRows:
         if len(rows) > len(self.raw):
             self.raw = np.empty((len(rows), self.dim), self.dtype)
         view = memoryview(self.raw).cast("B")
-        starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
-        ends = np.append(starts[1:], len(rows))
-        for start, end, row in zip(starts.tolist(), ends.tolist(), rows[starts].tolist()):
+        for start, end, row in row_runs(rows):
             size = (end - start) * self.row_bytes
             if (
                 os.preadv(

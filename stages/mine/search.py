@@ -26,7 +26,7 @@ from pipeline.shards import shard_name, write_table
 from pipeline.stage import Resources, Unit
 from stages.mine.budget import IndexPlan, plan_index
 from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
-from stages.mine.vectors import EmbeddingShards
+from stages.mine.vectors import EmbeddingShards, row_runs
 
 if TYPE_CHECKING:
     from stages.mine.rerank import RerankSearch
@@ -186,9 +186,7 @@ class _RowFile:
     def write(self, rows: np.ndarray, values: np.ndarray) -> None:
         """`values` into the rows numbered `rows` (sorted): one write per run of consecutive rows."""
         data = memoryview(np.ascontiguousarray(values, self.dtype)).cast("B")
-        starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
-        ends = np.append(starts[1:], len(rows))
-        for start, end, row in zip(starts.tolist(), ends.tolist(), rows[starts].tolist()):
+        for start, end, row in row_runs(rows):
             os.pwrite(
                 self.handle.fileno(),
                 data[start * self.row_bytes : end * self.row_bytes],

@@ -82,3 +82,11 @@ class EmbeddingShards:
             out[inside] = vectors[rows[inside] - lo]
             lo = hi
         return out
+
+
+def row_runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(start, end, first row) of each run of consecutive numbers in the sorted `rows`: positions [start, end) of
+    `rows` hold rows first row ... first row + end - start - 1, so a run is one positioned read or write."""
+    starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
+    ends = np.append(starts[1:], len(rows))
+    return list(zip(starts.tolist(), ends.tolist(), rows[starts].tolist()))
