@@ -3,8 +3,8 @@ chooses under a memory budget (exact, IVF-Flat, IVF-SQ8, then IVF-PQ with fewer 
 FAISS's 4-bit fast-scan codes (FAISS's advice with a re-ranking step): training them took 15 s where 8-bit codes
 took 214 s (65,536 x 512-d on 2 cores), and the re-ranking makes up for the coarser codes. They code each vector's
 residual from its list's centroid (`PQ{m}x4fsr`), which ranks the candidates better at the same scan cost
-(bench/pq_codes.py). OPQ is not
-used: its rotation's training costs minutes more on 2 cores for a gain that the re-ranking already gives.
+(bench/pq_codes.py). OPQ is not used: its rotation's training costs minutes more on 2 cores for a gain that the
+re-ranking already gives.
 
 The estimate is the whole process's peak, not only the index: the interpreter with torch, FAISS and Arrow
 (measured 562 MiB on import), the O(N) ids and caption index, the k-means training sample, one query block with

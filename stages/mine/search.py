@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from stages.mine.rerank import RerankSearch
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
-BLOCKS_DONE = "blocks.done"  # a line per finished query block: its first row and the seconds it took
+BLOCKS_DONE = "blocks.done"  # a line per finished query block: its key (first row or place) and its seconds
 
 
 def build_searcher(
