@@ -113,7 +113,7 @@ def test_a_compressed_index_searches_list_by_list_and_finds_what_row_order_finds
     _, lists = searcher.index.quantizer.search(shards.rows(order), 1)
     assert (np.diff(lists[:, 0]) >= 0).all()  # grouped by list, lists in their order
     by_list = search.search_all(searcher, shards, 8, 300, tmp_path / "listed")
-    by_row = search.store_knn(search.local_blocks(searcher, shards, 8, 300), 2000, 8, tmp_path / "rows")
+    by_row = search.store_knn(search.local_blocks(searcher, shards, 8, 300), 2000, 8, 300, tmp_path / "rows")
     assert (np.asarray(by_list[0]) == np.asarray(by_row[0])).all()
     assert np.allclose(by_list[1], by_row[1])
     keys = [int(line.split()[0]) for line in (tmp_path / "listed" / search.BLOCKS_DONE).read_text().splitlines()]

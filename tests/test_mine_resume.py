@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline.manifest import load_manifest
-from pipeline.shards import read_shards
+from pipeline.shards import list_shards, read_shards
 from stages.mine import ann, search, stage
 from tests.conftest import write_manifest
 from tests.test_commit import cli
@@ -60,3 +60,44 @@ def test_a_mine_killed_mid_search_resumes_from_its_index_and_finished_blocks(tmp
     whole = stage.run(manifest, force=True)  # the same seeds build the same index: the same pairs, uninterrupted
     assert _rows(read_shards(tmp_path / "work" / "mine" / "image_pairs")) == _rows(pairs)
     assert whole["counts"] == resumed["counts"] and whole["search"]["nprobe"] == resumed["search"]["nprobe"] > 1
+
+
+@pytest.mark.slow
+def test_a_mine_killed_while_expanding_candidates_resumes_without_searching_again(tmp_path: Path, monkeypatch):
+    manifest_path = _manifest(tmp_path)
+    killed = cli("mine", "--manifest", manifest_path, failpoint="mine:after-unit")
+    assert killed.returncode == -9, killed.stderr
+    staging = tmp_path / "work" / ".mine.next"
+    assert not (staging / search.KNN_DIR).exists()  # the neighbour lists went once the image pairs were written
+
+    monkeypatch.setattr(search, "build_searcher", lambda *args: pytest.fail("the index is built again"))
+    monkeypatch.setattr(search, "search_block", lambda *args: pytest.fail("a block is searched again"))
+    manifest = load_manifest(manifest_path)
+    resumed = stage.run(manifest)
+    assert resumed["units_reused"] == 1 and resumed["units"] > 1
+    assert resumed["search"]["recall_at_k"] >= 0.95 and resumed["search"]["search_seconds"] > 0  # the first run's
+    pairs = read_shards(tmp_path / "work" / "mine" / "image_pairs")
+    candidates = read_shards(tmp_path / "work" / "mine" / "candidates")
+
+    monkeypatch.undo()
+    whole = stage.run(manifest, force=True)
+    assert _rows(read_shards(tmp_path / "work" / "mine" / "image_pairs")) == _rows(pairs)
+    assert read_shards(tmp_path / "work" / "mine" / "candidates").equals(candidates)
+    assert whole["counts"] == resumed["counts"]
+
+
+@pytest.mark.slow
+def test_finished_blocks_cut_with_another_query_batch_are_searched_again(tmp_path: Path):
+    manifest_path = _manifest(tmp_path)
+    killed = cli("mine", "--manifest", manifest_path, failpoint="mine:knn-block:700")
+    assert killed.returncode == -9, killed.stderr
+    manifest = load_manifest(manifest_path)
+    rebatched = manifest.model_copy(update={"mine": manifest.mine.model_copy(update={"query_batch": 500})})
+    resumed = stage.run(rebatched)  # keys 0 and 700 name other rows in blocks of 500: none is kept
+    assert resumed["search"]["blocks_resumed"] == 0
+    pairs = read_shards(tmp_path / "work" / "mine" / "image_pairs")
+    assert len(list_shards(tmp_path / "work" / "mine" / "image_pairs")) == 6  # 3,000 rows in blocks of 500
+
+    whole = stage.run(rebatched, force=True)
+    assert _rows(read_shards(tmp_path / "work" / "mine" / "image_pairs")) == _rows(pairs)
+    assert whole["counts"] == resumed["counts"]

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from pipeline.commit import UNITS
 from pipeline.failpoints import failpoint
 from pipeline.manifest import MineConfig
 from pipeline.records import read_json, write_json
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
 BLOCKS_DONE = "blocks.done"  # a line per finished query block: its key (first row or place) and its seconds
+BLOCKS_BATCH = "blocks.batch"  # the mine.query_batch those blocks were cut with: other keys name other rows
+PREPARED = "prepared.json"  # in the run state (`_units/`): every image-pairs shard is written, and their units
 
 
 def build_searcher(
@@ -127,8 +132,12 @@ def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[
         yield lo, np.arange(lo, hi), ids, cosines
 
 
-def finished_blocks(folder: Path) -> frozenset[int]:
-    """Keys of the query blocks an interrupted run finished (their lists are in `folder`'s files)."""
+def finished_blocks(folder: Path, batch: int) -> frozenset[int]:
+    """Keys of the query blocks an interrupted run finished (their lists are in `folder`'s files); none when it
+    cut its blocks with another `batch`, whose keys would name other rows."""
+    batch_file = folder / BLOCKS_BATCH
+    if not batch_file.is_file() or batch_file.read_text().strip() != str(batch):
+        return frozenset()
     return frozenset(_done_lines(folder))
 
 
@@ -145,15 +154,19 @@ def _done_lines(folder: Path) -> dict[int, float]:
     return {int(words[0]): float(words[1]) for words in lines if len(words) == 2}
 
 
-def store_knn(blocks: Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n: int, k: int, folder: Path):
+def store_knn(
+    blocks: Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray]], n: int, k: int, batch: int, folder: Path
+):
     """The blocks' top-k lists, in .npy files under `folder` (they need not fit in memory), returned as read-only
     memory maps: (neighbours, scores). Blocks are written by plain file writes, not through a map, whose pages
     would count as the process's memory (5 GB at 10M images). After each block its key is appended to
-    `blocks.done`, so a run killed mid-search resumes from its finished blocks (`finished_blocks`)."""
+    `blocks.done`, so a run killed mid-search resumes from its finished blocks (`finished_blocks`), when it cuts
+    them with the same `batch`."""
     folder.mkdir(parents=True, exist_ok=True)
-    fresh = not finished_blocks(folder)
+    fresh = not finished_blocks(folder, batch)
     if fresh:
         (folder / BLOCKS_DONE).unlink(missing_ok=True)
+        (folder / BLOCKS_BATCH).write_text(f"{batch}\n")
     files = [
         _RowFile(folder / "neighbours.npy", np.int32, (n, k), fresh),
         _RowFile(folder / "scores.npy", np.float32, (n, k), fresh),
@@ -241,7 +254,7 @@ def search_all(
         blocks = listed_blocks(searcher, k, batch, skip)
     else:
         blocks = local_blocks(searcher, shards, k, batch, skip)
-    return store_knn(blocks, len(shards), k, folder)
+    return store_knn(blocks, len(shards), k, batch, folder)
 
 
 def write_pairs(
@@ -253,7 +266,9 @@ def write_pairs(
     staging: Path,
 ) -> tuple[list[Unit], int]:
     """One image-pairs shard per query block, and the candidate units cut from it (about
-    `candidates_per_shard` caption pairs each, at image-pair boundaries). Returns (units, image pairs)."""
+    `candidates_per_shard` caption pairs each, at image-pairs boundaries). Returns (units, image pairs). Shards an
+    interrupted run left are replaced: all of them, so none cut with another `query_batch` stays behind."""
+    shutil.rmtree(staging / IMAGE_PAIRS, ignore_errors=True)
     units: list[Unit] = []
     total = 0
     for block, lo in enumerate(range(0, len(image_ids), config.query_batch)):
@@ -266,6 +281,38 @@ def write_pairs(
             key = f"{CANDIDATES}/{shard_name(len(units))}"
             units.append(Unit(key, {"pairs": block, "lo": int(start), "hi": int(stop)}, size=int(stop - start)))
     return units, total
+
+
+@dataclass
+class Prepared:
+    """What mine's prepare hands its units: the candidate units over the image-pairs shards, how many image
+    pairs there are, and the search's record and seconds."""
+
+    units: list[Unit]
+    image_pairs: int
+    search: dict[str, Any]
+    knn_seconds: float
+
+
+def save_prepared(staging: Path, prepared: Prepared) -> None:
+    """Every image-pairs shard is written: a run killed while expanding candidates resumes from them and
+    `load_prepared`, not with a new search (the neighbour lists are gone by then; at 10M images the search
+    takes hours). Kept with the executor's markers, which the commit drops."""
+    units = [[unit.key, unit.payload, unit.size] for unit in prepared.units]
+    saved = {"units": units, "image_pairs": prepared.image_pairs, "search": prepared.search}
+    write_json(staging / UNITS / PREPARED, saved | {"knn_seconds": prepared.knn_seconds})
+
+
+def load_prepared(staging: Path) -> Prepared | None:
+    """What `save_prepared` kept in `staging`, when every image-pairs shard its units read is still there."""
+    path = staging / UNITS / PREPARED
+    if not path.is_file():
+        return None
+    saved = read_json(path)
+    units = [Unit(key, payload, size) for key, payload, size in saved["units"]]
+    if any(not (staging / IMAGE_PAIRS / shard_name(unit.payload["pairs"])).is_file() for unit in units):
+        return None
+    return Prepared(units, saved["image_pairs"], saved["search"], saved["knn_seconds"])
 
 
 def _since(started: float) -> float:

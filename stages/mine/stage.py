@@ -34,6 +34,7 @@ from stages.mine.budget import COMPRESSED, GIB, base_on_gpu, plan_index
 
 if TYPE_CHECKING:
     from stages.mine.pairs import CaptionIndex
+    from stages.mine.search import Prepared
     from stages.mine.vectors import EmbeddingShards
 
 log = logging.getLogger(__name__)
@@ -87,9 +88,9 @@ class MineStage(ClusterStage):
             self.text_model = load_text_encoder(text.text_encoder, text.text_pooling, self.device)
 
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
-        """Search and image pairs (deterministic, so recomputed on resume), streamed block by block, then one unit
-        per candidate shard."""
-        from stages.mine.search import KNN_DIR, write_pairs
+        """Search and image pairs, streamed block by block, then one unit per candidate shard. A run killed after
+        the image pairs were written resumes from them; one killed mid-search, from its finished blocks."""
+        from stages.mine.search import KNN_DIR, load_prepared, save_prepared
         from stages.mine.vectors import EmbeddingShards
 
         embed_dir = self.work_dir / UPSTREAM
@@ -98,22 +99,34 @@ class MineStage(ClusterStage):
         if self.index != "exact" and self.config.k >= len(image_ids):
             raise UserError(f"mine.k={self.config.k} needs more than {self.config.k} embedded images")
         self.captions, self.caption_count = copy_captions(embed_dir / CAPTIONS, staging / CAPTIONS, image_ids)
+        prepared = load_prepared(staging)
+        if prepared is None:
+            prepared = self._search_and_pair(shards, staging)
+            save_prepared(staging, prepared)
+        shutil.rmtree(staging / KNN_DIR, ignore_errors=True)
+        shutil.rmtree(staging / "_text", ignore_errors=True)
+        self.search, self.knn_seconds, self.pair_count = prepared.search, prepared.knn_seconds, prepared.image_pairs
+        self.image_count = len(image_ids)
+        self._block: tuple[int, pa.Table] | None = None
+        return prepared.units
+
+    def _search_and_pair(self, shards: EmbeddingShards, staging: Path) -> Prepared:
+        """Every image's top-k (by its caption vectors with `mine.by: text`), written as image-pairs shards."""
+        from stages.mine.search import KNN_DIR, Prepared, write_pairs
+
+        image_ids = shards.image_ids
         if self.config.by == "text":
             from stages.mine.text import TEXT_DIR, caption_vectors
+            from stages.mine.vectors import EmbeddingShards
 
             batch = self.manifest.filter.text_batch_size
             copied = staging / CAPTIONS / shard_name(0)
             shards = EmbeddingShards(caption_vectors(copied, image_ids, self.text_model, batch, staging / TEXT_DIR))
         started = time.perf_counter()
         neighbours, scores = self._search(shards, staging / KNN_DIR)
-        self.knn_seconds = time.perf_counter() - started
-        units, self.pair_count = write_pairs(neighbours, scores, image_ids, self.captions, self.config, staging)
-        del neighbours, scores
-        shutil.rmtree(staging / KNN_DIR)
-        shutil.rmtree(staging / "_text", ignore_errors=True)
-        self.image_count = len(image_ids)
-        self._block: tuple[int, pa.Table] | None = None
-        return units
+        knn_seconds = time.perf_counter() - started
+        units, pair_count = write_pairs(neighbours, scores, image_ids, self.captions, self.config, staging)
+        return Prepared(units, pair_count, self.search, knn_seconds)
 
     def _search(self, shards: EmbeddingShards, folder: Path) -> tuple[np.ndarray, np.ndarray]:
         """Every row's top-k, block by block: here, or as tasks of the executor's `tasks` for an exact search
@@ -136,16 +149,17 @@ class MineStage(ClusterStage):
 
             searcher, self.search = split_searcher(self.plan_, shards, config, self.tasks, folder)
             try:
-                return store_knn(local_blocks(searcher, shards, config.k, config.query_batch), n, config.k, folder)
+                blocks = local_blocks(searcher, shards, config.k, config.query_batch)
+                return store_knn(blocks, n, config.k, config.query_batch, folder)
             finally:
                 searcher.close()
         if self.index == "exact" and self.tasks.distributed:
             self.search = {"index": "exact", "knn_backend": config.knn, "query_blocks": -(-n // config.query_batch)}
-            return store_knn(task_blocks(self.tasks, shards, config), n, config.k, folder)
+            return store_knn(task_blocks(self.tasks, shards, config), n, config.k, config.query_batch, folder)
         searcher, self.search = saved_searcher(
             folder, lambda: build_searcher(self.plan_, shards, config, self.device, folder)
         )
-        done = finished_blocks(folder)  # an interrupted run's finished blocks are kept, not searched again
+        done = finished_blocks(folder, config.query_batch)  # an interrupted run's blocks are not searched again
         found = search_all(searcher, shards, config.k, config.query_batch, folder, done)
         self.search = self.search | {"search_seconds": search_seconds(folder), "blocks_resumed": len(done)}
         return found
