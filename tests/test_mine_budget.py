@@ -268,3 +268,38 @@ def test_float16_embeddings_round_trip_and_mine_the_same_neighbours(tmp_path: Pa
     half, _ = knn.exact_knn(read, 8)
     full, _ = knn.exact_knn(vectors, 8)
     assert ann.recall_at_k(half, full) > 0.98
+
+
+def _mapped_kib(path: Path) -> int:
+    """How much of `path` this process holds through its memory maps (Rss in /proc/self/smaps), in KiB."""
+    held, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:  # a mapping's header line
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            held += int(line.split()[1])
+    return held
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
+def test_the_pairs_give_back_the_pages_of_the_neighbour_lists(tmp_path: Path):
+    from stages.mine.pairs import CaptionIndex
+    from stages.mine.search import write_pairs
+    from stages.mine.vectors import release_pages
+
+    n, k = 20_000, 16
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "neighbours.npy", rng.integers(0, n, (n, k), dtype=np.int32))
+    np.save(tmp_path / "scores.npy", rng.random((n, k), dtype=np.float32))
+    neighbours = np.load(tmp_path / "neighbours.npy", mmap_mode="r")
+    scores = np.load(tmp_path / "scores.npy", mmap_mode="r")
+    assert int(np.asarray(neighbours).sum()) > 0 and _mapped_kib(tmp_path / "neighbours.npy") >= n * k * 4 // 1024
+    release_pages(neighbours)
+    assert _mapped_kib(tmp_path / "neighbours.npy") == 0
+
+    ids = np.arange(n, dtype=np.int64)
+    captions = CaptionIndex.build(ids, ids, ids)
+    config = MineConfig(k=k, query_batch=5000)
+    units, pairs = write_pairs(neighbours, scores, ids, captions, config, tmp_path / "staging")
+    assert pairs > 0 and len(units) >= 4  # every list was read, and none of it is held now
+    assert _mapped_kib(tmp_path / "neighbours.npy") == 0 and _mapped_kib(tmp_path / "scores.npy") == 0

@@ -29,7 +29,7 @@ from pipeline.shards import shard_name, write_table
 from pipeline.stage import Resources, Unit
 from stages.mine.budget import IndexPlan, plan_index
 from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
-from stages.mine.vectors import EmbeddingShards, row_runs
+from stages.mine.vectors import EmbeddingShards, release_pages, row_runs
 
 if TYPE_CHECKING:
     from stages.mine.rerank import RerankSearch
@@ -267,7 +267,8 @@ def write_pairs(
 ) -> tuple[list[Unit], int]:
     """One image-pairs shard per query block, and the candidate units cut from it (about
     `candidates_per_shard` caption pairs each, at image-pairs boundaries). Returns (units, image pairs). Shards an
-    interrupted run left are replaced: all of them, so none cut with another `query_batch` stays behind."""
+    interrupted run left are replaced: all of them, so none cut with another `query_batch` stays behind. The lists
+    may be memory maps (`store_knn`): their pages are given back after each block."""
     shutil.rmtree(staging / IMAGE_PAIRS, ignore_errors=True)
     units: list[Unit] = []
     total = 0
@@ -275,6 +276,8 @@ def write_pairs(
         hi = min(len(image_ids), lo + config.query_batch)
         pairs = block_pairs(lo, neighbours[lo:hi], scores[lo:hi], neighbours, scores, image_ids, config.pairs)
         write_table(pairs, staging / IMAGE_PAIRS / shard_name(block))
+        release_pages(neighbours)  # memory holds one block's pages of the lists, not all of them
+        release_pages(scores)
         total += pairs.num_rows
         bounds, _ = candidate_shard_bounds(pairs, captions, config.candidates_per_shard)
         for start, stop in itertools.pairwise(bounds):
