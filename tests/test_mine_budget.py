@@ -303,3 +303,15 @@ def test_the_pairs_give_back_the_pages_of_the_neighbour_lists(tmp_path: Path):
     units, pairs = write_pairs(neighbours, scores, ids, captions, config, tmp_path / "staging")
     assert pairs > 0 and len(units) >= 4  # every list was read, and none of it is held now
     assert _mapped_kib(tmp_path / "neighbours.npy") == 0 and _mapped_kib(tmp_path / "scores.npy") == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
+def test_the_reverse_look_ups_give_back_each_chunks_pages(tmp_path: Path):
+    from stages.mine.pairs import reverse_rank
+
+    n, k = 20_000, 16
+    np.save(tmp_path / "neighbours.npy", np.random.default_rng(1).integers(0, n, (n, k), dtype=np.int32))
+    neighbours = np.load(tmp_path / "neighbours.npy", mmap_mode="r")
+    query = np.arange(n, dtype=np.int64).repeat(k)
+    back = reverse_rank(query, np.asarray(neighbours).reshape(-1).astype(np.int64), neighbours, chunk=4096)
+    assert (back > 0).any() and _mapped_kib(tmp_path / "neighbours.npy") == 0  # not one chunk's pages held
