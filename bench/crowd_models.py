@@ -2,7 +2,7 @@
 
     python -m bench.crowd_models --seeds 10
 
-Crowds from stages.annotate.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
+Crowds from tests.support.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
 careful; 10% of conditions not pertinent). Prints two tables, as Markdown:
 
 1. the 1-5 labels: Spearman with the truth of the ordinal model, the mean and the median, the model's 90%
@@ -25,9 +25,9 @@ import time
 import numpy as np
 from scipy.stats import spearmanr
 
-from stages.annotate import ordinal, verdict
-from stages.annotate.agreement import aggregate
-from stages.annotate.simulate import Crowd, follow_up_rounds, simulate_crowd
+from stages.annotate.labels import ordinal, verdict
+from stages.annotate.labels.agreement import aggregate
+from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 
 def label_figures(crowd: Crowd) -> dict[str, float]:

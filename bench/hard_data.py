@@ -103,8 +103,8 @@ def coco_caption_vectors() -> np.ndarray:
     import torch
 
     from bench.shared_data import COCO_VAL
-    from pipeline.datasets import read_coco
     from pipeline.text_encoder import load_text_encoder
+    from stages.embed.readers.datasets import read_coco
 
     captions = read_coco(COCO_VAL).captions
     model = load_text_encoder("packaged:all-MiniLM-L6-v2", "model", torch.device("cpu"))

@@ -3,7 +3,7 @@ batches with controls, how many honest workers it blocks and how many random one
 
     python -m bench.hidden_gold --seeds 20
 
-Each batch: stages.annotate.simulate.gold_crowd (real items rated 3 times each by 20 workers: 5 spammers, 3
+Each batch: tests.support.simulate.gold_crowd (real items rated 3 times each by 20 workers: 5 spammers, 3
 lenient, 3 harsh, 9 careful), with `--share` controls; one line per batch size.
 """
 
@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from stages.annotate.simulate import gold_decisions
+from tests.support.simulate import gold_decisions
 
 
 def main() -> None:

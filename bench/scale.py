@@ -29,10 +29,10 @@ import pyarrow as pa
 import yaml
 
 from pipeline.commit import OutputFolder
-from pipeline.datasets import read_coco
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import shard_name, write_table
 from stages.embed.encoder import embeddings_table
+from stages.embed.readers.datasets import read_coco
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `python bench/scale.py` as well as `python -m bench.scale`

@@ -29,8 +29,8 @@ from stages.train import train
 from stages.train.data import read_csts
 from stages.train.models import ModelSpec, load_model, model_pooling
 from stages.train.presets import train_config
-from stages.train.sample import write_sample_splits
 from stages.train.scoring import half_precision, score_split
+from tests.support.train_sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"
 

@@ -28,7 +28,7 @@ from pipeline.shards import write_table
 from stages.train import evaluate, train
 from stages.train.data import read_csts
 from stages.train.presets import train_config
-from stages.train.sample import write_sample_splits
+from tests.support.train_sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"
 

@@ -3,7 +3,7 @@ crowd, each worker's fitted bias against reliability, coloured by the kind of wo
 
     python -m bench.worker_reliability --out docs/images/worker_reliability.png
 
-The crowd: stages.annotate.simulate.simulate_crowd defaults (400 items, 3 ratings each, 20 workers: 5 spammers,
+The crowd: tests.support.simulate.simulate_crowd defaults (400 items, 3 ratings each, 20 workers: 5 spammers,
 3 lenient, 3 harsh, 9 careful; seed 0). The same seed gives the same PNG.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.shards import write_atomic
-from stages.annotate import ordinal
-from stages.annotate.quality import UNRELIABLE_BELOW
-from stages.annotate.simulate import KINDS, simulate_crowd
+from stages.annotate.labels import ordinal
+from stages.annotate.labels.quality import UNRELIABLE_BELOW
+from tests.support.simulate import KINDS, simulate_crowd
 
 COLOURS = {"careful": "tab:green", "lenient": "tab:orange", "harsh": "tab:blue", "spammer": "tab:red"}
 

@@ -211,7 +211,7 @@ def annotate_export(
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
     elif stage == "ratings" and more:
-        from stages.annotate.followup import describe_more, export_more
+        from stages.annotate.steps.followup import describe_more, export_more
 
         typer.echo(describe_more(export_more(folder, force)))
         return
@@ -318,6 +318,6 @@ def annotate_audit(
     force: ForceOpt = False,
 ) -> None:
     """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
-    from stages.annotate.audit_report import describe_audit, run_audit
+    from stages.annotate.steps.audit import describe_audit, run_audit
 
     typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))

@@ -35,7 +35,7 @@ def export(
     ] = False,
 ) -> None:
     """Publish <work_dir>/annotate/csts/ as a dataset: Parquet per split, a card with statistics and a plot."""
-    from stages.annotate.publish import FORMATS, export_hf
+    from stages.annotate.steps.publish import FORMATS, export_hf
 
     if format_ not in FORMATS:
         raise UserError(f"--format {format_!r}: expected {' or '.join(FORMATS)}")

@@ -91,7 +91,7 @@ def report(record: dict, manifest: Manifest | None = None) -> None:
         reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
         typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts}{reused})")
     if "reader_skip_counts" in record and record.get("status") == "done":
-        from pipeline.corpus import describe_skips
+        from stages.embed.readers.corpus import describe_skips
 
         typer.echo(f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}")
     if "funnel" in record and manifest is not None:

@@ -61,7 +61,7 @@ def coco_val_captions() -> Path:
 @pytest.fixture(scope="session")
 def sample_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The generated sample (COCO JSON + JPEGs), made once per test session."""
-    from pipeline.sample_data import ensure_sample
+    from stages.embed.readers.sample_data import ensure_sample
 
     root = tmp_path_factory.mktemp("sample")
     ensure_sample(root / "captions.json", root / "images")

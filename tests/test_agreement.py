@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages import annotate
-from stages.annotate.agreement import (
+from stages.annotate.labels.agreement import (
     FLAG_BELOW,
     RatingArrays,
     aggregate,

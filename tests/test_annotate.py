@@ -23,9 +23,9 @@ from pipeline.records import write_json
 from pipeline.schemas import KEPT_SCHEMA
 from pipeline.shards import shard_name, write_atomic, write_table
 from stages import annotate
-from stages.annotate.agreement import aggregate, fleiss_kappa
-from stages.annotate.sampling import allocate, quantile_bins, stratified_sample
-from stages.annotate.splits import sentence_pair_groups, split_sizes
+from stages.annotate.labels.agreement import aggregate, fleiss_kappa
+from stages.annotate.labels.sampling import allocate, quantile_bins, stratified_sample
+from stages.annotate.labels.splits import sentence_pair_groups, split_sizes
 from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[1]

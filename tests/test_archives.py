@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.datasets import read_dataset
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
 from pipeline.shards import read_shards
 from stages.embed import stage as embed
+from stages.embed.readers.datasets import read_dataset
 from stages.filter import stage as filter_stage
 from stages.mine import stage as mine
 from tests.conftest import write_manifest

@@ -15,7 +15,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from pipeline.errors import UserError
-from stages.annotate.audit import audit, condition_kind
+from stages.annotate.labels.audit_stats import audit, condition_kind
 from tests.test_annotate import cli, cli_error
 
 REPO = Path(__file__).resolve().parents[1]

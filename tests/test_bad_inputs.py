@@ -24,9 +24,9 @@ import yaml
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.datasets import read_dataset
 from pipeline.errors import UserError
 from pipeline.manifest import load_manifest
+from stages.embed.readers.datasets import read_dataset
 from tests.conftest import first_images, write_manifest
 
 runner = CliRunner()
@@ -103,7 +103,7 @@ def png_header(path: Path, width: int, height: int) -> None:
 
 
 def test_results_csv_with_an_unterminated_quote_is_refused(tmp_path: Path):
-    from stages.annotate.crowd import read_results
+    from stages.annotate.crowd.screening import read_results
 
     path = tmp_path / "results.csv"
     path.write_text('pair_id,worker_id,rating\n1,w1,3\n2,w1,"4\n3,w2,5\n4,w2,2\n')

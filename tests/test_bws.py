@@ -15,7 +15,7 @@ from scipy.stats import spearmanr
 
 from pipeline.errors import UserError
 from stages import annotate
-from stages.annotate import bws
+from stages.annotate.labels import bws_scores
 from tests.test_annotate import cli, cli_error, kept_table, read_report, read_tasks, simulated_conditions
 from tests.test_annotate import write_results as write_condition_results
 
@@ -77,26 +77,26 @@ def write_bws_results(path: Path, tuples: list[dict], answers: tuple[np.ndarray,
 
 @pytest.mark.parametrize("n_items", [4, 7, 15, 240, 1001])
 def test_design_balances_appearances_and_spreads_pairs(n_items: int):
-    design = bws.design_tuples(n_items, seed=3)
+    design = bws_scores.design_tuples(n_items, seed=3)
     assert design.shape == (2 * n_items, 4)
     assert (np.sort(design, axis=1)[:, 1:] != np.sort(design, axis=1)[:, :-1]).all()  # no item twice in a tuple
     assert (np.bincount(design.ravel(), minlength=n_items) == 8).all()
-    stats = bws.design_stats(design, n_items)
+    stats = bws_scores.design_stats(design, n_items)
     assert stats["appearances_min"] == stats["appearances_max"] == 8
     # 12 N pairs of items meet in the tuples: with many items, fewer than 5% of them meet more than once
     if n_items >= 240:
         assert stats["max_cooccurrence"] <= 3
         assert stats["pairs_sharing_2_plus_tuples"] < 0.05 * n_items * 12
-    assert (bws.design_tuples(n_items, seed=3) == design).all()
-    assert n_items < 15 or (bws.design_tuples(n_items, seed=4) != design).any()
+    assert (bws_scores.design_tuples(n_items, seed=3) == design).all()
+    assert n_items < 15 or (bws_scores.design_tuples(n_items, seed=4) != design).any()
 
 
 def test_design_with_appearances_not_a_multiple_of_four():
-    design = bws.design_tuples(10, seed=0, appearances=3)
+    design = bws_scores.design_tuples(10, seed=0, appearances=3)
     seen = np.bincount(design.ravel(), minlength=10)
     assert len(design) == 8 and seen.min() == 3 and seen.max() == 4
     with pytest.raises(UserError, match="at least 4 items"):
-        bws.design_tuples(3, seed=0)
+        bws_scores.design_tuples(3, seed=0)
 
 
 # ------------------------------------------------------------------------------------- scores, reliability
@@ -104,8 +104,8 @@ def test_design_with_appearances_not_a_multiple_of_four():
 
 def test_counting_scores_of_a_hand_worked_case():
     design = np.array([[0, 1, 2, 3], [0, 1, 2, 4]])
-    answers = bws.Annotations(np.array([0, 0, 1]), np.array([0, 0, 4]), np.array([3, 1, 0]), np.array(["a"] * 3))
-    scores = bws.counting_scores(design, answers, 6)
+    answers = bws_scores.Annotations(np.array([0, 0, 1]), np.array([0, 0, 4]), np.array([3, 1, 0]), np.array(["a"] * 3))
+    scores = bws_scores.counting_scores(design, answers, 6)
     # item 0: best twice, worst once, seen three times; item 5 never shown
     assert scores.seen.tolist() == [3, 3, 3, 2, 1, 0]
     assert np.allclose(scores.score[:5], [1 / 3, -1 / 3, 0, -1 / 2, 1])
@@ -118,11 +118,13 @@ def reliability_for(workers: int, noise: float = 1.0, repeats: int = 60) -> tupl
     """(split-half reliability, Spearman of the scores with the truth) for 240 simulated items."""
     n_items = 240
     truth = np.random.default_rng(0).uniform(1, 5, n_items)
-    design = bws.design_tuples(n_items, seed=0)
+    design = bws_scores.design_tuples(n_items, seed=0)
     tuple_index, worker, best, worst = simulate(design, truth, workers, noise, seed=workers)
-    answers = bws.Annotations(tuple_index, design[tuple_index, best], design[tuple_index, worst], worker.astype(str))
-    scores = bws.counting_scores(design, answers, n_items)
-    half = bws.split_half(design, answers, n_items, repeats, seed=0)
+    answers = bws_scores.Annotations(
+        tuple_index, design[tuple_index, best], design[tuple_index, worst], worker.astype(str)
+    )
+    scores = bws_scores.counting_scores(design, answers, n_items)
+    half = bws_scores.split_half(design, answers, n_items, repeats, seed=0)
     return half["spearman"], spearmanr(scores.score, truth).statistic
 
 
@@ -137,16 +139,18 @@ def test_reliability_rises_with_more_workers_and_scores_follow_the_truth():
 
 def test_split_half_is_seeded_and_spearman_brown_is_labelled():
     n_items = 40
-    design = bws.design_tuples(n_items, seed=1)
+    design = bws_scores.design_tuples(n_items, seed=1)
     tuple_index, worker, best, worst = simulate(design, np.arange(n_items, dtype=float), 3, 5.0, seed=1)
-    answers = bws.Annotations(tuple_index, design[tuple_index, best], design[tuple_index, worst], worker.astype(str))
-    first = bws.split_half(design, answers, n_items, 20, seed=7)
-    assert first == bws.split_half(design, answers, n_items, 20, seed=7)
-    assert first != bws.split_half(design, answers, n_items, 20, seed=8)
+    answers = bws_scores.Annotations(
+        tuple_index, design[tuple_index, best], design[tuple_index, worst], worker.astype(str)
+    )
+    first = bws_scores.split_half(design, answers, n_items, 20, seed=7)
+    assert first == bws_scores.split_half(design, answers, n_items, 20, seed=7)
+    assert first != bws_scores.split_half(design, answers, n_items, 20, seed=8)
     rho = first["spearman"]
     assert first["spearman_brown"] == pytest.approx(2 * rho / (1 + rho), abs=2e-4)
     one_each = answers.take(worker == 0)
-    assert bws.split_half(design, one_each, n_items, 5, seed=0)["spearman"] is None
+    assert bws_scores.split_half(design, one_each, n_items, 5, seed=0)["spearman"] is None
 
 
 # ------------------------------------------------------------------------------------------ the two steps

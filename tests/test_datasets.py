@@ -3,9 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.datasets import read_coco, read_dataset, read_flickr_csv, read_flickr_karpathy, read_flickr_token
 from pipeline.errors import UserError
 from pipeline.manifest import DataConfig
+from stages.embed.readers.datasets import (
+    read_coco,
+    read_dataset,
+    read_flickr_csv,
+    read_flickr_karpathy,
+    read_flickr_token,
+)
 
 
 def test_coco_val2017_reads_every_image_and_caption(coco_val_captions: Path):
@@ -316,7 +322,7 @@ def test_karpathy_entry_without_a_required_key_is_a_one_line_error(tmp_path: Pat
 
 
 def test_describe_skips_is_one_line_with_every_class():
-    from pipeline.corpus import describe_skips
+    from stages.embed.readers.corpus import describe_skips
 
     line = describe_skips(
         {"caption: caption is null": 2, "image: file name outside the image folder": 1, "line: malformed line": 3}

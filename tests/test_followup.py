@@ -11,8 +11,9 @@ import numpy as np
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
-from stages.annotate import followup, ordinal
-from stages.annotate.simulate import Crowd, follow_up_rounds, simulate_crowd
+from stages.annotate.labels import ordinal
+from stages.annotate.steps import followup
+from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from stages.annotate import hidden_gold, ordinal
-from stages.annotate.crowd import Rating
-from stages.annotate.quality import anchored_fit
-from stages.annotate.simulate import gold_decisions
+from stages.annotate.crowd import hidden_gold
+from stages.annotate.crowd.screening import Rating
+from stages.annotate.labels import ordinal
+from stages.annotate.labels.quality import anchored_fit
+from tests.support.simulate import gold_decisions
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.test_annotate import cli, kept, kept_dir, rated, read_report, read_tasks, write_results  # noqa: F401
@@ -120,7 +121,7 @@ def test_gold_anchors_the_ordinal_model():
     real, gold = item < n_items, item >= n_items
 
     def arrays(mask: np.ndarray, offset: int):
-        from stages.annotate.agreement import RatingArrays
+        from stages.annotate.labels.agreement import RatingArrays
 
         return RatingArrays(item[mask] - offset, worker[mask], rating[mask], np.zeros(mask.sum(), bool))
 

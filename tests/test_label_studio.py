@@ -37,7 +37,8 @@ from csts_pipeline.cli import app
 from pipeline.errors import UserError
 from pipeline.shards import shard_name, write_table
 from stages import annotate
-from stages.annotate import crowd, label_studio, pages, qualification
+from stages.annotate.crowd import label_studio, pages, screening
+from stages.annotate.steps import qualification
 from tests.test_annotate import kept_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -288,7 +289,7 @@ def test_qualification_round_trip(server: LabelStudio, tmp_path: Path):
 # ------------------------------------------------------------------------------------ configs and export reader
 
 ANSWERS = {
-    "conditions": set(crowd.CONDITION_FIELDS[1:]),
+    "conditions": set(screening.CONDITION_FIELDS[1:]),
     "ratings": {"rating", "not_pertinent"},
     "bws": {"best", "worst"},
 }
@@ -308,13 +309,13 @@ def test_config_names_every_answer_field(stage: str):
     assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
     choices = {node.attrib["name"]: [c.get("alias", c.get("value")) for c in node] for node in root.iter("Choices")}
     if stage == "ratings":
-        assert [crowd.parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
-        assert [crowd.parse_flag(c) for c in choices["not_pertinent"]] == [True]
+        assert [screening.parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
+        assert [screening.parse_flag(c) for c in choices["not_pertinent"]] == [True]
     if stage == "bws":
         assert (
-            [crowd.parse_position(c) for c in choices["best"]]
+            [screening.parse_position(c) for c in choices["best"]]
             == [0, 1, 2, 3]
-            == [crowd.parse_position(c) for c in choices["worst"]]
+            == [screening.parse_position(c) for c in choices["worst"]]
         )
     # Label Studio's page reads a choice's "true"/"false" as a boolean and then draws nothing at all
     assert not {c for values in choices.values() for c in values} & {"true", "false"}
@@ -346,8 +347,8 @@ def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path
     assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
     for node in root.iter("Choices"):
         values = [c.get("alias", c.get("value")) for c in node]
-        parse = crowd.parse_rating if node.attrib["name"].startswith("rating") else crowd.parse_flag
-        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is crowd.parse_rating else [True])
+        parse = screening.parse_rating if node.attrib["name"].startswith("rating") else screening.parse_flag
+        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is screening.parse_rating else [True])
     tasks = json.loads((folder / "label_studio" / "tasks.json").read_text())
     assert [task["data"] for task in tasks] == [row]
 

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
-from stages.annotate import pages, qualification
+from stages.annotate.crowd import pages
+from stages.annotate.steps import qualification
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"

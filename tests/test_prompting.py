@@ -21,7 +21,7 @@ from pipeline.errors import UserError
 from pipeline.packaged_models import resolve_model_path
 from stages.train.data import read_csts
 from stages.train.prompting import PromptOptions, build_prompts, parse_answer, scores_from_answers
-from stages.train.sample import write_sample_splits
+from tests.support.train_sample import write_sample_splits
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
 from pipeline.errors import UserError
-from stages.annotate import qualification
-from stages.annotate.qualification import condition_problems, read_gold
+from stages.annotate.steps import qualification
+from stages.annotate.steps.qualification import condition_problems, read_gold
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"

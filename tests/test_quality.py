@@ -15,10 +15,10 @@ import pytest
 from scipy.stats import spearmanr
 
 from pipeline.schemas import WORKERS_SCHEMA
-from stages.annotate import ordinal, verdict
-from stages.annotate.agreement import aggregate
-from stages.annotate.quality import UNRELIABLE_BELOW
-from stages.annotate.simulate import KINDS, simulate_crowd
+from stages.annotate.labels import ordinal, verdict
+from stages.annotate.labels.agreement import aggregate
+from stages.annotate.labels.quality import UNRELIABLE_BELOW
+from tests.support.simulate import KINDS, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
@@ -282,8 +282,8 @@ def test_the_hf_export_carries_pseudonymous_ratings_distributions_and_the_qualit
 
 
 def test_the_model_with_no_ratings_or_one_rating():
-    from stages.annotate.agreement import RatingArrays
-    from stages.annotate.quality import model_labels, workers_table
+    from stages.annotate.labels.agreement import RatingArrays
+    from stages.annotate.labels.quality import model_labels, workers_table
 
     flagged = RatingArrays(np.array([0, 1]), np.array(["a", "b"]), np.zeros(2), np.array([True, True]))
     labels, model = model_labels(flagged, 3, 0.5, 1)

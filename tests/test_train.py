@@ -34,8 +34,8 @@ from stages.train.checkpoint import load_checkpoint, save_checkpoint
 from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
 from stages.train.models import ModelSpec, load_model
 from stages.train.presets import train_config
-from stages.train.sample import sample_rows, write_sample_parquet, write_sample_splits
 from stages.train.scoring import correlations, pearson, spearman
+from tests.support.train_sample import sample_rows, write_sample_parquet, write_sample_splits
 
 REPO = Path(__file__).resolve().parents[1]
 STSB = REPO / "tests" / "data" / "stsb"  # 200 rows of each STS-B file (tests/data/README.md)

@@ -20,8 +20,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from pipeline.errors import UserError
 from pipeline.packaged_models import resolve_model_path
 from stages.train import evaluate as evaluate_stage
-from stages.train.sample import sample_rows
 from stages.train.scoring import write_submission
+from tests.support.train_sample import sample_rows
 
 OFFICIAL_TEST_ROWS = 4732  # csts_test.csv: the count make_test_submission.py asserts
 

@@ -24,15 +24,15 @@ File formats and the answer fields a results file must carry: docs/annotate.md.
 """
 
 from pipeline.schemas import CSTS_SCHEMA
-from stages.annotate.bws_steps import export_bws, import_bws
-from stages.annotate.kept import KeptSource, kept_source
-from stages.annotate.label_studio import config_text as label_studio_config
-from stages.annotate.label_studio import write_project as write_label_studio
+from stages.annotate.crowd.kept import KeptSource, kept_source
+from stages.annotate.crowd.label_studio import config_text as label_studio_config
+from stages.annotate.crowd.label_studio import write_project as write_label_studio
+from stages.annotate.labels.splits import parse_ratios
 from stages.annotate.layout import SPLITS
-from stages.annotate.qualification import export_qualification, import_qualification
-from stages.annotate.splits import parse_ratios
-from stages.annotate.steps import export_conditions, export_ratings, import_conditions, import_ratings, split
-from stages.annotate.summary import describe
+from stages.annotate.steps.bws import export_bws, import_bws
+from stages.annotate.steps.qualification import export_qualification, import_qualification
+from stages.annotate.steps.round_trip import export_conditions, export_ratings, import_conditions, import_ratings, split
+from stages.annotate.steps.summary import describe
 
 __all__ = [
     "CSTS_SCHEMA",

@@ -125,7 +125,9 @@ class ImageList:
     file_names: list[str]
     image_root: Path
     per_shard: int
-    members: list | None = None  # archive formats: pipeline.archives.Member per image, read instead of a file
+    members: list | None = (
+        None  # archive formats: stages.embed.readers.archives.Member per image, read instead of a file
+    )
     dtype: str = "float32"  # as stored (embed.dtype)
 
     def source(self, position: int):

@@ -56,7 +56,7 @@ def _unreadable(exc: BaseException) -> str:
 
 
 def _openable(path):
-    """A file path, or the bytes of an archive member (pipeline.archives.Member) as a file object."""
+    """A file path, or the bytes of an archive member (stages.embed.readers.archives.Member) as a file object."""
     return path if isinstance(path, Path) else io.BytesIO(path.read())
 
 

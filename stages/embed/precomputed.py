@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.archives import embedding_array
 from pipeline.errors import UserError
 from stages.embed.encoder import ImageList, embeddings_table
+from stages.embed.readers.archives import embedding_array
 
 
 def precomputed_dim(images: ImageList) -> int:

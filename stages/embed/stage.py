@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cluster import BatchPipeline, ClusterStage
-from pipeline.corpus import Corpus
-from pipeline.datasets import read_dataset
 from pipeline.errors import UserError
 from pipeline.executor import LocalExecutor
 from pipeline.manifest import Manifest
@@ -24,6 +22,8 @@ from pipeline.records import file_fingerprint, fingerprint
 from pipeline.schemas import CAPTIONS, EMBEDDINGS
 from pipeline.shards import shard_name, write_table
 from pipeline.stage import Resources, StagePlan, StageResult, Unit
+from stages.embed.readers.corpus import Corpus
+from stages.embed.readers.datasets import read_dataset
 
 log = logging.getLogger(__name__)
 STAGE = "embed"

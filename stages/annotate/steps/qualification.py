@@ -22,8 +22,8 @@ import pyarrow as pa
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import file_fingerprint, fingerprint, require_record
-from stages.annotate import crowd, tasks
-from stages.annotate.files import read_jsonl, write_csv
+from stages.annotate.crowd import screening, tasks
+from stages.annotate.crowd.files import read_jsonl, write_csv
 from stages.annotate.layout import REPORT, TASKS
 
 QUALIFICATION_TASKS = "qualification_tasks"
@@ -55,7 +55,7 @@ def read_gold(path: Path) -> list[dict[str, Any]]:
         missing = [name for name in GOLD_COLUMNS if name not in (reader.fieldnames or [])]
         if missing:
             raise UserError(f"{path}: missing column(s) {', '.join(missing)} (expected {', '.join(GOLD_COLUMNS)})")
-        items = [{k: crowd.one_line(v) for k, v in row.items() if k} for row in reader]
+        items = [{k: screening.one_line(v) for k, v in row.items() if k} for row in reader]
     seen: set[str] = set()
     for number, item in enumerate(items, start=2):
         problem = _gold_problem(item, seen)
@@ -78,7 +78,7 @@ def _gold_problem(item: dict[str, Any], seen: set[str]) -> str | None:
     if item["kind"] == "rate":
         if not item["condition"]:
             return "a rate item needs a condition"
-        if item["gold_rating"] != NOT_PERTINENT and crowd.parse_rating(item["gold_rating"]) is None:
+        if item["gold_rating"] != NOT_PERTINENT and screening.parse_rating(item["gold_rating"]) is None:
             return f"gold_rating {item['gold_rating']!r} is not 1-5 or {NOT_PERTINENT}"
     return None
 
@@ -86,9 +86,9 @@ def _gold_problem(item: dict[str, Any], seen: set[str]) -> str | None:
 def condition_problems(high: str, low: str, sentence1: str, sentence2: str) -> list[str]:
     """The page's automatic checks of two written conditions (templates/_hit.js), by name."""
     found = []
-    sentences = {crowd.one_line(s).casefold() for s in (sentence1, sentence2)}
+    sentences = {screening.one_line(s).casefold() for s in (sentence1, sentence2)}
     for kind, text in (("high", high), ("low", low)):
-        value = crowd.one_line(text)
+        value = screening.one_line(text)
         if not value:
             found.append(f"empty_condition_{kind}")
         elif _SENTENCE.search(value.casefold()):
@@ -97,7 +97,7 @@ def condition_problems(high: str, low: str, sentence1: str, sentence2: str) -> l
             found.append(f"copies_sentence_{kind}")
         elif len(value) > MAX_CONDITION_CHARS:
             found.append(f"too_long_{kind}")
-    if crowd.one_line(high) and crowd.same_text(crowd.one_line(high), crowd.one_line(low)):
+    if screening.one_line(high) and screening.same_text(screening.one_line(high), screening.one_line(low)):
         found.append("same_conditions")
     return found
 
@@ -177,7 +177,7 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
     tasks_dir = annotate_dir / QUALIFICATION_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage qualification")
     verdicts = read_verdicts(annotate_dir / QUALIFICATION / WORKERS)
-    inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs["verdicts"] = fingerprint(sorted(verdicts.items()))
     params = {"max_rating_error": max_error, "qualification_name": name}
     with OutputFolder(
@@ -216,12 +216,12 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
         return out.finish(counts, problems=screen.summary(), files=files, **params)
 
 
-def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[crowd.Screen, dict[str, Any]]:
+def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[screening.Screen, dict[str, Any]]:
     """Every results row checked; each worker's first valid row."""
-    screen = crowd.Screen({test_id: 0}, "test_id", tasks_file)
-    answers: dict[str, crowd.ResultRow] = {}
+    screen = screening.Screen({test_id: 0}, "test_id", tasks_file)
+    answers: dict[str, screening.ResultRow] = {}
     for path in results:
-        rows, problems = crowd.read_results(path, ("test_id", "worker_id"))
+        rows, problems = screening.read_results(path, ("test_id", "worker_id"))
         screen.problems.extend(problems)
         for row in rows:
             found = screen.check(row)
@@ -237,7 +237,7 @@ def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[
     return screen, answers
 
 
-def _score(items: list[dict], row: crowd.ResultRow, max_error: float, verdict: str) -> tuple[dict, list[dict]]:
+def _score(items: list[dict], row: screening.ResultRow, max_error: float, verdict: str) -> tuple[dict, list[dict]]:
     """One worker's row in workers.csv and their answers, item by item, for answers.csv."""
     worker, numbers, answers = row.text("worker_id"), dict.fromkeys(KINDS, 0), []
     for item in items:
@@ -249,8 +249,8 @@ def _score(items: list[dict], row: crowd.ResultRow, max_error: float, verdict: s
             found = condition_problems(high, low, item["sentence1"], item["sentence2"])
             answer |= {"condition_high": high, "condition_low": low, "problems": ";".join(found)}
         else:
-            flag = crowd.parse_flag(row.fields.get(f"not_pertinent_{n}")) is True
-            rating = None if flag else crowd.parse_rating(row.fields.get(f"rating_{n}"))
+            flag = screening.parse_flag(row.fields.get(f"not_pertinent_{n}")) is True
+            rating = None if flag else screening.parse_rating(row.fields.get(f"rating_{n}"))
             gold = item["gold_rating"]
             if flag or rating is None or gold == NOT_PERTINENT:
                 error = 0.0 if flag and gold == NOT_PERTINENT else FLAG_ERROR
@@ -302,15 +302,15 @@ def read_verdicts(path: Path) -> dict[str, str]:
         return {}
     verdicts = {}
     for number, row in enumerate(_read_csv(path, ("worker_id",)), start=2):
-        verdict = crowd.one_line(row.get("manual_verdict")).casefold()
+        verdict = screening.one_line(row.get("manual_verdict")).casefold()
         if verdict and verdict not in VERDICTS:
             raise UserError(f"{path}: row {number}: manual_verdict {verdict!r} is not pass, fail or empty")
         if verdict:
-            verdicts[crowd.one_line(row["worker_id"])] = verdict
+            verdicts[screening.one_line(row["worker_id"])] = verdict
     return verdicts
 
 
-def qualified_workers(annotate_dir: Path, workers: Path | None) -> crowd.Qualified | None:
+def qualified_workers(annotate_dir: Path, workers: Path | None) -> screening.Qualified | None:
     """The qualified workers of `workers` (a workers.csv), else of `<annotate>/qualification/workers.csv` when
     it exists; a filled `manual_verdict` decides over `qualified`. None: no qualification to apply."""
     path = workers or annotate_dir / QUALIFICATION / WORKERS
@@ -321,14 +321,14 @@ def qualified_workers(annotate_dir: Path, workers: Path | None) -> crowd.Qualifi
     verdicts = read_verdicts(path)
     ids = set()
     for number, row in enumerate(_read_csv(path, ("worker_id", "qualified")), start=2):
-        worker, flag = crowd.one_line(row["worker_id"]), crowd.parse_flag(row["qualified"])
+        worker, flag = screening.one_line(row["worker_id"]), screening.parse_flag(row["qualified"])
         if flag is None:
             raise UserError(f"{path}: row {number}: qualified {row['qualified']!r} is not true or false")
         if verdicts.get(worker, "pass" if flag else "fail") == "pass":
             ids.add(worker)
-    return crowd.Qualified(frozenset(ids), path)
+    return screening.Qualified(frozenset(ids), path)
 
 
-def workers_input(qualified: crowd.Qualified | None) -> dict[str, str]:
+def workers_input(qualified: screening.Qualified | None) -> dict[str, str]:
     """The stage-record input of an import that applies a qualification (nothing when none applies)."""
     return {} if qualified is None else {"workers": file_fingerprint(qualified.file)}

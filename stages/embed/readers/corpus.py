@@ -1,5 +1,5 @@
 """What every dataset reader returns: a `Corpus` of images and captions with stable integer ids, and the `Skip`s
-that say what was left out and why (pipeline.datasets, pipeline.archives), with the limits the ids must keep."""
+that say what was left out and why (stages.embed.readers.datasets, stages.embed.readers.archives), with the limits the ids must keep."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pyarrow as pa
 
-from pipeline.archives import Member
+from stages.embed.readers.archives import Member
 
 MAX_CAPTION_ID = 2**32 - 1  # pair ids pack two caption ids into one int64 (docs/schemas.md)
 MAX_IMAGE_ID = 2**63 - 1  # image ids are int64 columns
@@ -33,7 +33,7 @@ class Corpus:
     caption_image_ids: list[int] = field(default_factory=list)
     captions: list[str] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
-    members: list[Member] | None = None  # archive formats: where each image's bytes are (pipeline.archives)
+    members: list[Member] | None = None  # archive formats: where each image's bytes are (stages.embed.readers.archives)
 
     def images_table(self) -> pa.Table:
         return pa.table(

@@ -29,10 +29,10 @@ import pyarrow as pa
 
 from pipeline.errors import UserError
 from pipeline.schemas import PROVENANCE
-from stages.annotate import qualification
-from stages.annotate.crowd import Rating, parse_rating
-from stages.annotate.files import write_csv
+from stages.annotate.crowd.files import write_csv
+from stages.annotate.crowd.screening import Rating, parse_rating
 from stages.annotate.layout import CONDITION_TYPES, rating_item_id
+from stages.annotate.steps import qualification
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
 BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)

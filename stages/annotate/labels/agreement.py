@@ -15,10 +15,10 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from pipeline.errors import UserError
-from stages.annotate.crowd import Rating
+from stages.annotate.crowd.screening import Rating
 from stages.annotate.layout import RATING_SCALE
 
-AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/quality.py
+AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/labels/quality.py
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
 FLAG_BELOW = 0.3
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.schemas import PROVENANCE
-from stages.annotate import label_studio, pages
-from stages.annotate.files import write_csv, write_jsonl
+from stages.annotate.crowd import label_studio, pages
+from stages.annotate.crowd.files import write_csv, write_jsonl
 from stages.annotate.layout import HITS, TASKS, condition_task_id
 
 

@@ -18,9 +18,9 @@ from xml.etree import ElementTree
 
 from pipeline.errors import UserError
 from pipeline.shards import write_atomic
-from stages.annotate import pages
+from stages.annotate.crowd import pages
+from stages.annotate.crowd.results import Problem, ResultRow
 from stages.annotate.layout import HITS
-from stages.annotate.results import Problem, ResultRow
 
 FOLDER = "label_studio"  # under <stage>_tasks/
 CONFIG = "config.xml"

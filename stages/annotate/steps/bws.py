@@ -14,8 +14,9 @@ from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import require_current
 from pipeline.shards import read_table
-from stages.annotate import bws, crowd, qualification, tasks
-from stages.annotate.files import read_jsonl, write_json, write_jsonl, write_parquet
+from stages.annotate.crowd import screening, tasks
+from stages.annotate.crowd.files import read_jsonl, write_json, write_jsonl, write_parquet
+from stages.annotate.labels import bws_scores
 from stages.annotate.layout import (
     ANNOTATION_SCHEMA,
     ANNOTATIONS,
@@ -33,6 +34,7 @@ from stages.annotate.layout import (
     TRIPLETS,
     bws_tuple_id,
 )
+from stages.annotate.steps import qualification
 
 HIT_FIELDS = ("sentence1", "sentence2", "condition")
 
@@ -52,11 +54,11 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
         tasks.guard_tasks(out, force)
         triplets = read_table(conditions_dir / TRIPLETS)
         items = tasks.rating_tasks(triplets)
-        design = bws.design_tuples(len(items), seed, appearances)
+        design = bws_scores.design_tuples(len(items), seed, appearances)
         item_ids = np.array([item["item_id"] for item in items], dtype=object)
         tuple_ids = [bws_tuple_id(index, list(row)) for index, row in enumerate(item_ids[design])]
         hits: dict[str, Any] = {"tuple_id": tuple_ids}
-        for position in range(bws.TUPLE_SIZE):
+        for position in range(bws_scores.TUPLE_SIZE):
             rows = pa.array(design[:, position])
             for name in HIT_FIELDS:
                 hits[f"{name}_{position + 1}"] = triplets.column(name).take(rows)
@@ -67,7 +69,7 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
         files = {key: str(out.folder / name) for key, name in written.items()}
         write_jsonl(items, out.staging / BWS_ITEMS)
         files["items"] = str(out.folder / BWS_ITEMS)
-        stats = bws.design_stats(design, len(items))
+        stats = bws_scores.design_stats(design, len(items))
         return out.finish({"items": len(items), "tuples": len(records)}, design=stats, files=files)
 
 
@@ -81,7 +83,7 @@ def import_bws(
     tasks_dir = annotate_dir / BWS_TASKS
     upstream = require_current(tasks_dir, "annotate export --stage bws", {"conditions": annotate_dir / CONDITIONS})
     qualified = qualification.qualified_workers(annotate_dir, workers)
-    inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
     params = {"repeats": repeats, "seed": seed}
     with OutputFolder("annotate-import-bws", annotate_dir / BWS, params, inputs, reads=(tasks_dir,)) as out:
@@ -91,14 +93,14 @@ def import_bws(
         items = read_jsonl(tasks_dir / BWS_ITEMS)
         index = {item["item_id"]: i for i, item in enumerate(items)}
         design = np.array([[index[i] for i in t["item_ids"]] for t in tuple_records], np.int64).reshape(
-            -1, bws.TUPLE_SIZE
+            -1, bws_scores.TUPLE_SIZE
         )
-        screen, accepted = crowd.screen_bws(tuple_records, results, tasks_dir / TASKS, qualified)
+        screen, accepted = screening.screen_bws(tuple_records, results, tasks_dir / TASKS, qualified)
         if not accepted:
             raise screen.nothing_valid(results, "best-worst answers")
         annotations = _annotations(design, accepted)
-        scores = bws.counting_scores(design, annotations, len(items))
-        reliability = bws.split_half(design, annotations, len(items), repeats, seed)
+        scores = bws_scores.counting_scores(design, annotations, len(items))
+        reliability = bws_scores.split_half(design, annotations, len(items), repeats, seed)
         per_tuple = np.bincount(annotations.tuple_index, minlength=len(design))
         spread = np.unique(per_tuple, return_counts=True)
         reliability["annotations_per_tuple"] = {str(k): int(v) for k, v in zip(*spread)}
@@ -124,15 +126,15 @@ def import_bws(
         return out.finish(counts, problems=screen.summary(), reliability=reliability, files=files)
 
 
-def _annotations(design: np.ndarray, accepted: list[crowd.Choice]) -> bws.Annotations:
+def _annotations(design: np.ndarray, accepted: list[screening.Choice]) -> bws_scores.Annotations:
     """The accepted answers as arrays, with the chosen positions turned into item indices."""
     tuple_index = np.array([c.tuple_index for c in accepted], np.int64)
     best = design[tuple_index, np.array([c.best for c in accepted], np.int64)]
     worst = design[tuple_index, np.array([c.worst for c in accepted], np.int64)]
-    return bws.Annotations(tuple_index, best, worst, np.array([c.worker for c in accepted]))
+    return bws_scores.Annotations(tuple_index, best, worst, np.array([c.worker for c in accepted]))
 
 
-def _item_table(items: list[dict[str, Any]], scores: bws.Scores) -> pa.Table:
+def _item_table(items: list[dict[str, Any]], scores: bws_scores.Scores) -> pa.Table:
     """`bws/items.parquet`: every item with its counts, its score and the score mapped onto 1-5."""
     columns = {name: [item[name] for item in items] for name in ("item_id", *PROVENANCE, *HIT_FIELDS)}
     columns["condition_type"] = [item["condition_type"] for item in items]
@@ -154,7 +156,7 @@ def _item_table(items: list[dict[str, Any]], scores: bws.Scores) -> pa.Table:
 
 
 def _annotation_table(
-    tuple_records: list[dict], items: list[dict], design: np.ndarray, accepted: list[crowd.Choice]
+    tuple_records: list[dict], items: list[dict], design: np.ndarray, accepted: list[screening.Choice]
 ) -> pa.Table:
     """`bws/annotations.parquet`: every accepted answer with the chosen items' ids, so scores can be recomputed."""
     rows = [

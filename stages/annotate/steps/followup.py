@@ -23,10 +23,10 @@ from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import require_current
 from pipeline.shards import read_table
-from stages.annotate import tasks
-from stages.annotate.files import read_jsonl, write_csv
+from stages.annotate.crowd import tasks
+from stages.annotate.crowd.files import read_jsonl, write_csv
+from stages.annotate.labels.ordinal import SCALE
 from stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, RATINGS_TASKS, TASKS, WORKERS
-from stages.annotate.ordinal import SCALE
 
 log = logging.getLogger(__name__)
 RATINGS_MORE = "ratings_more"

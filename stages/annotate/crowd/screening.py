@@ -18,10 +18,10 @@ import pyarrow as pa
 
 from pipeline.errors import UserError
 from pipeline.records import file_fingerprint, fingerprint
-from stages.annotate import label_studio
-from stages.annotate.files import write_csv
+from stages.annotate.crowd import label_studio
+from stages.annotate.crowd.files import write_csv
+from stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line
 from stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
-from stages.annotate.results import Problem, ResultRow, field_name, one_line
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")

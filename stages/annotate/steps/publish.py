@@ -21,9 +21,9 @@ from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import read_json, read_record, require_current, require_record
 from pipeline.shards import read_table, write_atomic, write_table
-from stages.annotate import soft_labels
-from stages.annotate.card import Histogram, Release, render_card
 from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
+from stages.annotate.release import soft_labels
+from stages.annotate.release.card import Histogram, Release, render_card
 
 FORMATS = ("hf",)
 CARD = "README.md"

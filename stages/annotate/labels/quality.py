@@ -3,7 +3,7 @@ the high-against-low check (docs/annotate.md, "Label quality").
 
 With `--aggregate model` each item's label is the posterior mean of the ordinal rater model (stages/annotate/
 ordinal.py) with its distribution over 1-5 and a 90% interval, and the not-pertinent verdict comes from a
-crowd-kit worker-skill model (stages/annotate/verdict.py) instead of the plain share of flags. Every policy gets
+crowd-kit worker-skill model (stages/annotate/labels/verdict.py) instead of the plain share of flags. Every policy gets
 the high-against-low check: a pair whose high condition's label is not above its low condition's is inverted;
 with the model, a pair whose order the model holds less likely than UNSURE_BELOW is unsure."""
 
@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.schemas import WORKERS_SCHEMA
-from stages.annotate import ordinal, verdict
-from stages.annotate.agreement import ItemLabels, RatingArrays, label_items
+from stages.annotate.labels import ordinal, verdict
+from stages.annotate.labels.agreement import ItemLabels, RatingArrays, label_items
 
 MODEL = "model"
 UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from pipeline.errors import UserError
-from stages.annotate.sampling import hash64
+from stages.annotate.labels.sampling import hash64
 
 TUPLE_SIZE = 4
 _PAIRS = np.array([(a, b) for a in range(TUPLE_SIZE) for b in range(a + 1, TUPLE_SIZE)])

@@ -22,10 +22,13 @@ from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import file_fingerprint, require_current, require_record
 from pipeline.shards import read_table
-from stages.annotate import crowd, hidden_gold, qualification, quality, tasks
-from stages.annotate.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
-from stages.annotate.files import read_jsonl, write_csv, write_json, write_parquet
-from stages.annotate.kept import KeptSource
+from stages.annotate.crowd import hidden_gold, screening, tasks
+from stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
+from stages.annotate.crowd.kept import KeptSource
+from stages.annotate.labels import quality
+from stages.annotate.labels.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
+from stages.annotate.labels.sampling import hash64, strata_summary, stratified_sample, unique_pairs
+from stages.annotate.labels.splits import complete_pairs, csts_table, label_description, label_metadata
 from stages.annotate.layout import (
     AGREEMENT,
     BWS,
@@ -51,8 +54,7 @@ from stages.annotate.layout import (
     WORKERS,
     rating_item_id,
 )
-from stages.annotate.sampling import hash64, strata_summary, stratified_sample, unique_pairs
-from stages.annotate.splits import complete_pairs, csts_table, label_description, label_metadata
+from stages.annotate.steps import qualification
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +121,13 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool, work
     tasks_dir = annotate_dir / CONDITIONS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage conditions")
     qualified = qualification.qualified_workers(annotate_dir, workers)
-    inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
     with OutputFolder("annotate-import-conditions", annotate_dir / CONDITIONS, {}, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
         condition_tasks = read_jsonl(tasks_dir / TASKS)
-        screen, answers = crowd.screen_conditions(condition_tasks, results, tasks_dir / TASKS, qualified)
+        screen, answers = screening.screen_conditions(condition_tasks, results, tasks_dir / TASKS, qualified)
         if not answers:
             raise screen.nothing_valid(results, "condition answers")
         triplets = _triplets(condition_tasks, answers)
@@ -145,7 +147,7 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool, work
         return out.finish(counts, problems=screen.summary(), files=files)
 
 
-def _triplets(condition_tasks: list[dict], answers: dict[int, crowd.ResultRow]) -> list[dict[str, Any]]:
+def _triplets(condition_tasks: list[dict], answers: dict[int, screening.ResultRow]) -> list[dict[str, Any]]:
     """Two (s1, s2, c) rows per answered task, high then low, in task order, with the writer's ids."""
     triplets = []
     for task_index in sorted(answers):
@@ -173,7 +175,7 @@ def export_ratings(
 ) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
     hides which condition was meant to be high or low. With `gold_share`, hidden control items make up that
-    share of the rows (stages/annotate/hidden_gold.py; `gold`: the qualification gold file to draw from)."""
+    share of the rows (stages/annotate/crowd/hidden_gold.py; `gold`: the qualification gold file to draw from)."""
     hidden_gold.check_share(gold_share)
     conditions_dir = annotate_dir / CONDITIONS
     upstream = require_current(
@@ -241,16 +243,16 @@ def import_ratings(
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
     params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
     qualified = qualification.qualified_workers(annotate_dir, workers)
-    inputs = {"tasks": upstream["fingerprint"], "results": crowd.results_fingerprint(results)}
+    inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
         tasks_all = read_jsonl(tasks_dir / TASKS)
-        screen, accepted = crowd.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
+        screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
         gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
         if gold is not None and gold.blocked:
-            screen, accepted = crowd.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
+            screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
         parts = hidden_gold.separate(tasks_all, accepted)
         items, accepted = parts.items, parts.accepted
         if not accepted:
@@ -321,7 +323,7 @@ def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, list]) -
     return pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)
 
 
-def _individual_table(items: list[dict], accepted: list[crowd.Rating]) -> pa.Table:
+def _individual_table(items: list[dict], accepted: list[screening.Rating]) -> pa.Table:
     """`ratings.parquet`: every accepted rating, so labels and agreement can be recomputed."""
     rows = [
         {

@@ -10,8 +10,8 @@ from pipeline.commit import OutputFolder
 from pipeline.errors import UserError
 from pipeline.records import file_fingerprint
 from pipeline.shards import write_atomic
-from stages.annotate.audit import audit
-from stages.annotate.files import write_json
+from stages.annotate.crowd.files import write_json
+from stages.annotate.labels.audit_stats import audit
 from stages.annotate.layout import AUDIT_JSON
 
 AUDIT_MD = "audit.md"

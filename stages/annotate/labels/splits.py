@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 
 from pipeline.errors import UserError
 from pipeline.schemas import CSTS_SCHEMA
+from stages.annotate.labels.sampling import hash64
 from stages.annotate.layout import RATING_SCALE, SPLITS
-from stages.annotate.sampling import hash64
 
 
 def parse_ratios(text: str) -> tuple[float, float, float]:

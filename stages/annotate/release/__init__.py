@@ -1,0 +1,1 @@
+"""What a release carries besides the tables: the dataset card, soft labels, licences."""

@@ -1,0 +1,1 @@
+"""What the CLI runs: each annotate step reads its inputs, calls crowd/ and labels/, and commits its folder."""
