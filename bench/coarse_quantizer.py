@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from stages.mine.budget import QUANTIZER_EF_SEARCH, QUANTIZER_M
-from stages.mine.rerank import StoredRows
+from csts_pipeline.stages.mine.budget import QUANTIZER_EF_SEARCH, QUANTIZER_M
+from csts_pipeline.stages.mine.rerank import StoredRows
 
 
 def main() -> None:

@@ -25,10 +25,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import stages.mine.knn as knn
+import csts_pipeline.stages.mine.knn as knn
+from csts_pipeline.frame.device import resolve_device
+from csts_pipeline.stages.mine.ann import recall_at_k
+
 from bench.hard_data import mixture_shard
-from pipeline.device import resolve_device
-from stages.mine.ann import recall_at_k
 
 SHARD = 100_000
 

@@ -32,12 +32,12 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.manifest import load_manifest
-from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
-from stages.filter.lookup import CaptionLookup
-from stages.filter.metrics import NumbaPairMetrics, TextFeatures
-from stages.filter.text import bag_of_words
-from stages.mine.pairs import CaptionIndex, expand, image_pairs
+from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
+from csts_pipeline.stages.filter.lookup import CaptionLookup
+from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures
+from csts_pipeline.stages.filter.text import bag_of_words
+from csts_pipeline.stages.mine.pairs import CaptionIndex, expand, image_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTIONS = REPO.parent / "shared" / "data" / "coco" / "captions_val2017.json"
@@ -82,8 +82,7 @@ def draw_pairs(k: int):
 def embed(texts: list[str], kind: str, dim: int) -> np.ndarray:
     if kind == "minilm":
         import torch
-
-        from stages.filter.text import encode_texts, load_text_encoder
+        from csts_pipeline.stages.filter.text import encode_texts, load_text_encoder
 
         return encode_texts(load_text_encoder("packaged:all-MiniLM-L6-v2", "model", torch.device("cpu")), texts, 128)
     vectors = np.random.default_rng(0).standard_normal((len(texts), dim), dtype=np.float32)

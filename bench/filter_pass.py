@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.manifest import load_manifest
-from stages.filter.stage import FilterStage
+from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.stages.filter.stage import FilterStage
 
 
 def main() -> None:

@@ -17,11 +17,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.manifest import load_manifest
-from pipeline.schemas import CANDIDATES
-from pipeline.shards import iter_shards
-from stages.filter.criteria import Criteria, score_pairs
-from stages.filter.stage import FilterStage
+from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.frame.schemas import CANDIDATES
+from csts_pipeline.frame.shards import iter_shards
+from csts_pipeline.stages.filter.criteria import Criteria, score_pairs
+from csts_pipeline.stages.filter.stage import FilterStage
 
 
 def main() -> None:

@@ -14,9 +14,8 @@ import time
 
 import numpy as np
 import torch
-
-from pipeline.device import resolve_device
-from stages.mine.knn import exact_knn
+from csts_pipeline.frame.device import resolve_device
+from csts_pipeline.stages.mine.knn import exact_knn
 
 
 def brute_force_numpy(vectors: np.ndarray, k: int, query_batch: int = 4096) -> np.ndarray:

@@ -13,8 +13,7 @@ import argparse
 import time
 
 import numpy as np
-
-from stages.mine.rerank import pairs_by_row
+from csts_pipeline.stages.mine.rerank import pairs_by_row
 
 
 def argsort_order(flat: np.ndarray) -> np.ndarray:

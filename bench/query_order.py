@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from pipeline.records import read_json
-from stages.mine.ann import rows_by_list, set_tuned
-from stages.mine.rerank import StoredRows, rerank
+from csts_pipeline.frame.records import read_json
+from csts_pipeline.stages.mine.ann import rows_by_list, set_tuned
+from csts_pipeline.stages.mine.rerank import StoredRows, rerank
 
 
 def timed_block(index, stored: StoredRows, vectors: Path, rows: np.ndarray, candidates: int) -> tuple[float, ...]:

@@ -24,8 +24,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.mine import rerank as rerank_module  # noqa: E402
-from stages.mine.rerank import StoredRows, VectorFile, rerank  # noqa: E402
+from csts_pipeline.stages.mine import rerank as rerank_module  # noqa: E402
+from csts_pipeline.stages.mine.rerank import StoredRows, VectorFile, rerank  # noqa: E402
 
 FORMER_CHUNK = 128
 

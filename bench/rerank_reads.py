@@ -23,8 +23,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.mine import rerank as rerank_module  # noqa: E402
-from stages.mine.rerank import MAP_BELOW, StoredRows, VectorFile  # noqa: E402
+from csts_pipeline.stages.mine import rerank as rerank_module  # noqa: E402
+from csts_pipeline.stages.mine.rerank import MAP_BELOW, StoredRows, VectorFile  # noqa: E402
 
 RERANK_CHUNK = 128  # queries a read stands for: 128 x 512 candidates is mine's read of READ_ROWS distinct rows
 

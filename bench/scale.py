@@ -27,12 +27,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import yaml
-
-from pipeline.commit import OutputFolder
-from pipeline.schemas import CAPTIONS, EMBEDDINGS
-from pipeline.shards import shard_name, write_table
-from stages.embed.encoder import embeddings_table
-from stages.embed.readers.datasets import read_coco
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.schemas import CAPTIONS, EMBEDDINGS
+from csts_pipeline.frame.shards import shard_name, write_table
+from csts_pipeline.stages.embed.encoder import embeddings_table
+from csts_pipeline.stages.embed.readers.datasets import read_coco
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `python bench/scale.py` as well as `python -m bench.scale`
@@ -108,12 +107,12 @@ def holdout_queries(n: int, dim: int, data: str, dtype: str) -> np.ndarray:
 def measure_holdout(queries: np.ndarray) -> None:
     """Make mine's searcher also report recall@k on `queries` (never added to the index) at its tuned parameter,
     against their exact top-k over the base (streamed in blocks), beside the record's self-excluded figure."""
-    from stages.mine import search
+    from csts_pipeline.stages.mine import search
 
     build = search.build_searcher
 
     def build_and_measure(plan, shards, config, device, folder=None):
-        from stages.mine.ann import holdout_recall
+        from csts_pipeline.stages.mine.ann import holdout_recall
 
         searcher, record = build(plan, shards, config, device, folder)
         if record.get("index") != "exact":
@@ -130,12 +129,14 @@ def _run_stage(
 ) -> None:
     from importlib import import_module
 
-    from pipeline.manifest import load_manifest
+    from csts_pipeline.frame.manifest import load_manifest
 
     if holdout is not None:
         measure_holdout(holdout)
     started = time.perf_counter()
-    record = import_module(f"stages.{stage}.stage").run(load_manifest(Path(manifest_path)), force=not resume)
+    record = import_module(f"csts_pipeline.stages.{stage}.stage").run(
+        load_manifest(Path(manifest_path)), force=not resume
+    )
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     queue.put(

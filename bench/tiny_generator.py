@@ -20,7 +20,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.packaged_models import resolve_model_path
+from csts_pipeline.frame.packaged_models import resolve_model_path
 
 
 def build(
@@ -53,8 +53,8 @@ def build(
 def teach_answers(model, tokenizer, train: Path, epochs: int, batch_size: int = 16) -> None:
     """Fit the model to answer each training row's 0-shot prompt (short instructions) with its label, loss on the
     answer tokens only: a model that has seen the answer format, trained offline in minutes on the CPU."""
-    from stages.train.data import read_csts
-    from stages.train.prompting import PromptOptions, build_prompts
+    from csts_pipeline.stages.train.data import read_csts
+    from csts_pipeline.stages.train.prompting import PromptOptions, build_prompts
 
     data = read_csts(train, "train")
     prompts = build_prompts(data, PromptOptions("short"))

@@ -24,10 +24,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.shards import write_table
-from stages.train import evaluate, train
-from stages.train.data import read_csts
-from stages.train.presets import train_config
+from csts_pipeline.frame.shards import write_table
+from csts_pipeline.stages.train import evaluate, train
+from csts_pipeline.stages.train.data import read_csts
+from csts_pipeline.stages.train.presets import train_config
+
 from tests.support.train_sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import open_manifest
+from csts_pipeline.frame.storage import pull, remote_of
 from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
-from pipeline.errors import UserError
-from pipeline.manifest import open_manifest
-from pipeline.storage import pull, remote_of
 
 annotate_app = typer.Typer(
     help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",
@@ -116,7 +116,7 @@ def _annotate_dir(dataset: str | None, manifest: str | None, out: Path | None) -
 
 def _say(record: dict[str, Any]) -> None:
     """What a step did, or that it had nothing to do."""
-    from stages import annotate
+    from csts_pipeline.stages import annotate
 
     if not say_up_to_date(record):
         typer.echo(annotate.describe(record))
@@ -189,7 +189,7 @@ def annotate_export(
 ) -> None:
     """Write crowd tasks: an MTurk batch CSV (one HIT per row), a JSONL of ids and the HIT page template.html
     (<annotate>/<stage>_tasks/)."""
-    from stages import annotate
+    from csts_pipeline.stages import annotate
 
     _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
     _only_for(stage, "bws", appearances=appearances)
@@ -211,7 +211,7 @@ def annotate_export(
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
     elif stage == "ratings" and more:
-        from stages.annotate.steps.followup import describe_more, export_more
+        from csts_pipeline.stages.annotate.steps.followup import describe_more, export_more
 
         typer.echo(describe_more(export_more(folder, force)))
         return
@@ -249,7 +249,7 @@ def annotate_import(
     force: ForceOpt = False,
 ) -> None:
     """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
-    from stages import annotate
+    from csts_pipeline.stages import annotate
 
     _only_for(
         stage,
@@ -299,7 +299,7 @@ def annotate_split(
     force: ForceOpt = False,
 ) -> None:
     """Train/validation/test C-STS files (Parquet and CSV) from the kept labelled items (<annotate>/csts/)."""
-    from stages import annotate
+    from csts_pipeline.stages import annotate
 
     folder, _ = _annotate_dir(dataset, manifest, out)
     _say(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels))
@@ -318,6 +318,6 @@ def annotate_audit(
     force: ForceOpt = False,
 ) -> None:
     """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
-    from stages.annotate.steps.audit import describe_audit, run_audit
+    from csts_pipeline.stages.annotate.steps.audit import describe_audit, run_audit
 
     typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))

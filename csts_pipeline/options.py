@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeline.errors import UserError
-from pipeline.manifest import PRECISION_HELP
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import PRECISION_HELP
 
 DatasetOpt = Annotated[
     str | None,
@@ -45,8 +45,7 @@ def user_errors(command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
-        for ours in ("pipeline", "stages"):
-            logging.getLogger(ours).setLevel(logging.INFO)
+        logging.getLogger("csts_pipeline").setLevel(logging.INFO)
         try:
             command(*args, **kwargs)
         except UserError as exc:

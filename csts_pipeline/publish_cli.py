@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import open_manifest
 from csts_pipeline.options import DatasetOpt, ManifestOpt, user_errors
-from pipeline.errors import UserError
-from pipeline.manifest import open_manifest
 
 
 def export(
@@ -35,7 +35,7 @@ def export(
     ] = False,
 ) -> None:
     """Publish <work_dir>/annotate/csts/ as a dataset: Parquet per split, a card with statistics and a plot."""
-    from stages.annotate.steps.publish import FORMATS, export_hf
+    from csts_pipeline.stages.annotate.steps.publish import FORMATS, export_hf
 
     if format_ not in FORMATS:
         raise UserError(f"--format {format_!r}: expected {' or '.join(FORMATS)}")

@@ -7,21 +7,21 @@ from typing import Annotated
 
 import typer
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import open_manifest
+from csts_pipeline.frame.urls import location
 from csts_pipeline.options import DatasetOpt, ManifestOpt, user_errors
-from pipeline.errors import UserError
-from pipeline.manifest import open_manifest
-from pipeline.urls import location
 
 
 def report(
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
     out: Annotated[
-        Path | None,
-        typer.Option("--out", help="The page to write (default <work_dir>/report/index.html); images go beside it."),
+        str | None, typer.Option("--out", help="The run's work folder, as for run and the stages (overrides work_dir).")
     ] = None,
-    work_dir: Annotated[
-        str | None, typer.Option("--work-dir", help="The run's work folder (overrides work_dir).")
+    page: Annotated[
+        Path | None,
+        typer.Option("--page", help="The page to write (default <work_dir>/report/index.html); images go beside it."),
     ] = None,
     per_stratum: Annotated[int, typer.Option(min=1, help="Kept pairs shown per sentence-cosine quartile.")] = 4,
     near: Annotated[int, typer.Option(min=1, help="Rejected pairs shown per criterion, nearest its threshold.")] = 6,
@@ -32,13 +32,13 @@ def report(
 ) -> None:
     """Write a static page of a run: the funnel, the metric distributions, kept pairs and near misses, with
     thumbnails; and the annotation summary when there is one."""
-    from report.build import ReportOptions, build_report
+    from csts_pipeline.report.build import ReportOptions, build_report
 
     if dataset is None and manifest is None:
         raise UserError("give --dataset NAME or --manifest PATH (the run to report on)")
-    loaded = open_manifest(dataset, manifest, {"work_dir": location(work_dir)})
+    loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
     loaded.fetch_inputs()
-    page = out.resolve() if out is not None else loaded.work_dir / "report" / "index.html"
+    page = page.resolve() if page is not None else loaded.work_dir / "report" / "index.html"
     result = build_report(loaded, page, ReportOptions(per_stratum, near, candidate_sample, seed))
     typer.echo(
         f"report: {result['page']}\n  {result['images']} thumbnails, {result['kept_shown']} kept pairs shown; "

@@ -12,13 +12,14 @@ from typing import Annotated, Any, get_args
 
 import typer
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import Manifest, open_manifest
+from csts_pipeline.frame.records import read_record
+from csts_pipeline.frame.storage import remote_of, remote_record
+from csts_pipeline.frame.urls import is_url, location
 from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
-from pipeline.errors import UserError
-from pipeline.manifest import Manifest, open_manifest
-from pipeline.records import read_record
-from pipeline.storage import remote_of, remote_record
-from pipeline.urls import is_url, location
-from stages import REGISTRY, StageSpec
+from csts_pipeline.stages import REGISTRY, StageSpec
+from csts_pipeline.stages import spec as stage_spec
 
 OutOpt = Annotated[
     str | None,
@@ -67,10 +68,10 @@ def manifest_for(given: dict[str, Any], overrides: dict[str, Any]) -> Manifest:
 def executor_of(manifest: Manifest) -> Any:
     """The executor the manifest's `run.executor` names; Ray is imported only when asked for."""
     if manifest.run.executor == "ray":
-        from pipeline.ray_executor import RayExecutor
+        from csts_pipeline.frame.ray_executor import RayExecutor
 
         return RayExecutor(address=manifest.run.ray_address)
-    from pipeline.executor import LocalExecutor
+    from csts_pipeline.frame.executor import LocalExecutor
 
     return LocalExecutor()
 
@@ -78,11 +79,11 @@ def executor_of(manifest: Manifest) -> Any:
 def run_stage(loaded: Manifest, spec: StageSpec, force: bool, executor: Any = None) -> None:
     """One data stage through the manifest's executor (run.executor), then its report."""
     executor = executor or executor_of(loaded)
-    report(executor.run(spec.load()(loaded), force=force), loaded)
+    print_summary(executor.run(spec.load()(loaded), force=force), loaded)
 
 
-def report(record: dict, manifest: Manifest | None = None) -> None:
-    """One summary per stage run: what it did (or that it was up to date), its skips, and filter's funnel."""
+def print_summary(record: dict, manifest: Manifest | None = None) -> None:
+    """One summary per stage run: what it did (or that it was up to date), then the stage's own lines."""
     if say_up_to_date(record):
         folder = record["folder"]
         record = (remote_record(*folder.rsplit("/", 1)) if is_url(folder) else read_record(Path(folder))) or {}
@@ -90,14 +91,9 @@ def report(record: dict, manifest: Manifest | None = None) -> None:
         counts = ", ".join(f"{k}={v}" for k, v in record["counts"].items())
         reused = f", {record['units_reused']} of {record['units']} units resumed" if record.get("units_reused") else ""
         typer.echo(f"{record['stage']}: done in {record['timings']['seconds']:.1f}s ({counts}{reused})")
-    if "reader_skip_counts" in record and record.get("status") == "done":
-        from stages.embed.readers.corpus import describe_skips
-
-        typer.echo(f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}")
-    if "funnel" in record and manifest is not None:
-        from stages.filter.stage import funnel_table
-
-        typer.echo(funnel_table(manifest, record))
+    if manifest is not None and record.get("stage") in {entry.name for entry in REGISTRY}:
+        for line in stage_spec(record["stage"]).summary_lines(record, manifest):
+            typer.echo(line)
 
 
 def stage_command(
@@ -159,7 +155,7 @@ def status(
 ) -> None:
     """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record;
     with --verify, `corrupt` for a stage whose files differ from their checksums (exit code 1)."""
-    from pipeline.executor import state
+    from csts_pipeline.frame.executor import state
 
     loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
     loaded.fetch_inputs()
@@ -187,7 +183,7 @@ def status(
 
 def _verified(folder: Path, record: dict[str, Any], found: str, detail: str) -> tuple[str, str]:
     """The state after reading every listed file against its checksum."""
-    from pipeline.checksums import verify_outputs
+    from csts_pipeline.frame.checksums import verify_outputs
 
     problems, unhashed = verify_outputs(folder, record)
     if problems:

@@ -14,13 +14,13 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import typer
 from pydantic.fields import FieldInfo
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import TrainConfig, open_manifest
+from csts_pipeline.frame.records import read_record
+from csts_pipeline.frame.storage import output_cache
+from csts_pipeline.frame.urls import is_url
 from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_errors
-from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig, open_manifest
-from pipeline.records import read_record
-from pipeline.storage import output_cache
-from pipeline.urls import is_url
-from stages.train.presets import train_config
+from csts_pipeline.stages.train.presets import train_config
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 MetricsOutOpt = Annotated[
@@ -29,7 +29,7 @@ MetricsOutOpt = Annotated[
 
 
 def _print_metrics(metrics: dict[str, dict]) -> None:
-    from stages.train.scoring import format_table
+    from csts_pipeline.stages.train.scoring import format_table
 
     typer.echo(format_table(metrics))
 
@@ -122,7 +122,7 @@ def train(
     **hyperparameters: Any,
 ) -> None:
     """Fine-tune a C-STS cross/bi/tri-encoder; keep the best epoch by validation Spearman (<out>/best/)."""
-    from stages.train import train as stage
+    from csts_pipeline.stages.train import train as stage
 
     folder = output_cache(out) if is_url(out) else Path(out)
     options = stage.TrainOptions(
@@ -149,7 +149,7 @@ def train(
 
 
 def _train_seeds(options: Any, seeds: str, force: bool) -> None:
-    from stages.train.seeds import format_seed_table, parse_seeds, run_seeds
+    from csts_pipeline.stages.train.seeds import format_seed_table, parse_seeds, run_seeds
 
     result = run_seeds(options, parse_seeds(seeds), force=force)
     typer.echo(f"train: {len(result['runs'])} seeds in {options.out}/seed-*/")
@@ -187,9 +187,9 @@ def evaluate(
     seed: Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")] = 42,
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
-    from stages.train import evaluate as stage
-    from stages.train.data import read_csts
-    from stages.train.prompting import PromptOptions
+    from csts_pipeline.stages.train import evaluate as stage
+    from csts_pipeline.stages.train.data import read_csts
+    from csts_pipeline.stages.train.prompting import PromptOptions
 
     if precision not in (None, "auto", "fp32", "fp16", "bf16"):
         raise UserError(f"--precision {precision!r}: use auto, fp32, fp16 or bf16")

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.stage import Resources, Stage, Unit
+from csts_pipeline.frame.stage import Resources, Stage, Unit
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline import storage
-from pipeline.checksums import drop_sidecars
-from pipeline.failpoints import failpoint
-from pipeline.locks import stage_lock
-from pipeline.records import (
+from csts_pipeline.frame import storage
+from csts_pipeline.frame.checksums import drop_sidecars
+from csts_pipeline.frame.failpoints import failpoint
+from csts_pipeline.frame.locks import stage_lock
+from csts_pipeline.frame.records import (
     RECORD,
     STARTED,
     describe_files,
@@ -44,7 +44,7 @@ from pipeline.records import (
     versions,
     write_json,
 )
-from pipeline.shards import remove_tmp_files
+from csts_pipeline.frame.shards import remove_tmp_files
 
 log = logging.getLogger(__name__)
 UNITS = "_units"  # the executor's per-unit completion markers, inside a staging folder

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.errors import UserError
+from csts_pipeline.frame.errors import UserError
 
 if TYPE_CHECKING:  # torch loads with the first model, not with the command line
     import torch

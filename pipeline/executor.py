@@ -18,14 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from pipeline import storage
-from pipeline.commit import UNITS, OutputFolder, staging_of
-from pipeline.errors import UserError
-from pipeline.failpoints import failpoint
-from pipeline.locks import stage_lock
-from pipeline.records import (
+from csts_pipeline.frame import storage
+from csts_pipeline.frame.commit import UNITS, OutputFolder, staging_of
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.failpoints import failpoint
+from csts_pipeline.frame.locks import stage_lock
+from csts_pipeline.frame.records import (
     STARTED,
     fingerprint,
     output_problems,
@@ -35,7 +33,8 @@ from pipeline.records import (
     require_record,
     write_json,
 )
-from pipeline.stage import Stage, StagePlan, Unit
+from csts_pipeline.frame.stage import Stage, StagePlan, Unit
+from tqdm import tqdm
 
 log = logging.getLogger(__name__)
 

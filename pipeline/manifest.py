@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from csts_pipeline.frame import storage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest_paths import find_manifest, localise_urls, resolve_path
+from csts_pipeline.frame.urls import is_url
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,11 +23,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from pipeline import storage
-from pipeline.errors import UserError
-from pipeline.manifest_paths import find_manifest, localise_urls, resolve_path
-from pipeline.urls import is_url
 
 DatasetFormat = Literal[
     "coco",

@@ -8,9 +8,9 @@ import importlib.resources
 from pathlib import Path
 from typing import Any
 
-from pipeline import storage
-from pipeline.errors import UserError
-from pipeline.urls import is_url
+from csts_pipeline.frame import storage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.urls import is_url
 
 # The manifests users see and edit live in the repository's top-level manifests/; setup.py copies them into the
 # wheel as pipeline/manifests/, so an installed copy finds them too (docs/manifests.md).

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.errors import UserError
+from csts_pipeline.frame.errors import UserError
 
 PACKAGED_PREFIX = "packaged:"
 # the name after `packaged:` -> a module with get_model_path()

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.cluster import BatchPipeline, BatchStep, ClusterStage
-from pipeline.errors import UserError
-from pipeline.failpoints import armed, failpoint_once, forwarded
-from pipeline.stage import Unit
+from csts_pipeline.frame.cluster import BatchPipeline, BatchStep, ClusterStage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.failpoints import armed, failpoint_once, forwarded
+from csts_pipeline.frame.stage import Unit
 
 log = logging.getLogger(__name__)
 Batch = dict[str, np.ndarray]

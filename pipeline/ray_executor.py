@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.cluster import ClusterStage
-from pipeline.errors import UserError
-from pipeline.executor import LocalExecutor
-from pipeline.failpoints import failpoint, forwarded
-from pipeline.stage import Resources, Stage, Unit
+from csts_pipeline.frame.cluster import ClusterStage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.executor import LocalExecutor
+from csts_pipeline.frame.failpoints import failpoint, forwarded
+from csts_pipeline.frame.stage import Resources, Stage, Unit
 
 log = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'csts-pipeline[ray]'"
@@ -123,7 +123,7 @@ class RayExecutor(LocalExecutor):
         self.connect()
         batches = stage.batch_pipeline(pending, staging) if isinstance(stage, ClusterStage) else None
         if batches is not None:
-            from pipeline.ray_batches import run_batches
+            from csts_pipeline.frame.ray_batches import run_batches
 
             yield from run_batches(self, stage, batches, pending, staging)
             return

@@ -15,9 +15,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.checksums import HASH_KEY, verify_outputs, written_digest
-from pipeline.errors import UserError
-from pipeline.shards import parquet_rows, write_atomic
+from csts_pipeline.frame.checksums import HASH_KEY, verify_outputs, written_digest
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import parquet_rows, write_atomic
 
 RECORD = "_stage.json"
 STARTED = "_started.json"

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-
-from pipeline.errors import UserError
+from csts_pipeline.frame.errors import UserError
 
 # embed/
 EMBEDDINGS = "embeddings"

@@ -15,9 +15,8 @@ from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipeline.checksums import HashingWriter, sidecar_of, wants_sidecar, write_sidecar
-from pipeline.errors import UserError
+from csts_pipeline.frame.checksums import HashingWriter, sidecar_of, wants_sidecar, write_sidecar
+from csts_pipeline.frame.errors import UserError
 
 SHARD_GLOB = "part-*.parquet"
 TMP_SUFFIX = ".tmp"

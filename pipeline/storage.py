@@ -26,12 +26,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pipeline.checksums import HASH_KEY, drop_sidecars, written_digest
-from pipeline.errors import UserError
-from pipeline.failpoints import failpoint
-from pipeline.records import RECORD, output_problems, read_json, read_record, write_json
-from pipeline.shards import write_atomic
-from pipeline.urls import display, filesystem
+from csts_pipeline.frame.checksums import HASH_KEY, drop_sidecars, written_digest
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.failpoints import failpoint
+from csts_pipeline.frame.records import RECORD, output_problems, read_json, read_record, write_json
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.frame.urls import display, filesystem
 
 log = logging.getLogger(__name__)
 CACHE_ENV = "CSTS_PIPELINE_CACHE"

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from pipeline.errors import UserError
-from pipeline.packaged_models import hub_source, load_failure
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.packaged_models import hub_source, load_failure
 
 if TYPE_CHECKING:
     import torch

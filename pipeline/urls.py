@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UserError
+from csts_pipeline.frame.errors import UserError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _DRIVERS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "hf": "huggingface_hub", "az": "adlfs"}

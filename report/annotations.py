@@ -10,11 +10,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
-
-from pipeline.records import read_json, read_record
-from pipeline.shards import read_table
-from report.plots import label_histogram
-from stages.annotate.layout import (
+from csts_pipeline.frame.records import read_json, read_record
+from csts_pipeline.frame.shards import read_table
+from csts_pipeline.report.plots import label_histogram
+from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     ANNOTATIONS,
     BWS,

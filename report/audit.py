@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import read_json, read_record
-from stages.annotate.layout import AUDIT_FOLDER, AUDIT_JSON
+from csts_pipeline.frame.records import read_json, read_record
+from csts_pipeline.stages.annotate.layout import AUDIT_FOLDER, AUDIT_JSON
 
 DISPUTED_SHOWN = 5
 

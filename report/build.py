@@ -13,16 +13,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pipeline.commit import OutputFolder
-from pipeline.manifest import Manifest
-from pipeline.records import read_json
-from pipeline.shards import write_atomic
-from report.annotations import annotation_summary
-from report.audit import audit_summary
-from report.funnel import funnel_rows, read_records
-from report.plots import distributions
-from report.samples import criteria_of, image_cosine_histogram, kept_sample, near_misses
-from report.thumbnails import SIZE, thumbnails
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.manifest import Manifest
+from csts_pipeline.frame.records import read_json
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.report.annotations import annotation_summary
+from csts_pipeline.report.audit import audit_summary
+from csts_pipeline.report.funnel import funnel_rows, read_records
+from csts_pipeline.report.plots import distributions
+from csts_pipeline.report.samples import criteria_of, image_cosine_histogram, kept_sample, near_misses
+from csts_pipeline.report.thumbnails import SIZE, thumbnails
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.records import require_record
+from csts_pipeline.frame.records import require_record
 
 STAGES = ("embed", "mine", "filter")
 

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.shards import write_atomic
-from stages.filter.criteria import Criteria
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.stages.filter.criteria import Criteria
 
 TITLES = {
     "image_cosine": "image cosine (CLIP)",

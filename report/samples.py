@@ -17,10 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from pipeline.schemas import CANDIDATES, CAPTIONS, IMAGE_PAIRS, KEPT, KEPT_SCHEMA, REJECTED
-from pipeline.shards import list_shards, read_shards
-from stages.filter.criteria import CRITERIA, Criteria
+from csts_pipeline.frame.schemas import CANDIDATES, CAPTIONS, IMAGE_PAIRS, KEPT, KEPT_SCHEMA, REJECTED
+from csts_pipeline.frame.shards import list_shards, read_shards
+from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria
 
 BATCH = 65_536
 SHOWN = [*KEPT_SCHEMA.names]
@@ -155,9 +154,9 @@ def _scored_candidate_sample(
     work_dir: Path, records: dict[str, dict], criteria: Criteria, size: int, seed: int
 ) -> tuple[pa.Table, str]:
     """About `size` candidates drawn uniformly (seeded), with the filter's metrics and first failed criterion."""
-    from stages.filter.criteria import score_pairs
-    from stages.filter.metrics import NumbaPairMetrics, TextFeatures
-    from stages.filter.scoring import unique_texts
+    from csts_pipeline.stages.filter.criteria import score_pairs
+    from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures
+    from csts_pipeline.stages.filter.scoring import unique_texts
 
     mine_dir = work_dir / "mine"
     share = min(1.0, size / max(1, records["mine"]["counts"]["candidate_pairs"]))

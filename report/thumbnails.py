@@ -1,7 +1,7 @@
 """Thumbnails (at most 256 px on a side) of the images the page shows, made once each with Pillow.
 
 An image is found from its `file_name` in embed's embeddings table, the way the dataset reader named it
-(stages.embed.readers.datasets / stages.embed.readers.archives): a file under the image folder, a member of a WebDataset tar shard
+(stages/embed/readers/datasets.py, archives.py): a file under the image folder, a member of a WebDataset tar shard
 (`shard.tar/key.jpg`, located by `scan_tar`) or a row of a Parquet image column (`file.parquet#row`, read through
 `Member`). Only the tar shards that hold a shown image are scanned."""
 
@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from csts_pipeline.frame.manifest import DataConfig
+from csts_pipeline.frame.schemas import EMBEDDINGS
+from csts_pipeline.stages.embed.readers.archives import Member, scan_tar
+from csts_pipeline.stages.embed.readers.corpus import escapes_folder
 from PIL import Image, UnidentifiedImageError
-
-from pipeline.manifest import DataConfig
-from pipeline.schemas import EMBEDDINGS
-from stages.embed.readers.archives import Member, scan_tar
-from stages.embed.readers.corpus import escapes_folder
 
 log = logging.getLogger(__name__)
 SIZE = 256

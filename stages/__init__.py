@@ -20,6 +20,14 @@ class StageSpec:
     inputs: tuple[str, ...]
     help: str
     entry: str
+    summary: str | None = None  # "module:function" (record, manifest) -> lines the CLI prints after a run
+
+    def summary_lines(self, record: dict[str, Any], manifest: Any) -> list[str]:
+        """What this stage adds to the one-line summary of a run (a funnel, reader skips); nothing by default."""
+        if self.summary is None:
+            return []
+        module, _, name = self.summary.partition(":")
+        return list(getattr(import_module(module), name)(record, manifest))
 
     @property
     def command(self) -> str:
@@ -38,21 +46,23 @@ REGISTRY: tuple[StageSpec, ...] = (
         None,
         ("data.captions", "data.images"),
         "Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/).",
-        "stages.embed.stage:EmbedStage",
+        "csts_pipeline.stages.embed.stage:EmbedStage",
+        "csts_pipeline.stages.embed.stage:summary_lines",
     ),
     StageSpec(
         "mine",
         "embed",
         ("embed/embeddings", "embed/captions"),
         "Top-k image neighbours (exact, or approximate with measured recall) expanded to caption pairs (<out>/mine/).",
-        "stages.mine.stage:MineStage",
+        "csts_pipeline.stages.mine.stage:MineStage",
     ),
     StageSpec(
         "filter",
         "mine",
         ("mine/candidates", "mine/captions"),
         "Keep the candidate pairs meeting the C-STS criteria (<out>/filter/), print the funnel; or score --pairs.",
-        "stages.filter.stage:FilterStage",
+        "csts_pipeline.stages.filter.stage:FilterStage",
+        "csts_pipeline.stages.filter.stage:summary_lines",
     ),
 )
 

@@ -61,7 +61,7 @@ def coco_val_captions() -> Path:
 @pytest.fixture(scope="session")
 def sample_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The generated sample (COCO JSON + JPEGs), made once per test session."""
-    from stages.embed.readers.sample_data import ensure_sample
+    from csts_pipeline.stages.embed.readers.sample_data import ensure_sample
 
     root = tmp_path_factory.mktemp("sample")
     ensure_sample(root / "captions.json", root / "images")
@@ -113,7 +113,7 @@ def write_manifest(folder: Path, captions: Path, images: Path, **sections: dict)
 
 def reseal(folder: Path) -> None:
     """Let a stage record list the files of an output edited by hand, as if its stage had written them."""
-    from pipeline.records import describe_files, read_record, write_json
+    from csts_pipeline.frame.records import describe_files, read_record, write_json
 
     write_json(folder / "_stage.json", read_record(folder) | {"output_files": describe_files(folder)})
 
@@ -141,7 +141,7 @@ def contents(work: Path, stages: tuple[str, ...] = STAGES) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def ray_session():
     """A local Ray of 2 CPUs on loopback, for one test module."""
-    from pipeline.ray_executor import LOOPBACK_ONLY
+    from csts_pipeline.frame.ray_executor import LOOPBACK_ONLY
 
     for name, value in LOOPBACK_ONLY.items():  # before Ray is imported: a local Ray on loopback only
         os.environ.setdefault(name, value)

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from stages import annotate
-from stages.annotate.labels.agreement import (
+from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.labels.agreement import (
     FLAG_BELOW,
     RatingArrays,
     aggregate,

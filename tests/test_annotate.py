@@ -15,17 +15,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import write_json
+from csts_pipeline.frame.schemas import KEPT_SCHEMA
+from csts_pipeline.frame.shards import shard_name, write_atomic, write_table
+from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.labels.agreement import aggregate, fleiss_kappa
+from csts_pipeline.stages.annotate.labels.sampling import allocate, quantile_bins, stratified_sample
+from csts_pipeline.stages.annotate.labels.splits import sentence_pair_groups, split_sizes
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.errors import UserError
-from pipeline.records import write_json
-from pipeline.schemas import KEPT_SCHEMA
-from pipeline.shards import shard_name, write_atomic, write_table
-from stages import annotate
-from stages.annotate.labels.agreement import aggregate, fleiss_kappa
-from stages.annotate.labels.sampling import allocate, quantile_bins, stratified_sample
-from stages.annotate.labels.splits import sentence_pair_groups, split_sizes
 from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,12 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.stages.embed.readers.datasets import read_dataset
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.errors import UserError
-from pipeline.manifest import load_manifest
-from stages.embed.readers.datasets import read_dataset
 from tests.conftest import first_images, write_manifest
 
 runner = CliRunner()
@@ -103,7 +103,7 @@ def png_header(path: Path, width: int, height: int) -> None:
 
 
 def test_results_csv_with_an_unterminated_quote_is_refused(tmp_path: Path):
-    from stages.annotate.crowd.screening import read_results
+    from csts_pipeline.stages.annotate.crowd.screening import read_results
 
     path = tmp_path / "results.csv"
     path.write_text('pair_id,worker_id,rating\n1,w1,3\n2,w1,"4\n3,w2,5\n4,w2,2\n')
@@ -175,7 +175,7 @@ def test_nan_embeddings_from_clip_retrieval_are_refused(tmp_path: Path):
 
 
 def test_the_lock_message_names_no_stale_pid(tmp_path: Path):
-    from pipeline.locks import _holder, lock_path, stage_lock
+    from csts_pipeline.frame.locks import _holder, lock_path, stage_lock
 
     with stage_lock(tmp_path, "embed"):
         assert lock_path(tmp_path, "embed").read_text() == f"{os.getpid()}\n"
@@ -204,7 +204,7 @@ def test_a_symlink_out_of_the_image_folder_is_skipped(tmp_path: Path, small: tup
 
 
 def test_a_144_megapixel_png_is_skipped_not_decoded(tmp_path: Path):
-    from stages.embed.images import _PreprocessedImages
+    from csts_pipeline.stages.embed.images import _PreprocessedImages
 
     png_header(tmp_path / "huge.png", 12_000, 12_000)
     _, tensor, reason = _PreprocessedImages([tmp_path / "huge.png"], lambda image: image)[0]
@@ -346,8 +346,8 @@ def test_a_pickle_as_embed_pretrained_is_refused(tmp_path: Path, small: tuple[di
 
 @pytest.mark.parametrize("damage", ["nan rows", "wrong width"])
 def test_a_bad_sentence_embedding_cache_is_not_used(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture):
-    from pipeline.manifest import FilterConfig
-    from stages.filter.scoring import sentence_embeddings
+    from csts_pipeline.frame.manifest import FilterConfig
+    from csts_pipeline.stages.filter.scoring import sentence_embeddings
 
     config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", text_pooling="model")
     texts = ["a dog on a mat", "two cats", "a red bus"]
@@ -366,8 +366,8 @@ def test_a_bad_sentence_embedding_cache_is_not_used(tmp_path: Path, damage: str,
 
 
 def test_nan_sentence_embeddings_never_reach_min_cosine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from pipeline.manifest import FilterConfig
-    from stages.filter import scoring
+    from csts_pipeline.frame.manifest import FilterConfig
+    from csts_pipeline.stages.filter import scoring
 
     monkeypatch.setattr(scoring, "load_text_encoder", lambda *args: None)
     monkeypatch.setattr(scoring, "encode_texts", lambda model, texts, *a, **k: np.full((len(texts), 4), np.nan))

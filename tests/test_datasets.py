@@ -2,10 +2,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from pipeline.errors import UserError
-from pipeline.manifest import DataConfig
-from stages.embed.readers.datasets import (
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import DataConfig
+from csts_pipeline.stages.embed.readers.datasets import (
     read_coco,
     read_dataset,
     read_flickr_csv,
@@ -322,7 +321,7 @@ def test_karpathy_entry_without_a_required_key_is_a_one_line_error(tmp_path: Pat
 
 
 def test_describe_skips_is_one_line_with_every_class():
-    from stages.embed.readers.corpus import describe_skips
+    from csts_pipeline.stages.embed.readers.corpus import describe_skips
 
     line = describe_skips(
         {"caption: caption is null": 2, "image: file name outside the image folder": 1, "line: malformed line": 3}

@@ -9,13 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.filter import kernels
+from csts_pipeline.stages.filter.criteria import (
+    CRITERIA,
+    HISTOGRAM_EDGES,
+    Criteria,
+    reference_pair_metrics,
+    score_pairs,
+)
+from csts_pipeline.stages.filter.kernels import histograms
+from csts_pipeline.stages.filter.lookup import CaptionLookup
+from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
 
-from pipeline.errors import UserError
-from stages.filter import kernels
-from stages.filter.criteria import CRITERIA, HISTOGRAM_EDGES, Criteria, reference_pair_metrics, score_pairs
-from stages.filter.kernels import histograms
-from stages.filter.lookup import CaptionLookup
-from stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
 from tests.test_pair_filter import EDGE_CAPTIONS
 
 SENTENCES = [

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from csts_pipeline.stages.annotate.labels import ordinal
+from csts_pipeline.stages.annotate.steps import followup
 from scipy.stats import spearmanr
 
-from stages.annotate.labels import ordinal
-from stages.annotate.steps import followup
 from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from csts_pipeline.stages.annotate.crowd import hidden_gold
+from csts_pipeline.stages.annotate.crowd.screening import Rating
+from csts_pipeline.stages.annotate.labels import ordinal
+from csts_pipeline.stages.annotate.labels.quality import anchored_fit
 
-from stages.annotate.crowd import hidden_gold
-from stages.annotate.crowd.screening import Rating
-from stages.annotate.labels import ordinal
-from stages.annotate.labels.quality import anchored_fit
 from tests.support.simulate import gold_decisions
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
@@ -121,7 +121,7 @@ def test_gold_anchors_the_ordinal_model():
     real, gold = item < n_items, item >= n_items
 
     def arrays(mask: np.ndarray, offset: int):
-        from stages.annotate.labels.agreement import RatingArrays
+        from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
         return RatingArrays(item[mask] - offset, worker[mask], rating[mask], np.zeros(mask.sum(), bool))
 

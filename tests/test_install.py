@@ -22,12 +22,16 @@ def test_the_built_wheel_runs_the_sample_from_any_folder(tmp_path: Path):
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)], check=True)
     (wheel,) = wheels.glob("csts_pipeline-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
-    assert sorted(p.name for p in (target / "pipeline" / "manifests").glob("*.yaml")) == [
+    ours = sorted(p.name for p in target.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", "__pycache__")))
+    assert ours == ["csts_pipeline"], ours  # one installed import name: no top-level pipeline, stages or report
+    assert sorted(p.name for p in (target / "csts_pipeline" / "frame" / "manifests").glob("*.yaml")) == [
         "coco.yaml",
         "flickr30k.yaml",
         "sample.yaml",
     ]
-    assert (target / "report" / "templates" / "index.html").is_file()  # the report page's template (package data)
+    assert (
+        target / "csts_pipeline" / "report" / "templates" / "index.html"
+    ).is_file()  # the report page's template (package data)
 
     env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1"}
 

@@ -31,14 +31,14 @@ from xml.etree import ElementTree
 
 import pyarrow.parquet as pq
 import pytest
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import shard_name, write_table
+from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd import label_studio, pages, screening
+from csts_pipeline.stages.annotate.steps import qualification
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.errors import UserError
-from pipeline.shards import shard_name, write_table
-from stages import annotate
-from stages.annotate.crowd import label_studio, pages, screening
-from stages.annotate.steps import qualification
 from tests.test_annotate import kept_table
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,18 +5,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import MineConfig
+from csts_pipeline.frame.schemas import EMBEDDINGS
+from csts_pipeline.frame.shards import read_shards, write_table
+from csts_pipeline.stages.embed.encoder import embeddings_table
+from csts_pipeline.stages.mine import ann, knn
+from csts_pipeline.stages.mine import budget as budget_module
+from csts_pipeline.stages.mine import rerank as rerank_module
+from csts_pipeline.stages.mine.budget import GIB, estimate, ivf_lists, plan_index, training_rows
+from csts_pipeline.stages.mine.rerank import StoredRows, VectorFile, rerank
+from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
-from pipeline.errors import UserError
-from pipeline.manifest import MineConfig
-from pipeline.schemas import EMBEDDINGS
-from pipeline.shards import read_shards, write_table
-from stages.embed.encoder import embeddings_table
-from stages.mine import ann, knn
-from stages.mine import budget as budget_module
-from stages.mine import rerank as rerank_module
-from stages.mine.budget import GIB, estimate, ivf_lists, plan_index, training_rows
-from stages.mine.rerank import StoredRows, VectorFile, rerank
-from stages.mine.vectors import EmbeddingShards
 from tests.test_mine_ann import _clustered, _embed_folder, _mine
 
 
@@ -100,7 +100,7 @@ def test_recall_on_held_out_queries_uses_their_exact_top_k_over_the_whole_base(t
 
 
 def test_a_compressed_index_searches_list_by_list_and_finds_what_row_order_finds(tmp_path: Path):
-    from stages.mine import search
+    from csts_pipeline.stages.mine import search
 
     _embed_folder(tmp_path, _clustered(2000, dim=32, clusters=40))
     shards = EmbeddingShards(tmp_path / "embed" / EMBEDDINGS)
@@ -283,9 +283,9 @@ def _mapped_kib(path: Path) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
 def test_the_pairs_give_back_the_pages_of_the_neighbour_lists(tmp_path: Path):
-    from stages.mine.pairs import CaptionIndex
-    from stages.mine.search import write_pairs
-    from stages.mine.vectors import release_pages
+    from csts_pipeline.stages.mine.pairs import CaptionIndex
+    from csts_pipeline.stages.mine.search import write_pairs
+    from csts_pipeline.stages.mine.vectors import release_pages
 
     n, k = 20_000, 16
     rng = np.random.default_rng(0)
@@ -307,7 +307,7 @@ def test_the_pairs_give_back_the_pages_of_the_neighbour_lists(tmp_path: Path):
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
 def test_the_reverse_look_ups_give_back_each_chunks_pages(tmp_path: Path):
-    from stages.mine.pairs import reverse_rank
+    from csts_pipeline.stages.mine.pairs import reverse_rank
 
     n, k = 20_000, 16
     np.save(tmp_path / "neighbours.npy", np.random.default_rng(1).integers(0, n, (n, k), dtype=np.int32))

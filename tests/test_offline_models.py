@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from pipeline import packaged_models
-from pipeline.errors import UserError
-from pipeline.packaged_models import hub_source, resolve_model_path
+from csts_pipeline.frame import packaged_models
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.packaged_models import hub_source, resolve_model_path
 
 FAKE = "csts-pipeline-tests/no-such-model"
 
@@ -42,7 +41,7 @@ def _assert_fast_one_line(error: pytest.ExceptionInfo, started: float) -> str:
 
 
 def test_hf_hub_offline_fails_fast_with_one_line_for_the_text_encoder(monkeypatch: pytest.MonkeyPatch):
-    from stages.filter.text import load_text_encoder
+    from csts_pipeline.stages.filter.text import load_text_encoder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(packaged_models, "_reachable", lambda *_: pytest.fail("no probe when HF_HUB_OFFLINE is set"))
@@ -55,7 +54,7 @@ def test_hf_hub_offline_fails_fast_with_one_line_for_the_text_encoder(monkeypatc
 
 
 def test_a_failed_probe_fails_fast_with_one_line_for_train_and_evaluate(hub_reachable):
-    from stages.train.models import ModelSpec, load_model
+    from csts_pipeline.stages.train.models import ModelSpec, load_model
 
     _, probed = hub_reachable
     started = time.perf_counter()
@@ -96,9 +95,8 @@ def test_the_probe_gives_up_quickly_on_an_unreachable_host():
 
 def test_a_model_in_the_local_cache_still_loads_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """A hub-cache layout (refs/main -> snapshots/<commit>/) holding the packaged MiniLM under a hub name."""
+    from csts_pipeline.stages.filter.text import encode_texts, load_text_encoder
     from huggingface_hub import constants
-
-    from stages.filter.text import encode_texts, load_text_encoder
 
     name = "csts-pipeline-tests/cached-minilm"
     repo = tmp_path / "models--csts-pipeline-tests--cached-minilm"

@@ -20,12 +20,12 @@ from urllib.parse import parse_qsl, urlencode
 
 import pyarrow.parquet as pq
 import pytest
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.annotate.crowd import pages
+from csts_pipeline.stages.annotate.steps import qualification
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from pipeline.errors import UserError
-from stages.annotate.crowd import pages
-from stages.annotate.steps import qualification
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"

@@ -12,12 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from pipeline.errors import UserError
-from pipeline.manifest import load_manifest
-from stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
-from stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
-from stages.filter.text import bag_of_words, char_length, encode_texts, load_text_encoder, stopwords, word_count
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
+from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
+from csts_pipeline.stages.filter.text import (
+    bag_of_words,
+    char_length,
+    encode_texts,
+    load_text_encoder,
+    stopwords,
+    word_count,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -311,9 +317,8 @@ def test_cls_and_mean_pooling_build_an_encoder_over_the_raw_transformer():
 
 def test_cls_pooler_embeds_as_simcses_own_tool():
     """SimCSE's tool takes transformers' `pooler_output` (dense + tanh over CLS), normalised to unit length."""
+    from csts_pipeline.frame.packaged_models import resolve_model_path
     from transformers import AutoModel, AutoTokenizer
-
-    from pipeline.packaged_models import resolve_model_path
 
     texts = ["A dog runs on the beach.", "Two people ride bicycles down a city street."]
     ours = encode_texts(load_text_encoder(MINILM, "cls_pooler", torch.device("cpu")), texts, 8)

@@ -16,11 +16,12 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.stages.train.data import read_csts
+from csts_pipeline.stages.train.prompting import PromptOptions, build_prompts, parse_answer, scores_from_answers
+
 from csts_pipeline.cli import app
-from pipeline.errors import UserError
-from pipeline.packaged_models import resolve_model_path
-from stages.train.data import read_csts
-from stages.train.prompting import PromptOptions, build_prompts, parse_answer, scores_from_answers
 from tests.support.train_sample import write_sample_splits
 
 
@@ -81,7 +82,7 @@ def test_evaluate_prompt_reports_invalid_share(
 ) -> None:
     """The share reported is the share of the model's own answers that the paper's rule cannot parse, and the
     scores written are those answers (or the seeded draws): checked against the answers the model gave."""
-    import stages.train.evaluate as evaluate
+    import csts_pipeline.stages.train.evaluate as evaluate
 
     given: list[str] = []
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from csts_pipeline.frame.schemas import WORKERS_SCHEMA
+from csts_pipeline.stages.annotate.labels import ordinal, verdict
+from csts_pipeline.stages.annotate.labels.agreement import aggregate
+from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
 from scipy.stats import spearmanr
 
-from pipeline.schemas import WORKERS_SCHEMA
-from stages.annotate.labels import ordinal, verdict
-from stages.annotate.labels.agreement import aggregate
-from stages.annotate.labels.quality import UNRELIABLE_BELOW
 from tests.support.simulate import KINDS, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
@@ -282,8 +282,8 @@ def test_the_hf_export_carries_pseudonymous_ratings_distributions_and_the_qualit
 
 
 def test_the_model_with_no_ratings_or_one_rating():
-    from stages.annotate.labels.agreement import RatingArrays
-    from stages.annotate.labels.quality import model_labels, workers_table
+    from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
+    from csts_pipeline.stages.annotate.labels.quality import model_labels, workers_table
 
     flagged = RatingArrays(np.array([0, 1]), np.array(["a", "b"]), np.zeros(2), np.array([True, True]))
     labels, model = model_labels(flagged, 3, 0.5, 1)

@@ -62,7 +62,7 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def page(work) -> Path:
-    output = cli("report", "--dataset", "sample", "--work-dir", str(work))
+    output = cli("report", "--dataset", "sample", "--out", str(work))
     page = work / "report" / "index.html"
     assert str(page) in output
     return page
@@ -130,9 +130,9 @@ def test_the_page_loads_every_image_and_shows_the_funnel_of_the_records(work, pa
 def test_near_misses_from_a_candidate_sample_match_the_filters_rejected_pairs(work, tmp_path):
     """The default path (a sample of mine's candidates scored with the filter's functions) finds, for each
     criterion, the same nearest distances as the filter's own rejected pairs (--keep-rejected)."""
-    from pipeline.manifest import open_manifest
-    from report.funnel import read_records
-    from report.samples import criteria_of, near_misses
+    from csts_pipeline.frame.manifest import open_manifest
+    from csts_pipeline.report.funnel import read_records
+    from csts_pipeline.report.samples import criteria_of, near_misses
 
     sampled = near_misses(work, read_records(work), 5, 10**6, 0)  # larger than the run: every candidate
     assert "candidate pairs" in sampled.source
@@ -162,14 +162,14 @@ def test_near_misses_from_a_candidate_sample_match_the_filters_rejected_pairs(wo
 def test_a_rerun_replaces_the_page_and_its_files_whole(work, page):
     stale = page.with_name("index_files") / "stale.png"
     stale.write_bytes(b"left from an older report")
-    cli("report", "--dataset", "sample", "--work-dir", str(work), "--near", "2")
+    cli("report", "--dataset", "sample", "--out", str(work), "--near", "2")
     assert not stale.exists() and (page.with_name("index_files") / "thumbs").is_dir()
     assert not [p for p in page.parent.glob(".index_files*") if p.suffix != ".lock"]  # no staging or old folder
 
 
 def test_the_audit_section_reads_a_finished_audit_only(tmp_path):
-    from report.audit import audit_summary
-    from report.build import render
+    from csts_pipeline.report.audit import audit_summary
+    from csts_pipeline.report.build import render
 
     annotate = tmp_path / "annotate"
     assert audit_summary(annotate) is None
@@ -208,7 +208,7 @@ def page_context(**given) -> dict:
     ("args", "message"),
     [
         ((), "give --dataset NAME or --manifest PATH"),
-        (("--dataset", "sample", "--work-dir", "{tmp}"), "no finished embed output here"),
+        (("--dataset", "sample", "--out", "{tmp}"), "no finished embed output here"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, message):
@@ -224,8 +224,8 @@ def _picture(width: int = 600, height: int = 400) -> bytes:
 
 
 def test_thumbnails_from_a_folder_a_webdataset_tar_and_a_parquet_column(tmp_path):
-    from pipeline.manifest import DataConfig
-    from report.thumbnails import image_sources, make_thumbnail
+    from csts_pipeline.frame.manifest import DataConfig
+    from csts_pipeline.report.thumbnails import image_sources, make_thumbnail
 
     data = _picture()
     (tmp_path / "folder").mkdir()

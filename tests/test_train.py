@@ -21,20 +21,21 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import TrainConfig, load_manifest
+from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.frame.records import output_problems, read_record
+from csts_pipeline.stages.train import evaluate as evaluate_stage
+from csts_pipeline.stages.train import loop
+from csts_pipeline.stages.train import train as train_stage
+from csts_pipeline.stages.train.batches import quad_loss
+from csts_pipeline.stages.train.checkpoint import load_checkpoint, save_checkpoint
+from csts_pipeline.stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
+from csts_pipeline.stages.train.models import ModelSpec, load_model
+from csts_pipeline.stages.train.presets import train_config
+from csts_pipeline.stages.train.scoring import correlations, pearson, spearman
+
 from csts_pipeline.cli import app
-from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig, load_manifest
-from pipeline.packaged_models import resolve_model_path
-from pipeline.records import output_problems, read_record
-from stages.train import evaluate as evaluate_stage
-from stages.train import loop
-from stages.train import train as train_stage
-from stages.train.batches import quad_loss
-from stages.train.checkpoint import load_checkpoint, save_checkpoint
-from stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
-from stages.train.models import ModelSpec, load_model
-from stages.train.presets import train_config
-from stages.train.scoring import correlations, pearson, spearman
 from tests.support.train_sample import sample_rows, write_sample_parquet, write_sample_splits
 
 REPO = Path(__file__).resolve().parents[1]
@@ -440,7 +441,7 @@ def test_quad_trains_on_ties_and_records_what_pairing_found(
     pq.write_table(pa.Table.from_pylist(_awkward_rows()), train)
     files = {**csts_files, "train": train}
     options = _options(tiny_bert, files, tmp_path / "run", encoding=encoding, objective=objective, epochs=1)
-    with caplog.at_level("INFO", logger="stages.train"):
+    with caplog.at_level("INFO", logger="csts_pipeline.stages.train"):
         record = train_stage.run(options)
     counts = record["counts"]
     assert (counts["quad_pairs"], counts["quad_tied_pairs"], counts["quad_contradicted_pairs"]) == (5, 2, 1)
@@ -693,7 +694,7 @@ def test_cli_train_then_evaluate(tiny_bert: Path, csts_files: dict[str, Path], t
 
 
 def test_cli_seeds_give_each_seed_and_mean_std(tiny_bert: Path, csts_files: dict[str, Path], tmp_path: Path) -> None:
-    from stages.train.seeds import parse_seeds
+    from csts_pipeline.stages.train.seeds import parse_seeds
 
     out = tmp_path / "seeds"
     args = ["train", "--train", str(csts_files["train"]), "--validation", str(csts_files["validation"])]

@@ -23,16 +23,22 @@ The package, by responsibility:
 File formats and the answer fields a results file must carry: docs/annotate.md.
 """
 
-from pipeline.schemas import CSTS_SCHEMA
-from stages.annotate.crowd.kept import KeptSource, kept_source
-from stages.annotate.crowd.label_studio import config_text as label_studio_config
-from stages.annotate.crowd.label_studio import write_project as write_label_studio
-from stages.annotate.labels.splits import parse_ratios
-from stages.annotate.layout import SPLITS
-from stages.annotate.steps.bws import export_bws, import_bws
-from stages.annotate.steps.qualification import export_qualification, import_qualification
-from stages.annotate.steps.round_trip import export_conditions, export_ratings, import_conditions, import_ratings, split
-from stages.annotate.steps.summary import describe
+from csts_pipeline.frame.schemas import CSTS_SCHEMA
+from csts_pipeline.stages.annotate.crowd.kept import KeptSource, kept_source
+from csts_pipeline.stages.annotate.crowd.label_studio import config_text as label_studio_config
+from csts_pipeline.stages.annotate.crowd.label_studio import write_project as write_label_studio
+from csts_pipeline.stages.annotate.labels.splits import parse_ratios
+from csts_pipeline.stages.annotate.layout import SPLITS
+from csts_pipeline.stages.annotate.steps.bws import export_bws, import_bws
+from csts_pipeline.stages.annotate.steps.qualification import export_qualification, import_qualification
+from csts_pipeline.stages.annotate.steps.round_trip import (
+    export_conditions,
+    export_ratings,
+    import_conditions,
+    import_ratings,
+    split,
+)
+from csts_pipeline.stages.annotate.steps.summary import describe
 
 __all__ = [
     "CSTS_SCHEMA",

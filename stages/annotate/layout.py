@@ -7,8 +7,7 @@ from __future__ import annotations
 import hashlib
 
 import pyarrow as pa
-
-from pipeline.schemas import PROVENANCE
+from csts_pipeline.frame.schemas import PROVENANCE
 
 # one folder per step under the annotate folder
 CONDITIONS_TASKS = "conditions_tasks"

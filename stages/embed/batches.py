@@ -19,12 +19,17 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from pipeline.cluster import BatchPipeline, BatchStep
-from pipeline.shards import write_table
-from pipeline.stage import Resources, Unit
-from stages.embed.encoder import ImageList, _shard_table, encode
-from stages.embed.images import DevicePreprocess, _FileBytes, _PreprocessedImages, choose_decode, split_preprocess
+from csts_pipeline.frame.cluster import BatchPipeline, BatchStep
+from csts_pipeline.frame.shards import write_table
+from csts_pipeline.frame.stage import Resources, Unit
+from csts_pipeline.stages.embed.encoder import ImageList, _shard_table, encode
+from csts_pipeline.stages.embed.images import (
+    DevicePreprocess,
+    _FileBytes,
+    _PreprocessedImages,
+    choose_decode,
+    split_preprocess,
+)
 
 Batch = dict[str, np.ndarray]
 
@@ -74,7 +79,7 @@ class ClipActor:
     On a CPU it computes on the driver's thread count, as the local executor would on that machine."""
 
     def __init__(self, stage: Any, mode: str, threads: int):
-        from pipeline.device import autocast_dtype
+        from csts_pipeline.frame.device import autocast_dtype
 
         stage.setup()
         if stage.device.type == "cpu":  # CPU kernels round by thread count: the driver's, for the local bits

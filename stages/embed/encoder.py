@@ -17,13 +17,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
-
-from pipeline.device import autocast_dtype
-from pipeline.errors import UserError
-from pipeline.manifest import EmbedConfig
-from pipeline.schemas import embeddings_schema
-from pipeline.shards import shard_name, write_table
-from stages.embed.images import choose_decode, image_batches
+from csts_pipeline.frame.device import autocast_dtype
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import EmbedConfig
+from csts_pipeline.frame.schemas import embeddings_schema
+from csts_pipeline.frame.shards import shard_name, write_table
+from csts_pipeline.stages.embed.images import choose_decode, image_batches
 
 
 @dataclass

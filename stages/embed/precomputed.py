@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.errors import UserError
-from stages.embed.encoder import ImageList, embeddings_table
-from stages.embed.readers.archives import embedding_array
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.embed.encoder import ImageList, embeddings_table
+from csts_pipeline.stages.embed.readers.archives import embedding_array
 
 
 def precomputed_dim(images: ImageList) -> int:

@@ -14,16 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.cluster import BatchPipeline, ClusterStage
-from pipeline.errors import UserError
-from pipeline.executor import LocalExecutor
-from pipeline.manifest import Manifest
-from pipeline.records import file_fingerprint, fingerprint
-from pipeline.schemas import CAPTIONS, EMBEDDINGS
-from pipeline.shards import shard_name, write_table
-from pipeline.stage import Resources, StagePlan, StageResult, Unit
-from stages.embed.readers.corpus import Corpus
-from stages.embed.readers.datasets import read_dataset
+from csts_pipeline.frame.cluster import BatchPipeline, ClusterStage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.executor import LocalExecutor
+from csts_pipeline.frame.manifest import Manifest
+from csts_pipeline.frame.records import file_fingerprint, fingerprint
+from csts_pipeline.frame.schemas import CAPTIONS, EMBEDDINGS
+from csts_pipeline.frame.shards import shard_name, write_table
+from csts_pipeline.frame.stage import Resources, StagePlan, StageResult, Unit
+from csts_pipeline.stages.embed.readers.corpus import Corpus
+from csts_pipeline.stages.embed.readers.datasets import read_dataset
 
 log = logging.getLogger(__name__)
 STAGE = "embed"
@@ -88,8 +88,8 @@ class EmbedStage(ClusterStage):
         return {"captions": file_fingerprint(self.manifest.data.captions), "images": fingerprint(listing)}
 
     def setup(self) -> None:
-        from pipeline.device import resolve_device
-        from stages.embed.encoder import ImageList, load_clip
+        from csts_pipeline.frame.device import resolve_device
+        from csts_pipeline.stages.embed.encoder import ImageList, load_clip
 
         corpus = self.corpus
         self.images = ImageList(
@@ -97,7 +97,7 @@ class EmbedStage(ClusterStage):
         )
         self.images.dtype = self.config.dtype
         if self.precomputed:
-            from stages.embed.precomputed import precomputed_dim
+            from csts_pipeline.stages.embed.precomputed import precomputed_dim
 
             self.device, self.encoder = "none", None
             self.dim, self.model_name = precomputed_dim(self.images), "precomputed"
@@ -118,10 +118,10 @@ class EmbedStage(ClusterStage):
         return stats
 
     def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
-        from stages.embed.encoder import write_embedding_shards
+        from csts_pipeline.stages.embed.encoder import write_embedding_shards
 
         if self.precomputed:
-            from stages.embed.precomputed import precomputed_shard
+            from csts_pipeline.stages.embed.precomputed import precomputed_shard
 
             for unit in units:
                 write_table(precomputed_shard(self.images, unit.payload["shard"]), staging / unit.key)
@@ -139,7 +139,7 @@ class EmbedStage(ClusterStage):
         """Decode on CPU tasks, CLIP in an actor pool, shards written by the driver (stages.embed.batches)."""
         if self.precomputed:
             return None  # no model: `process` per unit is all there is
-        from stages.embed.batches import embed_pipeline
+        from csts_pipeline.stages.embed.batches import embed_pipeline
 
         return embed_pipeline(self, units)
 
@@ -174,3 +174,12 @@ class EmbedStage(ClusterStage):
 def run(manifest: Manifest, force: bool = False) -> dict:
     """Embed every image of the manifest's dataset into `<work_dir>/embed/`."""
     return LocalExecutor().run(EmbedStage(manifest), force=force)
+
+
+def summary_lines(record: dict[str, Any], manifest: Manifest) -> list[str]:
+    """What the dataset reader left out, printed after each embed run (csts_pipeline.stages.StageSpec.summary)."""
+    if "reader_skip_counts" not in record or record.get("status") != "done":
+        return []
+    from csts_pipeline.stages.embed.readers.corpus import describe_skips
+
+    return [f"{record['stage']}: {describe_skips(record['reader_skip_counts'])}"]

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-from pipeline.manifest import FilterConfig
-from stages.filter.text import bag_of_words, char_length, word_count
+from csts_pipeline.frame.manifest import FilterConfig
+from csts_pipeline.stages.filter.text import bag_of_words, char_length, word_count
 
 # Cheapest first: the order in which the funnel applies them and in which `failed` names the first violation.
 CRITERIA = ("length", "ratio", "iou", "simcse_cosine")
@@ -191,7 +190,7 @@ def score_pairs(
 
 def _histograms(metrics: dict[str, np.ndarray], kept: np.ndarray) -> dict[str, np.ndarray]:
     """Histogram counts for a backend without the fused kernel: one compiled pass per metric."""
-    from stages.filter.kernels import histograms
+    from csts_pipeline.stages.filter.kernels import histograms
 
     return {name: histograms(metrics[name], HISTOGRAM_EDGES[name], kept) for name in CRITERIA}
 

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.shards import write_atomic
-from stages.filter.criteria import CHEAP_CRITERIA, CRITERIA, HISTOGRAM_EDGES, Criteria, ScoredPairs
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.stages.filter.criteria import CHEAP_CRITERIA, CRITERIA, HISTOGRAM_EDGES, Criteria, ScoredPairs
 
 
 @dataclass

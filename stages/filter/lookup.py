@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
-
-from pipeline.errors import UserError
+from csts_pipeline.frame.errors import UserError
 
 DENSE_SLACK = 8  # a dense table may hold up to this many entries per caption (plus DENSE_MIN) before it is refused
 DENSE_MIN = 1 << 20

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from stages.filter import kernels
-from stages.filter.criteria import CRITERIA, PAD_ID, padded_edges
-from stages.filter.text import bag_of_words, char_length, word_count
+from csts_pipeline.stages.filter import kernels
+from csts_pipeline.stages.filter.criteria import CRITERIA, PAD_ID, padded_edges
+from csts_pipeline.stages.filter.text import bag_of_words, char_length, word_count
 
 
 @dataclass

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.device import resolve_device
-from pipeline.errors import UserError
-from pipeline.manifest import Manifest
-from pipeline.shards import read_table, write_atomic, write_table
-from stages.filter.criteria import CRITERIA, Criteria, score_pairs
-from stages.filter.funnel import Funnel
-from stages.filter.metrics import TextFeatures, pair_metrics_backend
-from stages.filter.scoring import metric_columns, sentence_embeddings, unique_texts
+from csts_pipeline.frame.device import resolve_device
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import Manifest
+from csts_pipeline.frame.shards import read_table, write_atomic, write_table
+from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria, score_pairs
+from csts_pipeline.stages.filter.funnel import Funnel
+from csts_pipeline.stages.filter.metrics import TextFeatures, pair_metrics_backend
+from csts_pipeline.stages.filter.scoring import metric_columns, sentence_embeddings, unique_texts
 
 
 def _read_pairs(path: Path) -> pa.Table:

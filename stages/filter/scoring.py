@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.errors import UserError
-from pipeline.manifest import FilterConfig
-from pipeline.records import fingerprint, read_json, write_json
-from pipeline.shards import write_atomic
-from stages.filter.criteria import CRITERIA, ScoredPairs
-from stages.filter.text import encode_texts, load_text_encoder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import FilterConfig
+from csts_pipeline.frame.records import fingerprint, read_json, write_json
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.stages.filter.criteria import CRITERIA, ScoredPairs
+from csts_pipeline.stages.filter.text import encode_texts, load_text_encoder
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +99,7 @@ def encode_as_tasks(config: FilterConfig, texts: list[str], device_setting: str,
     """The texts in blocks, one task each, sharing one copy of the texts; each task runs the driver's torch
     thread count and asks for as many CPUs (and a GPU where the cluster has them)."""
     import torch
-
-    from pipeline.stage import Resources
+    from csts_pipeline.frame.stage import Resources
 
     threads = torch.get_num_threads()
     bounds = [(lo, min(len(texts), lo + ENCODE_BLOCK)) for lo in range(0, len(texts), ENCODE_BLOCK)]
@@ -113,8 +111,7 @@ def encode_as_tasks(config: FilterConfig, texts: list[str], device_setting: str,
 def encode_block(shared: tuple, bounds: tuple[int, int]) -> np.ndarray:
     """One task of `encode_as_tasks`: texts[lo:hi] with the encoder, loaded on the device this task has."""
     import torch
-
-    from pipeline.device import resolve_device
+    from csts_pipeline.frame.device import resolve_device
 
     name, pooling, batch_size, device_setting, threads, texts = shared
     torch.set_num_threads(threads)

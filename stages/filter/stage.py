@@ -16,13 +16,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.cluster import ClusterStage
-from pipeline.errors import UserError
-from pipeline.executor import LocalExecutor
-from pipeline.manifest import Manifest
-from pipeline.records import require_record, write_json
-from pipeline.schemas import (
+from csts_pipeline.frame.cluster import ClusterStage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.executor import LocalExecutor
+from csts_pipeline.frame.manifest import Manifest
+from csts_pipeline.frame.records import require_record, write_json
+from csts_pipeline.frame.schemas import (
     CANDIDATES,
     CANDIDATES_SCHEMA,
     CAPTIONS,
@@ -32,10 +31,10 @@ from pipeline.schemas import (
     REJECTED_SCHEMA,
     check_columns,
 )
-from pipeline.shards import read_shards, read_table, write_table
-from pipeline.stage import Resources, StagePlan, StageResult, Unit
-from stages.filter.criteria import Criteria
-from stages.filter.lookup import CaptionLookup
+from csts_pipeline.frame.shards import read_shards, read_table, write_table
+from csts_pipeline.frame.stage import Resources, StagePlan, StageResult, Unit
+from csts_pipeline.stages.filter.criteria import Criteria
+from csts_pipeline.stages.filter.lookup import CaptionLookup
 
 log = logging.getLogger(__name__)
 STAGE = "filter"
@@ -92,9 +91,9 @@ class FilterStage(ClusterStage):
 
     def setup(self) -> None:
         """Per distinct caption once: features and (cached) embeddings; the encoder is loaded only to encode."""
-        from pipeline.device import resolve_device
-        from stages.filter.metrics import TextFeatures, pair_metrics_backend
-        from stages.filter.scoring import sentence_embeddings, unique_texts
+        from csts_pipeline.frame.device import resolve_device
+        from csts_pipeline.stages.filter.metrics import TextFeatures, pair_metrics_backend
+        from csts_pipeline.stages.filter.scoring import sentence_embeddings, unique_texts
 
         captions_dir = self.work_dir / UPSTREAM / CAPTIONS
         captions = read_shards(captions_dir)
@@ -118,7 +117,7 @@ class FilterStage(ClusterStage):
     def _load_kernels(self, caption_ids: np.ndarray) -> None:
         """Score one pair, so that the compiled kernels are loaded (numba's on-disk cache, or compiled on a first
         run) here, with the models, and not inside the first unit's time."""
-        from stages.filter.criteria import score_pairs
+        from csts_pipeline.stages.filter.criteria import score_pairs
 
         if len(caption_ids):
             sentence = self.lookup.sentences(caption_ids, self.work_dir / UPSTREAM / CAPTIONS)
@@ -132,9 +131,9 @@ class FilterStage(ClusterStage):
         return self._score(unit, *self._read(unit), staging)
 
     def _score(self, unit: Unit, source: Path, candidates: pa.Table, staging: Path) -> dict[str, Any]:
-        from stages.filter.criteria import score_pairs
-        from stages.filter.funnel import Funnel
-        from stages.filter.scoring import output_table
+        from csts_pipeline.stages.filter.criteria import score_pairs
+        from csts_pipeline.stages.filter.funnel import Funnel
+        from csts_pipeline.stages.filter.scoring import output_table
 
         first = self.lookup.sentences(candidates.column("caption_id_1").to_numpy(), source)
         second = self.lookup.sentences(candidates.column("caption_id_2").to_numpy(), source)
@@ -158,7 +157,7 @@ class FilterStage(ClusterStage):
         return {"funnel": funnel.to_json()}
 
     def finish(self, stats: list[dict[str, Any]], staging: Path) -> StageResult:
-        from stages.filter.funnel import Funnel
+        from csts_pipeline.stages.filter.funnel import Funnel
 
         funnel = Funnel(self.criteria)
         for unit in stats:
@@ -179,6 +178,11 @@ def run(manifest: Manifest, force: bool = False) -> dict:
 
 def funnel_table(manifest: Manifest, record: dict) -> str:
     """The printable funnel of a filter record."""
-    from stages.filter.funnel import Funnel
+    from csts_pipeline.stages.filter.funnel import Funnel
 
     return Funnel.from_json(Criteria.from_config(manifest.filter), record["funnel"]).table()
+
+
+def summary_lines(record: dict, manifest: Manifest) -> list[str]:
+    """The funnel, printed after each filter run (csts_pipeline.stages.StageSpec.summary)."""
+    return [funnel_table(manifest, record)] if "funnel" in record else []

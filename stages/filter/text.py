@@ -10,7 +10,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from pipeline.text_encoder import encode_texts, load_text_encoder  # noqa: F401  (their home before mine used them)
+from csts_pipeline.frame.text_encoder import encode_texts, load_text_encoder  # noqa: F401  (their home before mine used them)
 
 log = logging.getLogger(__name__)
 

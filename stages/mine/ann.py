@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from pipeline.manifest import MineConfig
-from stages.mine.budget import COMPRESSED, QUANTIZER_EF_SEARCH, IndexPlan, plan_index, training_rows
-from stages.mine.rerank import RerankSearch, VectorFile
-from stages.mine.vectors import EmbeddingShards
+from csts_pipeline.frame.manifest import MineConfig
+from csts_pipeline.stages.mine.budget import COMPRESSED, QUANTIZER_EF_SEARCH, IndexPlan, plan_index, training_rows
+from csts_pipeline.stages.mine.rerank import RerankSearch, VectorFile
+from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
 if TYPE_CHECKING:  # torch only when an index is built: plan() (and `status`) resolve the index without it
     import torch
-
-    from stages.mine.knn import FaissSearch
+    from csts_pipeline.stages.mine.knn import FaissSearch
 
 MAX_EF_SEARCH = 4096
 STALLED_AFTER = 2  # doublings in a row whose projected recall falls short of the target
@@ -67,7 +65,7 @@ def fill(index, plan: IndexPlan, parts, n: int, dtype, device, folder: Path | No
     """`index` filled from `parts` (an iterator of vector blocks, streamed: one in memory); a compressed index
     also copies the full vectors into `folder`/vectors.npy as it is filled, and re-ranks its candidates from
     there."""
-    from stages.mine.knn import FaissSearch
+    from csts_pipeline.stages.mine.knn import FaissSearch
 
     on_gpu = plan.kind == "ivf" and plan.quantizer == "flat"  # CPU: no GPU HNSW quantiser or re-ranking
     searcher = FaissSearch(index, device if on_gpu else None)
@@ -194,7 +192,7 @@ def climb(measure: Callable[[int], float], value: int, ceiling: int, target: flo
 def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: MineConfig) -> dict[str, Any]:
     """nprobe / efSearch raised (`climb`) until recall@k on the seeded sample reaches the target, the parameter its
     ceiling, or recall stalls; the searcher is left at the chosen value. Returns what goes into the stage record."""
-    from stages.mine.knn import drop_self
+    from csts_pipeline.stages.mine.knn import drop_self
 
     started = time.perf_counter()
     k = config.k

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import UserError
-from pipeline.manifest import MineConfig
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import MineConfig
 
 GIB = 1024**3
 # python + torch + faiss + pyarrow: 562 MiB on import, but a 200k-image IVF-PQ run peaked 0.46 GiB over the sum of

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from pipeline.errors import UserError
-from stages.mine.budget import PIECE_ROWS  # base rows a tensor holds: shards are joined up to this
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.mine.budget import PIECE_ROWS  # base rows a tensor holds: shards are joined up to this
 
 
 def require_faiss(what: str = "mine.knn=faiss", alternative: str = ", or run with --knn torch") -> None:

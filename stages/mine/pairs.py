@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.errors import UserError
-from pipeline.schemas import CANDIDATES_SCHEMA, IMAGE_PAIRS_SCHEMA
-from stages.mine.vectors import release_pages
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.schemas import CANDIDATES_SCHEMA, IMAGE_PAIRS_SCHEMA
+from csts_pipeline.stages.mine.vectors import release_pages
 
 
 def pair_ids(caption_id_1: np.ndarray, caption_id_2: np.ndarray) -> np.ndarray:

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numba
 import numpy as np
-
-from stages.mine.budget import READ_ROWS, RERANK_PAIRS
-from stages.mine.vectors import row_runs
+from csts_pipeline.stages.mine.budget import READ_ROWS, RERANK_PAIRS
+from csts_pipeline.stages.mine.vectors import row_runs
 
 MAP_BELOW = 0.02  # share of the file's rows from which a read goes through a memory map (bench/rerank_reads.py)
 

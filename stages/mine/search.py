@@ -19,20 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-
-from pipeline.commit import UNITS
-from pipeline.failpoints import failpoint
-from pipeline.manifest import MineConfig
-from pipeline.records import read_json, write_json
-from pipeline.schemas import CANDIDATES, IMAGE_PAIRS
-from pipeline.shards import shard_name, write_table
-from pipeline.stage import Resources, Unit
-from stages.mine.budget import IndexPlan, plan_index
-from stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
-from stages.mine.vectors import EmbeddingShards, release_pages, row_runs
+from csts_pipeline.frame.commit import UNITS
+from csts_pipeline.frame.failpoints import failpoint
+from csts_pipeline.frame.manifest import MineConfig
+from csts_pipeline.frame.records import read_json, write_json
+from csts_pipeline.frame.schemas import CANDIDATES, IMAGE_PAIRS
+from csts_pipeline.frame.shards import shard_name, write_table
+from csts_pipeline.frame.stage import Resources, Unit
+from csts_pipeline.stages.mine.budget import IndexPlan, plan_index
+from csts_pipeline.stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
+from csts_pipeline.stages.mine.vectors import EmbeddingShards, release_pages, row_runs
 
 if TYPE_CHECKING:
-    from stages.mine.rerank import RerankSearch
+    from csts_pipeline.stages.mine.rerank import RerankSearch
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
 BLOCKS_DONE = "blocks.done"  # a line per finished query block: its key (first row or place) and its seconds
@@ -50,14 +49,14 @@ def build_searcher(
         plan = plan_index(config.model_copy(update={"index": plan}), len(shards), shards.dim)
     kind = plan.kind
     if kind == "exact":
-        from stages.mine.knn import exact_searcher
+        from csts_pipeline.stages.mine.knn import exact_searcher
 
         searcher = exact_searcher(shards.dim, device, config.knn, shards.dtype)
         for vectors in shards.shards(shards.dtype if config.knn == "torch" else np.float32):  # torch casts itself
             searcher.add(vectors)
         record = {"index": "exact", "knn_backend": config.knn, "build_seconds": _since(started)}
         return searcher, record | {"budget": plan.record(config.memory_budget)}
-    from stages.mine.ann import build_index, tune
+    from csts_pipeline.stages.mine.ann import build_index, tune
 
     searcher = build_index(plan, shards, config, device, folder)
     built = _since(started)
@@ -68,7 +67,7 @@ def build_searcher(
 def search_block(searcher, queries: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (self excluded) of the query block of rows `rows`: the one search step, run in a loop by the local
     executor and as one Ray task per block by the Ray executor."""
-    from stages.mine.knn import drop_self
+    from csts_pipeline.stages.mine.knn import drop_self
 
     found_scores, found = searcher.search(queries, k + 1)
     return drop_self(found, found_scores, rows, k)
@@ -92,8 +91,8 @@ def listed_blocks(
     (`ann.rows_by_list`) and read from the re-ranking copy; keyed by the block's place in that order. Rows of one
     list probe nearly the same lists and share most of their candidates, so the scan and the re-ranking's reads
     cost less than for rows taken in order (bench/query_order.py)."""
-    from stages.mine.ann import rows_by_list
-    from stages.mine.rerank import StoredRows
+    from csts_pipeline.stages.mine.ann import rows_by_list
+    from csts_pipeline.stages.mine.rerank import StoredRows
 
     order = rows_by_list(searcher.index)
     with StoredRows(searcher.vectors) as stored:
@@ -108,7 +107,7 @@ def exact_task(shared: tuple[np.ndarray, int, str, int], block: tuple[int, int])
     """One query block as a task: the exact searcher over the shared base vectors (read from the object store
     without a copy; the index holds its own) on the driver's thread count, then `search_block`. On the CPU: the
     stage asks for no GPU."""
-    from stages.mine.knn import exact_searcher, set_search_threads
+    from csts_pipeline.stages.mine.knn import exact_searcher, set_search_threads
 
     base, k, backend, threads = shared
     lo, hi = block
@@ -122,7 +121,7 @@ def task_blocks(tasks, shards: EmbeddingShards, config: MineConfig) -> Iterator[
     """(key, rows, neighbours, scores) per query block, each block a task of `tasks` (pipeline.stage), which
     share the base vectors: the same blocks, searcher and thread count as `local_blocks` on this machine, so the
     same bits; each task asks for as many CPUs as it runs threads."""
-    from stages.mine.knn import search_threads
+    from csts_pipeline.stages.mine.knn import search_threads
 
     n, batch, threads = len(shards), config.query_batch, search_threads(config.knn)
     bounds = [(lo, min(n, lo + batch)) for lo in range(0, n, batch)]
@@ -213,14 +212,13 @@ class _RowFile:
 def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]) -> tuple[Any, dict[str, Any]]:
     """(searcher, record) kept in `folder` by an interrupted run, else `build()`'s, saved there when it is a
     FAISS index on the CPU (an approximate index at 10M images takes most of an hour to build and tune here)."""
-    from stages.mine.knn import FaissSearch
-    from stages.mine.rerank import RerankSearch
+    from csts_pipeline.stages.mine.knn import FaissSearch
+    from csts_pipeline.stages.mine.rerank import RerankSearch
 
     index_file, record_file = folder / "index.faiss", folder / "searcher.json"
     if index_file.is_file() and record_file.is_file():
         import faiss
-
-        from stages.mine.ann import set_tuned
+        from csts_pipeline.stages.mine.ann import set_tuned
 
         saved = read_json(record_file)
         index = faiss.read_index(str(index_file))
@@ -248,7 +246,7 @@ def search_all(
     """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`: a
     compressed index's blocks list by list (`listed_blocks`), any other's in row order. Blocks keyed in `skip`
     (`finished_blocks` of an interrupted run) are not searched again."""
-    from stages.mine.rerank import RerankSearch
+    from csts_pipeline.stages.mine.rerank import RerankSearch
 
     if isinstance(searcher, RerankSearch):
         blocks = listed_blocks(searcher, k, batch, skip)

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pipeline.manifest import MineConfig
-from stages.mine.budget import IndexPlan
-from stages.mine.vectors import EmbeddingShards
+from csts_pipeline.frame.manifest import MineConfig
+from csts_pipeline.stages.mine.budget import IndexPlan
+from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
 
 class PartWorker:
@@ -26,9 +25,8 @@ class PartWorker:
 
     def __init__(self, trained: np.ndarray, plan: IndexPlan, paths: list[str], offset: int, folder: str | None):
         import faiss
-
-        from stages.mine.ann import fill
-        from stages.mine.vectors import EmbeddingShards
+        from csts_pipeline.stages.mine.ann import fill
+        from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
         faiss.omp_set_num_threads(1)  # one CPU per actor, as asked of Ray
         shards = EmbeddingShards.of([Path(path) for path in paths])
@@ -89,8 +87,7 @@ def split_searcher(
 ) -> tuple[SplitSearch, dict[str, Any]]:
     """(searcher, record): the index trained here, filled and searched in `mine.parts` Ray actors."""
     import faiss
-
-    from stages.mine.ann import new_index, tune
+    from csts_pipeline.stages.mine.ann import new_index, tune
 
     started = time.perf_counter()
     tasks.executor.connect()

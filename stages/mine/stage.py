@@ -21,21 +21,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipeline.cluster import ClusterStage
-from pipeline.errors import UserError
-from pipeline.executor import LocalExecutor
-from pipeline.manifest import Manifest
-from pipeline.records import require_record
-from pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
-from pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
-from pipeline.stage import Resources, StagePlan, StageResult, Unit
-from stages.mine.budget import COMPRESSED, GIB, base_on_gpu, plan_index
+from csts_pipeline.frame.cluster import ClusterStage
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.executor import LocalExecutor
+from csts_pipeline.frame.manifest import Manifest
+from csts_pipeline.frame.records import require_record
+from csts_pipeline.frame.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
+from csts_pipeline.frame.shards import list_shards, read_table, shard_name, write_atomic, write_table
+from csts_pipeline.frame.stage import Resources, StagePlan, StageResult, Unit
+from csts_pipeline.stages.mine.budget import COMPRESSED, GIB, base_on_gpu, plan_index
 
 if TYPE_CHECKING:
-    from stages.mine.pairs import CaptionIndex
-    from stages.mine.search import Prepared
-    from stages.mine.vectors import EmbeddingShards
+    from csts_pipeline.stages.mine.pairs import CaptionIndex
+    from csts_pipeline.stages.mine.search import Prepared
+    from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
 log = logging.getLogger(__name__)
 STAGE = "mine"
@@ -75,14 +74,14 @@ class MineStage(ClusterStage):
         return StagePlan(params, {UPSTREAM: upstream["fingerprint"]})
 
     def setup(self) -> None:
-        from pipeline.device import resolve_device
-        from stages.mine.knn import require_faiss
+        from csts_pipeline.frame.device import resolve_device
+        from csts_pipeline.stages.mine.knn import require_faiss
 
         if self.config.knn == "faiss" or getattr(self, "index", self.config.index) != "exact":
             require_faiss()
         self.device = resolve_device(self.manifest.run.device)
         if self.config.by == "text":
-            from pipeline.text_encoder import load_text_encoder
+            from csts_pipeline.frame.text_encoder import load_text_encoder
 
             text = self.manifest.filter
             self.text_model = load_text_encoder(text.text_encoder, text.text_pooling, self.device)
@@ -90,8 +89,8 @@ class MineStage(ClusterStage):
     def prepare(self, staging: Path, plan: StagePlan) -> list[Unit]:
         """Search and image pairs, streamed block by block, then one unit per candidate shard. A run killed after
         the image pairs were written resumes from them; one killed mid-search, from its finished blocks."""
-        from stages.mine.search import KNN_DIR, load_prepared, save_prepared
-        from stages.mine.vectors import EmbeddingShards
+        from csts_pipeline.stages.mine.search import KNN_DIR, load_prepared, save_prepared
+        from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
         embed_dir = self.work_dir / UPSTREAM
         shards = EmbeddingShards(embed_dir / EMBEDDINGS)
@@ -112,12 +111,12 @@ class MineStage(ClusterStage):
 
     def _search_and_pair(self, shards: EmbeddingShards, staging: Path) -> Prepared:
         """Every image's top-k (by its caption vectors with `mine.by: text`), written as image-pairs shards."""
-        from stages.mine.search import KNN_DIR, Prepared, write_pairs
+        from csts_pipeline.stages.mine.search import KNN_DIR, Prepared, write_pairs
 
         image_ids = shards.image_ids
         if self.config.by == "text":
-            from stages.mine.text import TEXT_DIR, caption_vectors
-            from stages.mine.vectors import EmbeddingShards
+            from csts_pipeline.stages.mine.text import TEXT_DIR, caption_vectors
+            from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
             batch = self.manifest.filter.text_batch_size
             copied = staging / CAPTIONS / shard_name(0)
@@ -132,7 +131,7 @@ class MineStage(ClusterStage):
         """Every row's top-k, block by block: here, or as tasks of the executor's `tasks` for an exact search
         (the base vectors shared, one task per query block). Here, a run killed mid-search resumes: the built
         index and the finished blocks wait in `folder` (stages.mine.search `saved_searcher`, `store_knn`)."""
-        from stages.mine.search import (
+        from csts_pipeline.stages.mine.search import (
             build_searcher,
             finished_blocks,
             local_blocks,
@@ -145,7 +144,7 @@ class MineStage(ClusterStage):
 
         config, n = self.config, len(shards)
         if self.tasks.distributed and config.parts > 1 and self.index != "hnsw":
-            from stages.mine.split import split_searcher
+            from csts_pipeline.stages.mine.split import split_searcher
 
             searcher, self.search = split_searcher(self.plan_, shards, config, self.tasks, folder)
             try:
@@ -165,7 +164,7 @@ class MineStage(ClusterStage):
         return found
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
-        from stages.mine.pairs import expand
+        from csts_pipeline.stages.mine.pairs import expand
 
         block, lo, hi = unit.payload["pairs"], unit.payload["lo"], unit.payload["hi"]
         if self._block is None or self._block[0] != block:
@@ -196,7 +195,7 @@ class MineStage(ClusterStage):
 
 def copy_captions(source: Path, folder: Path, image_ids: np.ndarray) -> tuple[CaptionIndex, int]:
     """The captions of the embedded images, copied batch by batch into `folder` (one shard), and their index."""
-    from stages.mine.pairs import CaptionIndex
+    from csts_pipeline.stages.mine.pairs import CaptionIndex
 
     wanted = np.sort(image_ids)
     caption_ids, owners = [], []

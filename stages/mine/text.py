@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipeline.schemas import embeddings_schema
-from pipeline.shards import shard_name, write_table
-from pipeline.text_encoder import encode_texts
+from csts_pipeline.frame.schemas import embeddings_schema
+from csts_pipeline.frame.shards import shard_name, write_table
+from csts_pipeline.frame.text_encoder import encode_texts
 
 TEXT_DIR = "_text"  # hidden from the output listing; removed with the neighbour lists
 ROWS_PER_SHARD = 10_000

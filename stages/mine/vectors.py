@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from pipeline.errors import UserError
-from pipeline.shards import list_shards, read_table
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import list_shards, read_table
 
 
 def _vectors(table, dim: int, dtype: type = np.float32) -> np.ndarray:

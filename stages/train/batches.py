@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 import torch
-
-from pipeline.manifest import TrainConfig
+from csts_pipeline.frame.manifest import TrainConfig
 
 PROBE_ROWS = 256  # training rows whose loss is measured before training and after each epoch
 

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import write_atomic
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
-
-from pipeline.errors import UserError
-from pipeline.shards import write_atomic
 
 FORMAT = 1
 _TENSOR = "__tensor__"  # {"__tensor__": key}: the tensor stored under `key`

@@ -17,9 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-
-from pipeline.errors import UserError
-from pipeline.shards import read_shards, read_table
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import read_shards, read_table
 
 TEXT_COLUMNS = ("sentence1", "sentence2", "condition")
 CSTS_COLUMNS = (*TEXT_COLUMNS, "label")

@@ -14,13 +14,19 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.device import resolve_device
-from pipeline.errors import UserError
-from pipeline.packaged_models import resolve_model_path
-from stages.train.data import PairData, read_pairs
-from stages.train.models import ModelSpec, is_trained_model, load_model, model_pooling
-from stages.train.prompting import PromptOptions, build_prompts, generate, load_generator, scores_from_answers
-from stages.train.scoring import correlations, half_precision, score_split, write_outputs
+from csts_pipeline.frame.device import resolve_device
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.stages.train.data import PairData, read_pairs
+from csts_pipeline.stages.train.models import ModelSpec, is_trained_model, load_model, model_pooling
+from csts_pipeline.stages.train.prompting import (
+    PromptOptions,
+    build_prompts,
+    generate,
+    load_generator,
+    scores_from_answers,
+)
+from csts_pipeline.stages.train.scoring import correlations, half_precision, score_split, write_outputs
 
 log = logging.getLogger(__name__)
 TASKS = ("csts", "stsb")

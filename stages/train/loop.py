@@ -13,15 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from csts_pipeline.frame.manifest import TrainConfig
+from csts_pipeline.stages.train.batches import batch_loss, epoch_batches, probe_batches, total_steps
+from csts_pipeline.stages.train.checkpoint import load_checkpoint, restore_rng, rng_states, save_checkpoint
+from csts_pipeline.stages.train.data import LabelScale, PairData, QuadPairing, quad_pairs
+from csts_pipeline.stages.train.models import CstsModel, Tokenized
+from csts_pipeline.stages.train.scoring import correlations, precision_context, predict
+from csts_pipeline.stages.train.splits import Splits
 from tqdm import tqdm
-
-from pipeline.manifest import TrainConfig
-from stages.train.batches import batch_loss, epoch_batches, probe_batches, total_steps
-from stages.train.checkpoint import load_checkpoint, restore_rng, rng_states, save_checkpoint
-from stages.train.data import LabelScale, PairData, QuadPairing, quad_pairs
-from stages.train.models import CstsModel, Tokenized
-from stages.train.scoring import correlations, precision_context, predict
-from stages.train.splits import Splits
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.safetensors"

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.packaged_models import hub_source, load_failure, resolve_model_path
+from csts_pipeline.stages.train.data import PairData
 from torch import nn
 from torch.nn.functional import cosine_similarity
-
-from pipeline.errors import UserError
-from pipeline.packaged_models import hub_source, load_failure, resolve_model_path
-from stages.train.data import PairData
 
 ENCODINGS = ("cross", "bi", "tri")
 OBJECTIVES = ("mse", "quad", "quad+mse")

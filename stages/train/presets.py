@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import TrainConfig
 from pydantic import ValidationError
-
-from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig
 
 # `--preset paper`: the hyperparameters of the authors' released script (princeton-nlp/c-sts, run_sts.sh and
 # run_sts.py defaults), the same for all three encodings there. Partial: other fields keep TrainConfig's defaults.

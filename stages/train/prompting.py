@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.packaged_models import hub_source, load_failure, resolve_model_path
+from csts_pipeline.stages.train.data import PairData, quad_pairs
 from tqdm import tqdm
-
-from pipeline.errors import UserError
-from pipeline.packaged_models import hub_source, load_failure, resolve_model_path
-from stages.train.data import PairData, quad_pairs
 
 SHORT_INSTRUCTIONS = (
     "On a scale between 1 and 5, how similar are the following two sentences with respect to the condition "

@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
+from csts_pipeline.frame.device import autocast_dtype
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import write_json
+from csts_pipeline.frame.shards import write_atomic, write_table
+from csts_pipeline.stages.train.data import PairData
+from csts_pipeline.stages.train.models import CstsModel, Tokenized
 from scipy.stats import rankdata
-
-from pipeline.device import autocast_dtype
-from pipeline.errors import UserError
-from pipeline.records import write_json
-from pipeline.shards import write_atomic, write_table
-from stages.train.data import PairData
-from stages.train.models import CstsModel, Tokenized
 
 # Columns copied from the input into the predictions, when present.
 CARRIED_COLUMNS = (

@@ -8,11 +8,10 @@ import logging
 from dataclasses import replace
 
 import numpy as np
-
-from pipeline.errors import UserError
-from pipeline.records import read_record
-from stages.train import train as stage
-from stages.train.scoring import write_metrics
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import read_record
+from csts_pipeline.stages.train import train as stage
+from csts_pipeline.stages.train.scoring import write_metrics
 
 log = logging.getLogger(__name__)
 KEYS = ("spearman", "pearson")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig
-from stages.train.data import LABEL_RANGES, LabelScale, PairData, label_scale, read_pairs
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import TrainConfig
+from csts_pipeline.stages.train.data import LABEL_RANGES, LabelScale, PairData, label_scale, read_pairs
 
 
 @dataclass

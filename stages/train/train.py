@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-
-from pipeline.commit import OutputFolder
-from pipeline.device import resolve_device
-from pipeline.errors import UserError
-from pipeline.manifest import TrainConfig
-from pipeline.packaged_models import resolve_model_path
-from pipeline.records import file_fingerprint, fingerprint, read_record
-from pipeline.shards import SHARD_GLOB
-from stages.train.loop import CHECKPOINT, TrainJob, build_job, set_seed, start_or_resume, train_epochs
-from stages.train.models import ModelSpec, load_model, model_pooling
-from stages.train.scoring import half_precision, score_split, write_metrics, write_outputs
-from stages.train.splits import Splits, check_task, read_splits, split_label_scale
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.device import resolve_device
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import TrainConfig
+from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.frame.records import file_fingerprint, fingerprint, read_record
+from csts_pipeline.frame.shards import SHARD_GLOB
+from csts_pipeline.stages.train.loop import CHECKPOINT, TrainJob, build_job, set_seed, start_or_resume, train_epochs
+from csts_pipeline.stages.train.models import ModelSpec, load_model, model_pooling
+from csts_pipeline.stages.train.scoring import half_precision, score_split, write_metrics, write_outputs
+from csts_pipeline.stages.train.splits import Splits, check_task, read_splits, split_label_scale
 
 STAGE = "train"
 NOT_FINGERPRINTED = {"eval_batch_size"}  # scoring batch size: no effect on the trained model

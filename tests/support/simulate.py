@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from stages.annotate.labels.agreement import RatingArrays
+from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 KINDS = ("careful", "lenient", "harsh", "spammer")
 SHIFT = {"careful": 0, "lenient": 1, "harsh": -1, "spammer": 0}
@@ -133,9 +132,9 @@ def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
     """A crowd that first gives `start` ratings per item, then up to `rounds` follow-up batches of one more
     rating on each item `annotate export --more` would choose (followup.needs_more), from the workers it does
     not exclude (reliability below quality.UNRELIABLE_BELOW)."""
-    from stages.annotate.labels import ordinal
-    from stages.annotate.labels.quality import UNRELIABLE_BELOW
-    from stages.annotate.steps import followup
+    from csts_pipeline.stages.annotate.labels import ordinal
+    from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
+    from csts_pipeline.stages.annotate.steps import followup
 
     grown = simulate_crowd(per_item=start, seed=seed, **crowd)
     for round_ in range(rounds):
@@ -168,7 +167,7 @@ def gold_crowd(n_items: int = 2000, share: float = 0.05, per_item: int = 3, seed
     """`n_items` real items and as many controls as `annotate export --gold-share share` adds, shuffled, rated by
     the same workers with the same answer model: a numeric control has that true label, a not-pertinent one is a
     bad condition (honest workers flag it with probability 0.85)."""
-    from stages.annotate.crowd.hidden_gold import gold_count
+    from csts_pipeline.stages.annotate.crowd.hidden_gold import gold_count
 
     crowd = simulate_crowd(n_items=n_items + 2 * gold_count(n_items, share), per_item=per_item, seed=seed, **kinds)
     rng = np.random.default_rng(seed + 7)
@@ -207,8 +206,8 @@ def _answer_controls(crowd: Crowd, kept: np.ndarray, answers: list[str | None], 
 def gold_decisions(seeds: range, **batch: Any) -> tuple[dict[str, list[str]], list[float], list[int]]:
     """The hidden-gold test's decision on every worker of simulated batches (gold_crowd with `batch`), by kind of
     worker; the control share of each batch; every worker's number of gold answers."""
-    from stages.annotate.crowd.hidden_gold import GoldCheck
-    from stages.annotate.crowd.screening import Rating
+    from csts_pipeline.stages.annotate.crowd.hidden_gold import GoldCheck
+    from csts_pipeline.stages.annotate.crowd.screening import Rating
 
     decisions: dict[str, list[str]] = {}
     shares, answers = [], []

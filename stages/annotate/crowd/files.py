@@ -10,10 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-
-from pipeline.errors import UserError
-from pipeline.records import write_json
-from pipeline.shards import write_atomic, write_table
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import write_json
+from csts_pipeline.frame.shards import write_atomic, write_table
 
 __all__ = ["read_jsonl", "write_csv", "write_json", "write_jsonl", "write_parquet"]
 

@@ -26,13 +26,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.errors import UserError
-from pipeline.schemas import PROVENANCE
-from stages.annotate.crowd.files import write_csv
-from stages.annotate.crowd.screening import Rating, parse_rating
-from stages.annotate.layout import CONDITION_TYPES, rating_item_id
-from stages.annotate.steps import qualification
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.schemas import PROVENANCE
+from csts_pipeline.stages.annotate.crowd.files import write_csv
+from csts_pipeline.stages.annotate.crowd.screening import Rating, parse_rating
+from csts_pipeline.stages.annotate.layout import CONDITION_TYPES, rating_item_id
+from csts_pipeline.stages.annotate.steps import qualification
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
 BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)

@@ -9,12 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-
-from pipeline.errors import UserError
-from pipeline.records import file_fingerprint, fingerprint, require_record
-from pipeline.schemas import PROVENANCE
-from pipeline.shards import list_shards, read_table
-from stages.annotate.layout import KEPT_COLUMNS
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import file_fingerprint, fingerprint, require_record
+from csts_pipeline.frame.schemas import PROVENANCE
+from csts_pipeline.frame.shards import list_shards, read_table
+from csts_pipeline.stages.annotate.layout import KEPT_COLUMNS
 
 
 @dataclass

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from pipeline.errors import UserError
-from pipeline.shards import write_atomic
-from stages.annotate.crowd import pages
-from stages.annotate.crowd.results import Problem, ResultRow
-from stages.annotate.layout import HITS
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.stages.annotate.crowd import pages
+from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow
+from csts_pipeline.stages.annotate.layout import HITS
 
 FOLDER = "label_studio"  # under <stage>_tasks/
 CONFIG = "config.xml"
@@ -31,7 +31,7 @@ CONTROLS = {"TextArea": "text", "Choices": "choices", "Rating": "rating", "Numbe
 
 def has_config(stage: str) -> bool:
     """Whether `stage` has a packaged Label Studio config."""
-    return (resources.files("stages.annotate") / "templates" / FOLDER / f"{stage}.xml").is_file()
+    return (resources.files("csts_pipeline.stages.annotate") / "templates" / FOLDER / f"{stage}.xml").is_file()
 
 
 def config_text(stage: str, repeats: dict[str, int] | None = None) -> str:

@@ -21,8 +21,8 @@ from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from pipeline.errors import UserError
-from pipeline.shards import write_atomic
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import write_atomic
 
 STAGES = ("qualification", "conditions", "ratings", "bws")
 PAGE = "template.html"
@@ -32,7 +32,11 @@ PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
 
 
 def _partial(name: str) -> str:
-    return resources.files("stages.annotate").joinpath("templates", *name.split("/")).read_text(encoding="utf-8")
+    return (
+        resources.files("csts_pipeline.stages.annotate")
+        .joinpath("templates", *name.split("/"))
+        .read_text(encoding="utf-8")
+    )
 
 
 def render(stage: str, repeats: dict[str, int] | None = None) -> str:

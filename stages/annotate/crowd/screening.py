@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-
-from pipeline.errors import UserError
-from pipeline.records import file_fingerprint, fingerprint
-from stages.annotate.crowd import label_studio
-from stages.annotate.crowd.files import write_csv
-from stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line
-from stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import file_fingerprint, fingerprint
+from csts_pipeline.stages.annotate.crowd import label_studio
+from csts_pipeline.stages.annotate.crowd.files import write_csv
+from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line
+from csts_pipeline.stages.annotate.labels.agreement import Rating
+from csts_pipeline.stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")
@@ -220,16 +220,6 @@ def screen_conditions(
 
 
 # ------------------------------------------------------------------------------------------------- rating results
-
-
-class Rating(NamedTuple):
-    """One accepted rating: the item's index in the rating tasks, and `rating` None when flagged."""
-
-    item: int
-    worker: str
-    assignment: str
-    rating: int | None
-    not_pertinent: bool
 
 
 def screen_ratings(

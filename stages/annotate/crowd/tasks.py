@@ -9,13 +9,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.schemas import PROVENANCE
-from stages.annotate.crowd import label_studio, pages
-from stages.annotate.crowd.files import write_csv, write_jsonl
-from stages.annotate.layout import HITS, TASKS, condition_task_id
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.schemas import PROVENANCE
+from csts_pipeline.stages.annotate.crowd import label_studio, pages
+from csts_pipeline.stages.annotate.crowd.files import write_csv, write_jsonl
+from csts_pipeline.stages.annotate.layout import HITS, TASKS, condition_task_id
 
 
 def guard_tasks(out: OutputFolder, force: bool) -> None:

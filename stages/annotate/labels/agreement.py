@@ -12,11 +12,20 @@ from typing import Any, NamedTuple
 
 import krippendorff
 import numpy as np
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.annotate.layout import RATING_SCALE
 from scipy.stats import spearmanr
 
-from pipeline.errors import UserError
-from stages.annotate.crowd.screening import Rating
-from stages.annotate.layout import RATING_SCALE
+
+class Rating(NamedTuple):
+    """One accepted rating: the item's index in the rating tasks, and `rating` None when flagged."""
+
+    item: int
+    worker: str
+    assignment: str
+    rating: int | None
+    not_pertinent: bool
+
 
 AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/labels/quality.py
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review

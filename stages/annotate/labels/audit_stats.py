@@ -19,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from csts_pipeline.frame.errors import UserError
 from scipy.stats import pearsonr, rankdata, spearmanr
-
-from pipeline.errors import UserError
 
 REQUIRED = ("sentence1", "sentence2", "condition", "label")
 ID_COLUMNS = ("id", "item_id")

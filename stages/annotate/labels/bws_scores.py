@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.annotate.labels.sampling import hash64
 from scipy.stats import rankdata
-
-from pipeline.errors import UserError
-from stages.annotate.labels.sampling import hash64
 
 TUPLE_SIZE = 4
 _PAIRS = np.array([(a, b) for a in range(TUPLE_SIZE) for b in range(a + 1, TUPLE_SIZE)])

@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.schemas import WORKERS_SCHEMA
-from stages.annotate.labels import ordinal, verdict
-from stages.annotate.labels.agreement import ItemLabels, RatingArrays, label_items
+from csts_pipeline.frame.schemas import WORKERS_SCHEMA
+from csts_pipeline.stages.annotate.labels import ordinal, verdict
+from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 
 MODEL = "model"
 UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random
@@ -50,21 +49,6 @@ class ModelResult:
 
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
-
-
-def labels_for(
-    ratings: RatingArrays,
-    n_items: int,
-    how: str,
-    not_pertinent_share: float,
-    min_ratings: int,
-    anchor: Anchor | None = None,
-) -> tuple[ItemLabels, ModelResult | None]:
-    """The items' labels by the policy `how`: the model's (with the fit), or mean, median or round's. `anchor`:
-    gold items' ratings and known labels, which the model fits alongside (the other policies ignore them)."""
-    if how == MODEL:
-        return model_labels(ratings, n_items, not_pertinent_share, min_ratings, anchor)
-    return label_items(ratings, n_items, how, not_pertinent_share, min_ratings), None
 
 
 def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> ordinal.OrdinalFit:

@@ -11,11 +11,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.errors import UserError
-from pipeline.schemas import CSTS_SCHEMA
-from stages.annotate.labels.sampling import hash64
-from stages.annotate.layout import RATING_SCALE, SPLITS
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.schemas import CSTS_SCHEMA
+from csts_pipeline.stages.annotate.labels.sampling import hash64
+from csts_pipeline.stages.annotate.layout import RATING_SCALE, SPLITS
 
 
 def parse_ratios(text: str) -> tuple[float, float, float]:

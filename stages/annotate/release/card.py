@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import yaml
-
-from pipeline.schemas import CSTS_SCHEMA
+from csts_pipeline.frame.schemas import CSTS_SCHEMA
 
 
 @dataclass

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.shards import read_table, write_atomic
-from stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, rating_item_id
+from csts_pipeline.frame.shards import read_table, write_atomic
+from csts_pipeline.stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, rating_item_id
 
 SALT = "publish_salt.txt"
 ANNOTATIONS = "annotations"  # the dataset folder's subfolder for these files

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.records import file_fingerprint
-from pipeline.shards import write_atomic
-from stages.annotate.crowd.files import write_json
-from stages.annotate.labels.audit_stats import audit
-from stages.annotate.layout import AUDIT_JSON
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import file_fingerprint
+from csts_pipeline.frame.shards import write_atomic
+from csts_pipeline.stages.annotate.crowd.files import write_json
+from csts_pipeline.stages.annotate.labels.audit_stats import audit
+from csts_pipeline.stages.annotate.layout import AUDIT_JSON
 
 AUDIT_MD = "audit.md"
 

@@ -9,15 +9,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.records import require_current
-from pipeline.shards import read_table
-from stages.annotate.crowd import screening, tasks
-from stages.annotate.crowd.files import read_jsonl, write_json, write_jsonl, write_parquet
-from stages.annotate.labels import bws_scores
-from stages.annotate.layout import (
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import require_current
+from csts_pipeline.frame.shards import read_table
+from csts_pipeline.stages.annotate.crowd import screening, tasks
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_json, write_jsonl, write_parquet
+from csts_pipeline.stages.annotate.labels import bws_scores
+from csts_pipeline.stages.annotate.layout import (
     ANNOTATION_SCHEMA,
     ANNOTATIONS,
     BWS,
@@ -34,7 +33,7 @@ from stages.annotate.layout import (
     TRIPLETS,
     bws_tuple_id,
 )
-from stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.steps import qualification
 
 HIT_FIELDS = ("sentence1", "sentence2", "condition")
 

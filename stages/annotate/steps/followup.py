@@ -18,15 +18,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.records import require_current
-from pipeline.shards import read_table
-from stages.annotate.crowd import tasks
-from stages.annotate.crowd.files import read_jsonl, write_csv
-from stages.annotate.labels.ordinal import SCALE
-from stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, RATINGS_TASKS, TASKS, WORKERS
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import require_current
+from csts_pipeline.frame.shards import read_table
+from csts_pipeline.stages.annotate.crowd import tasks
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
+from csts_pipeline.stages.annotate.labels.ordinal import SCALE
+from csts_pipeline.stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, RATINGS_TASKS, TASKS, WORKERS
 
 log = logging.getLogger(__name__)
 RATINGS_MORE = "ratings_more"

@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.records import read_json, read_record, require_current, require_record
-from pipeline.shards import read_table, write_atomic, write_table
-from stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
-from stages.annotate.release import soft_labels
-from stages.annotate.release.card import Histogram, Release, render_card
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import read_json, read_record, require_current, require_record
+from csts_pipeline.frame.shards import read_table, write_atomic, write_table
+from csts_pipeline.stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
+from csts_pipeline.stages.annotate.release import soft_labels
+from csts_pipeline.stages.annotate.release.card import Histogram, Release, render_card
 
 FORMATS = ("hf",)
 CARD = "README.md"

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.records import file_fingerprint, fingerprint, require_record
-from stages.annotate.crowd import screening, tasks
-from stages.annotate.crowd.files import read_jsonl, write_csv
-from stages.annotate.layout import REPORT, TASKS
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import file_fingerprint, fingerprint, require_record
+from csts_pipeline.stages.annotate.crowd import screening, tasks
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
+from csts_pipeline.stages.annotate.layout import REPORT, TASKS
 
 QUALIFICATION_TASKS = "qualification_tasks"
 QUALIFICATION = "qualification"
@@ -42,7 +41,7 @@ _SENTENCE = re.compile(r"\bsentences?\b")  # as the page's check
 
 
 def default_gold() -> Path:
-    return Path(str(resources.files("stages.annotate").joinpath("gold", "qualification_gold.csv")))
+    return Path(str(resources.files("csts_pipeline.stages.annotate").joinpath("gold", "qualification_gold.csv")))
 
 
 def read_gold(path: Path) -> list[dict[str, Any]]:

@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.commit import OutputFolder
-from pipeline.errors import UserError
-from pipeline.records import file_fingerprint, require_current, require_record
-from pipeline.shards import read_table
-from stages.annotate.crowd import hidden_gold, screening, tasks
-from stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
-from stages.annotate.crowd.kept import KeptSource
-from stages.annotate.labels import quality
-from stages.annotate.labels.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
-from stages.annotate.labels.sampling import hash64, strata_summary, stratified_sample, unique_pairs
-from stages.annotate.labels.splits import complete_pairs, csts_table, label_description, label_metadata
-from stages.annotate.layout import (
+from csts_pipeline.frame.commit import OutputFolder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.records import file_fingerprint, require_current, require_record
+from csts_pipeline.frame.shards import read_table
+from csts_pipeline.stages.annotate.crowd import hidden_gold, screening, tasks
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
+from csts_pipeline.stages.annotate.crowd.kept import KeptSource
+from csts_pipeline.stages.annotate.labels import quality
+from csts_pipeline.stages.annotate.labels.aggregators import aggregator
+from csts_pipeline.stages.annotate.labels.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
+from csts_pipeline.stages.annotate.labels.sampling import hash64, strata_summary, stratified_sample, unique_pairs
+from csts_pipeline.stages.annotate.labels.splits import complete_pairs, csts_table, label_description, label_metadata
+from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     BWS,
     BWS_TASKS,
@@ -54,7 +54,7 @@ from stages.annotate.layout import (
     WORKERS,
     rating_item_id,
 )
-from stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.steps import qualification
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,9 @@ def import_ratings(
             raise screen.nothing_valid(results, "ratings")
         ratings = RatingArrays.of(accepted)
         anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
-        labels, model = quality.labels_for(ratings, len(items), how, not_pertinent_share, min_ratings, anchor)
+        policy = aggregator(how, not_pertinent_share, min_ratings, anchor)
+        labels = policy.fit(ratings, len(items))
+        model = policy.result
         agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
         checks = quality.high_low(items, labels, model)
         workers = quality.workers_table(model, ratings, gold.workers if gold else None)

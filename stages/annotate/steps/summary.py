@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
+from csts_pipeline.stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
 def describe(record: dict[str, Any]) -> str:

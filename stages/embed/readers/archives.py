@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipeline.errors import UserError
+from csts_pipeline.frame.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 

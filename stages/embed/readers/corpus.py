@@ -1,5 +1,5 @@
 """What every dataset reader returns: a `Corpus` of images and captions with stable integer ids, and the `Skip`s
-that say what was left out and why (stages.embed.readers.datasets, stages.embed.readers.archives), with the limits the ids must keep."""
+that say what was left out and why (readers/datasets.py, readers/archives.py), with the limits the ids must keep."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pyarrow as pa
-
-from stages.embed.readers.archives import Member
+from csts_pipeline.stages.embed.readers.archives import Member
 
 MAX_CAPTION_ID = 2**32 - 1  # pair ids pack two caption ids into one int64 (docs/schemas.md)
 MAX_IMAGE_ID = 2**63 - 1  # image ids are int64 columns

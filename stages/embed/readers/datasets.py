@@ -15,10 +15,22 @@ import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
-from pipeline.errors import UserError
-from pipeline.manifest import DataConfig
-from stages.embed.readers.archives import Member, read_clip_retrieval, read_parquet_images, read_webdataset
-from stages.embed.readers.corpus import MAX_CAPTION_ID, MAX_IMAGE_ID, MAX_NAME_BYTES, Corpus, Skip, escapes_folder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import DataConfig
+from csts_pipeline.stages.embed.readers.archives import (
+    Member,
+    read_clip_retrieval,
+    read_parquet_images,
+    read_webdataset,
+)
+from csts_pipeline.stages.embed.readers.corpus import (
+    MAX_CAPTION_ID,
+    MAX_IMAGE_ID,
+    MAX_NAME_BYTES,
+    Corpus,
+    Skip,
+    escapes_folder,
+)
 
 
 def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
@@ -26,7 +38,7 @@ def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
     if config.format in ("webdataset", "parquet", "clip-retrieval"):
         return _read_archive(config)
     if config.format == "sample":
-        from stages.embed.readers.sample_data import ensure_sample
+        from csts_pipeline.stages.embed.readers.sample_data import ensure_sample
 
         ensure_sample(config.captions, config.images)
     if not config.captions.is_file():
@@ -50,7 +62,7 @@ def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
 
 
 def _read_archive(config: DataConfig) -> Corpus:
-    """WebDataset shards, Parquet files holding the images, or clip-retrieval embeddings (stages.embed.readers.archives)."""
+    """WebDataset shards, Parquet files holding the images, or clip-retrieval embeddings (readers/archives.py)."""
     if not config.images.exists():
         raise UserError(f"{config.images}: not found")
     if config.format == "webdataset":

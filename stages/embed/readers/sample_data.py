@@ -11,9 +11,8 @@ import json
 import random
 from pathlib import Path
 
+from csts_pipeline.frame.shards import write_atomic
 from PIL import Image, ImageDraw
-
-from pipeline.shards import write_atomic
 
 N_IMAGES = 240
 CAPTIONS_PER_IMAGE = 5
