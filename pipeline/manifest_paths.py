@@ -16,7 +16,7 @@ from csts_pipeline.frame.urls import is_url
 # wheel as pipeline/manifests/, so an installed copy finds them too (docs/manifests.md).
 _PACKAGE_MANIFESTS = Path(__file__).resolve().parent / "manifests"
 _SOURCE_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
-PACKAGE_PREFIX = "package:"  # `package:stages.embed/resources/x.json`: a file shipped inside an installed package
+PACKAGE_PREFIX = "package:"  # `package:csts_pipeline.stages.embed/resources/x.json`: a file shipped inside an installed package
 
 
 def bundled_manifest_dir() -> Path:
@@ -82,7 +82,7 @@ def resolve_path(base: Path, value: Path) -> Path:
 
 
 def package_file(spec: str) -> Path:
-    """`package:stages.embed/resources/open_clip/x.json` -> that file inside the installed package (a regular
+    """`package:csts_pipeline.stages.embed/resources/open_clip/x.json` -> that file inside the installed package (a regular
     folder, not a zip: the package is installed as files)."""
     package, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
     if not package or not relative:

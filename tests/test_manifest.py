@@ -133,11 +133,11 @@ def test_a_manifest_in_the_current_folder_wins(tmp_path: Path, monkeypatch: pyte
 def test_package_prefix_names_a_file_inside_an_installed_package(tmp_path: Path):
     from csts_pipeline.frame.manifest_paths import package_file
 
-    tiny = package_file("package:stages.embed/resources/open_clip/csts-tiny-clip.json")
+    tiny = package_file("package:csts_pipeline.stages.embed/resources/open_clip/csts-tiny-clip.json")
     assert tiny.is_file()
-    path = _write(tmp_path, BASE + "embed: {model_config_path: 'package:stages.embed/resources/open_clip/x.json'}\n")
+    path = _write(tmp_path, BASE + "embed: {model_config_path: 'package:csts_pipeline.stages.embed/resources/open_clip/x.json'}\n")
     assert load_manifest(path).embed.model_config_path == tiny.parent / "x.json"
     with pytest.raises(UserError, match="no Python package 'nope'"):
         package_file("package:nope/x.json")
     with pytest.raises(UserError, match="expected package:PACKAGE/PATH"):
-        package_file("package:stages.embed")
+        package_file("package:csts_pipeline.stages.embed")
