@@ -8,7 +8,7 @@ import pytest
 from csts_pipeline.frame.manifest import load_manifest
 from csts_pipeline.frame.shards import read_shards
 from csts_pipeline.stages.mine import stage as mine
-from csts_pipeline.stages.mine.split import merge_top_k
+from csts_pipeline.stages.mine.base_split import merge_top_k
 
 from tests.conftest import write_manifest
 from tests.test_mine_ann import _clustered, _embed_folder, _rows

@@ -130,7 +130,7 @@ def _set_parameter(searcher: FaissSearch, kind: str, value: int) -> None:
     import faiss
 
     name = "efSearch" if kind == "hnsw" else "nprobe"
-    if hasattr(searcher, "set_parameter"):  # an index split across workers (stages.mine.split)
+    if hasattr(searcher, "set_parameter"):  # an index split across workers (stages.mine.base_split)
         searcher.set_parameter(name, value)
         return
     space = faiss.GpuParameterSpace() if "Gpu" in type(searcher.index).__name__ else faiss.ParameterSpace()

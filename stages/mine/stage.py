@@ -144,7 +144,7 @@ class MineStage(ClusterStage):
 
         config, n = self.config, len(shards)
         if self.tasks.distributed and config.parts > 1 and self.index != "hnsw":
-            from csts_pipeline.stages.mine.split import split_searcher
+            from csts_pipeline.stages.mine.base_split import split_searcher
 
             searcher, self.search = split_searcher(self.plan_, shards, config, self.tasks, folder)
             try:

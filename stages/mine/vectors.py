@@ -36,7 +36,7 @@ class EmbeddingShards:
 
     @classmethod
     def of(cls, paths: list[Path]) -> EmbeddingShards:
-        """These shards only, in this order (a part of the base: stages.mine.split)."""
+        """These shards only, in this order (a part of the base: stages.mine.base_split)."""
         return cls(paths[0].parent, paths)
 
     def __len__(self) -> int:
