@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from csts_pipeline.frame.stage import Resources, Stage, Unit
@@ -48,6 +48,16 @@ class BatchPipeline:
     collect: Callable[[Unit, dict[str, np.ndarray], Path], dict[str, Any]]
 
 
+class Tasks(Protocol):
+    """How `prepare` fans out work: `map(fn, items, shared, resources)` yields fn(shared, item) in item order."""
+
+    distributed: bool
+
+    def map(self, fn: Callable[[Any, Any], Any], items: Iterable[Any], shared: Any, resources: Resources) -> Iterator:
+        """fn(shared, item) for every item, in order."""
+        ...
+
+
 class SerialTasks:
     """`ClusterStage.tasks` under the local executor: every item in this process, in order."""
 
@@ -65,7 +75,7 @@ class ClusterStage(Stage):
     # attributes `setup()` makes for one worker: never pickled, since every worker runs `setup()` again
     worker_state: tuple[str, ...] = ()
     # how `prepare` fans out work (SerialTasks); a cluster executor sets its own on the stage before the run
-    tasks: SerialTasks = SerialTasks()
+    tasks: Tasks = SerialTasks()
 
     def __getstate__(self) -> dict[str, Any]:
         """The stage without its per-worker state (models on a device are heavy, some not picklable at all)."""

@@ -16,7 +16,8 @@ from csts_pipeline.frame.urls import is_url
 # wheel as pipeline/manifests/, so an installed copy finds them too (docs/manifests.md).
 _PACKAGE_MANIFESTS = Path(__file__).resolve().parent / "manifests"
 _SOURCE_MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
-PACKAGE_PREFIX = "package:"  # `package:csts_pipeline.stages.embed/resources/x.json`: a file shipped inside an installed package
+# `package:csts_pipeline.stages.embed/resources/x.json`: a file shipped inside an installed package
+PACKAGE_PREFIX = "package:"
 
 
 def bundled_manifest_dir() -> Path:
@@ -56,7 +57,7 @@ def localise_urls(raw: dict[str, Any], base_url: str | None) -> dict[str, str]:
     Returns {data field: URL} of the inputs, which Manifest.fetch_inputs copies."""
     inputs: dict[str, str] = {}
     for *parents, leaf in LOCATIONS:
-        section = raw
+        section: Any = raw
         for part in parents:
             section = section.get(part) if isinstance(section, dict) else None
         value = section.get(leaf) if isinstance(section, dict) else None
@@ -82,8 +83,8 @@ def resolve_path(base: Path, value: Path) -> Path:
 
 
 def package_file(spec: str) -> Path:
-    """`package:csts_pipeline.stages.embed/resources/open_clip/x.json` -> that file inside the installed package (a regular
-    folder, not a zip: the package is installed as files)."""
+    """`package:csts_pipeline.stages.embed/resources/open_clip/x.json` -> that file inside the installed package
+    (a regular folder, not a zip: the package is installed as files)."""
     package, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
     if not package or not relative:
         raise UserError(f"{spec!r}: expected {PACKAGE_PREFIX}PACKAGE/PATH, e.g. {PACKAGE_PREFIX}stages.embed/x.json")

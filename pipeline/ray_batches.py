@@ -138,10 +138,11 @@ def _concat(parts: list[Batch]) -> Batch:
 def _user_error(exc: BaseException) -> UserError | None:
     """A UserError raised in a task or actor, however Ray Data wrapped it; it reaches the CLI as one line."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, UserError):
-            return exc
-        cause = getattr(exc, "cause", None)
-        exc = cause if isinstance(cause, BaseException) else (exc.__cause__ or exc.__context__)
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        if isinstance(found, UserError):
+            return found
+        cause = getattr(found, "cause", None)
+        found = cause if isinstance(cause, BaseException) else (found.__cause__ or found.__context__)
     return None

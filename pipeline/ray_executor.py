@@ -122,7 +122,7 @@ class RayExecutor(LocalExecutor):
             return
         self.connect()
         batches = stage.batch_pipeline(pending, staging) if isinstance(stage, ClusterStage) else None
-        if batches is not None:
+        if batches is not None and isinstance(stage, ClusterStage):
             from csts_pipeline.frame.ray_batches import run_batches
 
             yield from run_batches(self, stage, batches, pending, staging)

@@ -13,7 +13,7 @@ import json
 import platform
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from csts_pipeline.frame.checksums import HASH_KEY, verify_outputs, written_digest
 from csts_pipeline.frame.errors import UserError
@@ -63,7 +63,11 @@ def versions() -> dict[str, str]:
 def write_json(path: Path, value: Any) -> None:
     """Atomic JSON write (pipeline.shards.write_atomic)."""
     blob = (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode()
-    write_atomic(path, lambda handle: handle.write(blob))
+
+    def write(handle: IO[bytes]) -> None:
+        handle.write(blob)
+
+    write_atomic(path, write)
 
 
 def read_json(path: Path) -> Any:
@@ -112,7 +116,7 @@ def describe_files(folder: Path) -> dict[str, dict[str, int]]:
         relative = path.relative_to(folder)
         if not path.is_file() or any(part[0] in "._" for part in relative.parts):
             continue
-        entry = {"bytes": path.stat().st_size, HASH_KEY: written_digest(path)}
+        entry: dict[str, Any] = {"bytes": path.stat().st_size, HASH_KEY: written_digest(path)}
         if path.suffix == ".parquet":
             entry["rows"] = parquet_rows(path)
         files[relative.as_posix()] = entry

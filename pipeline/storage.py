@@ -215,7 +215,7 @@ def pull_upstream(url: str, work_dir: Path, name: str, upstream: str | None) -> 
 def _in_cache(folder: Path, record: dict[str, Any], files: bool) -> bool:
     local = _local_record(folder)
     same = local is not None and all(local.get(k) == record.get(k) for k in ("fingerprint", "generation"))
-    return same and not (files and output_problems(folder, local))
+    return same and not (files and local is not None and output_problems(folder, local))
 
 
 def pull(url: str, work_dir: Path, name: str) -> None:

@@ -23,7 +23,7 @@ def _pooler_layer(transformer, dimension: int, name: str):
     try:
         from sentence_transformers.sentence_transformer.modules import Dense
     except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Dense
+        from sentence_transformers.models import Dense  # type: ignore[no-redef]
 
     dense = getattr(getattr(transformer.auto_model, "pooler", None), "dense", None)
     if dense is None:
@@ -44,7 +44,7 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
     try:
         from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Pooling, Transformer
+        from sentence_transformers.models import Pooling, Transformer  # type: ignore[no-redef]
 
     try:
         if pooling == "model":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.stages.annotate.labels.aggregators import (
     AGGREGATORS,
@@ -45,6 +44,8 @@ def test_the_ordinal_model_keeps_its_fit_and_orders_items_by_their_ratings():
 
 
 def test_every_name_is_a_class_and_an_unknown_one_is_a_line():
-    assert {name: kind.name for name, kind in AGGREGATORS.items()} == {n: n for n in ("mean", "median", "round", "model")}
+    assert {name: kind.name for name, kind in AGGREGATORS.items()} == {
+        n: n for n in ("mean", "median", "round", "model")
+    }
     with pytest.raises(UserError, match="--aggregate must be mean, median, round, model"):
         aggregator("mode", 0.5, 1)

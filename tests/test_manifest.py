@@ -135,7 +135,9 @@ def test_package_prefix_names_a_file_inside_an_installed_package(tmp_path: Path)
 
     tiny = package_file("package:csts_pipeline.stages.embed/resources/open_clip/csts-tiny-clip.json")
     assert tiny.is_file()
-    path = _write(tmp_path, BASE + "embed: {model_config_path: 'package:csts_pipeline.stages.embed/resources/open_clip/x.json'}\n")
+    path = _write(
+        tmp_path, BASE + "embed: {model_config_path: 'package:csts_pipeline.stages.embed/resources/open_clip/x.json'}\n"
+    )
     assert load_manifest(path).embed.model_config_path == tiny.parent / "x.json"
     with pytest.raises(UserError, match="no Python package 'nope'"):
         package_file("package:nope/x.json")

@@ -81,4 +81,4 @@ def aggregator(how: str, not_pertinent_share: float, min_ratings: int, anchor: A
         raise UserError(f"--aggregate must be {', '.join(AGGREGATORS)} (got {how!r})")
     if how == OrdinalModel.name:
         return OrdinalModel(not_pertinent_share, min_ratings, anchor)
-    return AGGREGATORS[how](not_pertinent_share, min_ratings)  # type: ignore[call-arg]
+    return AGGREGATORS[how](not_pertinent_share, min_ratings)

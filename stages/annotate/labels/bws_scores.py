@@ -38,6 +38,7 @@ def design_tuples(n_items: int, seed: int, appearances: int = 8, tries: int = 20
         key = (int(pairs.max()), int((pairs == pairs.max()).sum()))
         if best_key is None or key < best_key:
             best, best_key = tuples, key
+    assert best is not None  # at least one attempt
     return best
 
 

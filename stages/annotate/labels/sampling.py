@@ -67,12 +67,12 @@ def stratified_sample(
     quota = allocate(sizes, n)
     key = hash64(pair_ids, seed)
     by_stratum = np.argsort(strata, kind="stable")
-    chosen = []
+    parts = []
     for rows, take in zip(np.split(by_stratum, np.cumsum(sizes)[:-1]), quota):
         if 0 < take < len(rows):
             rows = rows[np.argpartition(key[rows], take - 1)[:take]]
-        chosen.append(rows[:take])
-    chosen = np.concatenate(chosen)
+        parts.append(rows[:take])
+    chosen = np.concatenate(parts)
     return Sample(chosen[np.argsort(key[chosen], kind="stable")], strata, sizes, quota, cosine_edges, iou_edges)
 
 
