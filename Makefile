@@ -40,7 +40,7 @@ lint: $(STAMP)  ## ruff, ruff format, hadolint
 lock:  ## re-resolve requirements/lock-py*.txt from pyproject.toml
 	requirements/refresh.sh
 
-# Label Studio, for the round trip in tests/test_label_studio.py, in its own venv: it pins its own Django stack and
+# Label Studio, for the round trip in tests/annotate/test_label_studio.py, in its own venv: it pins its own Django stack and
 # must not enter the project's lock. Exact versions with hashes (requirements/label-studio.txt, made by uv from
 # requirements/label-studio.in). `make test` creates it first, so a missing one fails the run instead of skipping.
 $(LS_STAMP): requirements/label-studio.txt
@@ -52,7 +52,7 @@ $(LS_STAMP): requirements/label-studio.txt
 label-studio: $(LS_STAMP)  ## Label Studio in its own venv (.venv-label-studio/)
 
 label-studio-test: $(STAMP) $(LS_STAMP) browser  ## the Label Studio round trip alone
-	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest tests/test_label_studio.py
+	LABEL_STUDIO_VENV=$(abspath $(LS_VENV)) $(PY) -m pytest tests/annotate/test_label_studio.py
 
 # The browser tests (annotation pages, the run report) drive Debian's Chromium through Playwright; CI installs it
 # here so that a missing browser fails the run instead of skipping the tests.

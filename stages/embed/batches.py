@@ -7,7 +7,7 @@
   preprocess (to float, normalise; or nvJPEG decode on its GPU) and embeds (stages.embed.encoder.encode).
 - `collect`, on the driver: one unit's rows, in position order, written as the local executor's shard.
 
-Same images, same operations, same model: the shards equal the local executor's (tests/test_ray.py). An image
+Same images, same operations, same model: the shards equal the local executor's (tests/frame/test_ray.py). An image
 that cannot be read travels as a row with its reason and no pixels, so every unit gets all of its rows back.
 """
 

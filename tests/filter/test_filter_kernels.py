@@ -22,7 +22,7 @@ from csts_pipeline.stages.filter.kernels import histograms
 from csts_pipeline.stages.filter.lookup import CaptionLookup
 from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
 
-from tests.test_pair_filter import EDGE_CAPTIONS
+from tests.filter.test_pair_filter import EDGE_CAPTIONS
 
 SENTENCES = [
     *EDGE_CAPTIONS,

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from tests.conftest import reseal
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COCO_CAPTIONS = REPO / "tests" / "data" / "coco" / "captions_val2017_sample.json"
 STOPWORDS = REPO / "stages" / "filter" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
 

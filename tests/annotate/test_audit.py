@@ -16,9 +16,9 @@ from csts_pipeline.frame.errors import UserError
 from csts_pipeline.stages.annotate.labels.audit_stats import audit, condition_kind
 from scipy.stats import pearsonr, spearmanr
 
-from tests.test_annotate import cli, cli_error
+from tests.annotate.test_annotate import cli, cli_error
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KINDS = ["The colour of the car.", "The number of people.", "The location.", "The activity being performed."]
 
 

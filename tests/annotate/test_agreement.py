@@ -22,7 +22,7 @@ from csts_pipeline.stages.annotate.labels.agreement import (
 )
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
-from tests.test_annotate import cli, kept, kept_dir, rated, read_tasks, simulated_ratings, write_results  # noqa: F401
+from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, simulated_ratings, write_results  # noqa: F401
 
 NAN = np.nan
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", the example with missing values: 4 coders

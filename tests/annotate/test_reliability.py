@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from tests.conftest import STAGES, contents
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
 
 

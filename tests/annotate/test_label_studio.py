@@ -39,9 +39,9 @@ from csts_pipeline.stages.annotate.steps import qualification
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from tests.test_annotate import kept_table
+from tests.annotate.test_annotate import kept_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("LABEL_STUDIO_VENV", REPO / ".venv-label-studio"))
 TOKEN = "c5f0e1d2a3b4c5d6e7f8091a2b3c4d5e6f708192"
 START_TIMEOUT_S = 420  # a fresh data folder runs all migrations first: about 100 s on two shared cores

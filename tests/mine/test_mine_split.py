@@ -11,7 +11,7 @@ from csts_pipeline.stages.mine import stage as mine
 from csts_pipeline.stages.mine.base_split import merge_top_k
 
 from tests.conftest import write_manifest
-from tests.test_mine_ann import _clustered, _embed_folder, _rows
+from tests.mine.test_mine_ann import _clustered, _embed_folder, _rows
 
 
 def test_merge_keeps_the_best_of_every_part():

@@ -16,8 +16,8 @@ from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.labels import bws_scores
 from scipy.stats import spearmanr
 
-from tests.test_annotate import cli, cli_error, kept_table, read_report, read_tasks, simulated_conditions
-from tests.test_annotate import write_results as write_condition_results
+from tests.annotate.test_annotate import cli, cli_error, kept_table, read_report, read_tasks, simulated_conditions
+from tests.annotate.test_annotate import write_results as write_condition_results
 
 
 @pytest.fixture(scope="module")

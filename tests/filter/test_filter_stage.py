@@ -32,7 +32,7 @@ from csts_pipeline.cli import app
 from tests.conftest import reseal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 COCO_CAPTIONS = DATA / "coco" / "captions_val2017_sample.json"
 MINE_PARAMS = {"k": 6, "pairs": "unordered", "candidates_per_shard": 2000}

@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCKS = sorted((REPO / "requirements").glob("lock-py3*.txt"))
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s\\;]+)")
 

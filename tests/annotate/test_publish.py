@@ -17,8 +17,8 @@ from csts_pipeline.frame.records import write_json
 from csts_pipeline.stages import annotate
 from PIL import Image
 
+from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated  # noqa: F401
 from tests.conftest import reseal
-from tests.test_annotate import cli, cli_error, kept, kept_dir, rated  # noqa: F401
 
 FUNNEL = {
     "candidates": 1000,

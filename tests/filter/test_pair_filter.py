@@ -26,7 +26,7 @@ from csts_pipeline.stages.filter.text import (
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 COCO_CAPTIONS = DATA / "coco" / "captions_val2017_sample.json"
 MINILM = "packaged:all-MiniLM-L6-v2"

@@ -38,7 +38,7 @@ from csts_pipeline.stages.train.scoring import correlations, pearson, spearman
 from csts_pipeline.cli import app
 from tests.support.train_sample import sample_rows, write_sample_parquet, write_sample_splits
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STSB = REPO / "tests" / "data" / "stsb"  # 200 rows of each STS-B file (tests/data/README.md)
 STSB_EXAMPLE = REPO / "docs" / "examples" / "stsb" / "sts-test-sample.csv"  # the README's evaluate example
 MINILM = "packaged:all-MiniLM-L6-v2"

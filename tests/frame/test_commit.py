@@ -20,10 +20,10 @@ from csts_pipeline.frame.locks import lock_path
 from csts_pipeline.frame.records import read_record
 from csts_pipeline.stages import annotate
 
-from tests.test_annotate import kept, kept_dir, rated  # noqa: F401
-from tests.test_train import csts_files, tiny_bert  # noqa: F401
+from tests.annotate.test_annotate import kept, kept_dir, rated  # noqa: F401
+from tests.train.test_train import csts_files, tiny_bert  # noqa: F401
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str | Path, failpoint: str | None = None) -> subprocess.CompletedProcess:

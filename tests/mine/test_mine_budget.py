@@ -17,7 +17,7 @@ from csts_pipeline.stages.mine.budget import GIB, estimate, ivf_lists, plan_inde
 from csts_pipeline.stages.mine.rerank import StoredRows, VectorFile, rerank
 from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
-from tests.test_mine_ann import _clustered, _embed_folder, _mine
+from tests.mine.test_mine_ann import _clustered, _embed_folder, _mine
 
 
 def test_the_budget_picks_the_most_accurate_index_that_fits():

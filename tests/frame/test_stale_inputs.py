@@ -13,7 +13,7 @@ from csts_pipeline.frame.records import read_record
 from csts_pipeline.frame.stage import Stage, StagePlan, StageResult, Unit
 from csts_pipeline.stages import annotate
 
-from tests.test_annotate import kept, kept_dir, rated, read_tasks, simulated_conditions, write_results  # noqa: F401
+from tests.annotate.test_annotate import kept, kept_dir, rated, read_tasks, simulated_conditions, write_results  # noqa: F401
 
 
 class _Chain(Stage):

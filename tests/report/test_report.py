@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples" / "annotate"
 SCREENSHOT = REPO / "docs" / "images" / "report.png"
 

@@ -18,10 +18,9 @@ from csts_pipeline.stages.annotate.labels.agreement import aggregate
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
 from scipy.stats import spearmanr
 
-from tests.support.simulate import KINDS, simulate_crowd
-
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
-from tests.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
+from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
+from tests.support.simulate import KINDS, simulate_crowd
 
 SEEDS = (0, 1, 2)
 

@@ -16,10 +16,9 @@ from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.quality import anchored_fit
 
-from tests.support.simulate import gold_decisions
-
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
-from tests.test_annotate import cli, kept, kept_dir, rated, read_report, read_tasks, write_results  # noqa: F401
+from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_report, read_tasks, write_results  # noqa: F401
+from tests.support.simulate import gold_decisions
 
 SHARE = 0.05
 ITEM_ID = re.compile(r"^r-[0-9a-f]{16}-(high|low)$")
@@ -211,7 +210,7 @@ def test_import_blocks_the_random_worker_and_keeps_gold_out_of_every_output(tmp_
 
 
 def test_bad_gold_share_is_one_line(rated: Path):  # noqa: F811
-    from tests.test_annotate import cli_error
+    from tests.annotate.test_annotate import cli_error
 
     assert "--gold-share must be in [0, 0.5)" in cli_error(
         "annotate", "export", "--stage", "ratings", "--out", rated, "--gold-share", "0.7", "--force"

@@ -10,8 +10,8 @@ from csts_pipeline.frame.shards import list_shards, read_shards
 from csts_pipeline.stages.mine import ann, search, stage
 
 from tests.conftest import write_manifest
-from tests.test_commit import cli
-from tests.test_mine_ann import _clustered, _embed_folder, _rows
+from tests.frame.test_commit import cli
+from tests.mine.test_mine_ann import _clustered, _embed_folder, _rows
 
 CONFIG = {"index": "ivf_pq", "k": 8, "recall_sample": 200, "query_batch": 700, "rerank": 8}
 

@@ -13,11 +13,10 @@ from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.steps import followup
 from scipy.stats import spearmanr
 
-from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
-
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
-from tests.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
-from tests.test_quality import crowd_rows
+from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
+from tests.annotate.test_quality import crowd_rows
+from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 FIXED = 5  # the fixed redundancy to beat
 START = 2  # ratings per item before the follow-up rounds

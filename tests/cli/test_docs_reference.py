@@ -128,7 +128,7 @@ def test_documented_bench_command_exists_with_its_options(script: str, options: 
 
 @pytest.mark.parametrize("page", REFERENCE_PAGES, ids=lambda p: p.name)
 def test_inline_code_stays_on_one_line(page: Path):
-    """A command split over two lines of prose escapes the command checks (here and tests/test_docs_commands.py)."""
+    """A command split over two lines of prose escapes the command checks (here and tests/cli/test_docs_commands.py)."""
     fenced = False
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
         if line.lstrip().startswith("```"):
