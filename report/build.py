@@ -13,27 +13,40 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.manifest import Manifest
 from csts_pipeline.frame.records import read_json
+from csts_pipeline.frame.schemas import KEPT
 from csts_pipeline.frame.shards import write_atomic
 from csts_pipeline.report.annotations import annotation_summary
 from csts_pipeline.report.audit import audit_summary
+from csts_pipeline.report.bands import threshold_bands
+from csts_pipeline.report.compare import compare_runs
 from csts_pipeline.report.funnel import funnel_rows, read_records
 from csts_pipeline.report.plots import distributions
-from csts_pipeline.report.samples import criteria_of, image_cosine_histogram, kept_sample, near_misses
+from csts_pipeline.report.samples import (
+    SHOWN,
+    criteria_of,
+    image_cosine_histogram,
+    iter_batches,
+    kept_sample,
+    rejected_batches,
+)
 from csts_pipeline.report.thumbnails import SIZE, thumbnails
+from csts_pipeline.stages.annotate.layout import condition_task_id
 
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """How much the page shows: kept pairs per stratum (4 strata), rejects per criterion, candidates sampled
-    when filter/rejected/ is absent, and the seed of every sample."""
+    """How much the page shows: kept pairs per stratum (4 strata), pairs per side of each threshold band,
+    candidates sampled when filter/rejected/ is absent, the seed of every sample, and another run to compare."""
 
     per_stratum: int = 4
     near: int = 6
     candidate_sample: int = 50_000
     seed: int = 0
+    compare: Path | None = None
 
 
 def files_folder(page: Path) -> Path:
@@ -48,8 +61,10 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
     folder = files_folder(page)
     page.parent.mkdir(parents=True, exist_ok=True)
     inputs = {name: record["fingerprint"] for name, record in records.items() if record}
+    if options.compare is not None:
+        inputs |= {f"compare-{name}": r["fingerprint"] for name, r in read_records(options.compare).items()}
     params = {"per_stratum": options.per_stratum, "near": options.near, "seed": options.seed}
-    params["candidate_sample"] = options.candidate_sample
+    params |= {"candidate_sample": options.candidate_sample, "compare": str(options.compare or "")}
     with OutputFolder("report", folder, params, inputs) as out:
         out.begin(force=True)
         html, shown = _build(manifest, records, out.staging, folder.name, options)
@@ -61,6 +76,7 @@ def build_report(manifest: Manifest, page: Path, options: ReportOptions = Report
         "kept_shown": shown["kept"],
         "images": shown["images"],
         "near": shown["near"],
+        "compare": options.compare,
     }
 
 
@@ -73,8 +89,10 @@ def _build(
     criteria = criteria_of(records["filter"])
     figures = distributions(histograms, image_cosine_histogram(work_dir), criteria, staging)
     kept, kept_metric = kept_sample(work_dir / "filter", histograms, options.per_stratum, options.seed)
-    near = near_misses(work_dir, records, options.near, options.candidate_sample, options.seed)
-    shown = [pair for pairs in [kept, *near.pairs.values()] for pair in pairs]
+    rejected, source, cosine_note = rejected_batches(work_dir, records, options.candidate_sample, options.seed)
+    kept_tables = (pa.Table.from_batches([batch]) for batch in iter_batches(work_dir / "filter" / KEPT, SHOWN))
+    bands = threshold_bands(criteria, histograms, kept_tables, rejected, options.near)
+    shown = [pair for pairs in [kept, *(b.kept + b.rejected for b in bands)] for pair in pairs]
     image_ids = {pair[key] for pair in shown for key in ("image_id_1", "image_id_2")}
     thumbs = thumbnails(manifest.data, work_dir / "embed", image_ids, staging / "thumbs")
     context = {
@@ -88,15 +106,18 @@ def _build(
         "kept": kept,
         "kept_metric": kept_metric,
         "kept_total": records["filter"]["funnel"]["kept"],
-        "near": near,
+        "bands": bands,
+        "near_source": source,
+        "cosine_note": cosine_note,
         "criteria": {name: criteria.rule(name) for name in criteria.active()},
         "thumbs": {image_id: f"{files}/thumbs/{name}" for image_id, name in thumbs.items()},
         "files": files,
         "thumb_size": SIZE,
         "annotations": annotation_summary(work_dir / "annotate", staging),
         "audit": audit_summary(work_dir / "annotate"),
+        "compare": None if options.compare is None else compare_runs(records, options.compare, histograms, staging),
     }
-    return render(context), {"kept": len(kept), "images": len(thumbs), "near": near.source}
+    return render(context), {"kept": len(kept), "images": len(thumbs), "near": source}
 
 
 def render(context: dict[str, Any]) -> str:
@@ -107,4 +128,5 @@ def render(context: dict[str, Any]) -> str:
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     environment.filters["n"] = lambda value: "-" if value is None else f"{value:,}"
     environment.filters["f3"] = lambda value: "-" if value is None or value != value else f"{value:.3f}"
+    environment.filters["cid"] = condition_task_id  # the pair's id as annotate names its condition task
     return environment.from_string(template).render(**context)

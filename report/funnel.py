@@ -26,6 +26,13 @@ class FunnelRow:
     alone_source: str = ""
     remaining: int | None = None
     note: str = ""
+    share: str = ""  # the count as a share of what it is counted from (images, candidates)
+    remaining_share: str = ""
+
+
+def percent(part: int | None, whole: int) -> str:
+    """`part` as a percentage of `whole`, to one decimal ("" when either is missing)."""
+    return "" if part is None or not whole else f"{100 * part / whole:.1f}%"
 
 
 def read_records(work_dir: Path) -> dict[str, dict[str, Any]]:
@@ -50,12 +57,16 @@ def funnel_rows(records: dict[str, dict[str, Any]]) -> list[FunnelRow]:
         FunnelRow("candidate caption pairs", 0, "mine.counts.candidate_pairs"),
     ]
     rows = [FunnelRow(row.label, int(field(records, row.source)), row.source) for row in rows]
+    rows[1] = FunnelRow(rows[1].label, rows[1].value, rows[1].source, share=percent(rows[1].value, rows[0].value))
     funnel = records["filter"]["funnel"]
-    remaining = int(funnel["candidates"])
+    remaining = candidates = int(funnel["candidates"])
     for name in funnel["order"]:
         entry = funnel["criteria"][name]
         if entry["rejected_in_order"] is None:
-            rows.append(FunnelRow(f"rejected by {name}", 0, "", rule="off", remaining=remaining))
+            rows.append(
+                FunnelRow(f"rejected by {name}", 0, "", rule="off", remaining=remaining,
+                          remaining_share=percent(remaining, candidates))
+            )  # fmt: skip
             continue
         remaining -= int(entry["rejected_in_order"])
         base = f"filter.funnel.criteria.{name}"
@@ -70,7 +81,11 @@ def funnel_rows(records: dict[str, dict[str, Any]]) -> list[FunnelRow]:
                 alone_source=f"{base}.rejected_alone",
                 remaining=remaining,
                 note=note,
+                share=percent(int(entry["rejected_in_order"]), candidates),
+                remaining_share=percent(remaining, candidates),
             )
         )
-    rows.append(FunnelRow("kept pairs", int(funnel["kept"]), "filter.funnel.kept", remaining=int(funnel["kept"])))
+    kept = int(funnel["kept"])
+    share = percent(kept, candidates)
+    rows.append(FunnelRow("kept pairs", kept, "filter.funnel.kept", remaining=kept, share=share, remaining_share=share))
     return rows

@@ -1,5 +1,7 @@
 """The page's figures, drawn with matplotlib (Agg) to PNG files: each metric's distribution over the candidates
-and over the kept pairs with the thresholds marked, and the annotation label histogram."""
+and over the kept pairs with the thresholds marked, the comparison of two runs, and the annotation label
+histogram. They are drawn at the size the page shows them (about 640 px wide, text at 10-12 px) and twice that
+in pixels, so they stay sharp when opened at full size."""
 
 from __future__ import annotations
 
@@ -19,19 +21,20 @@ TITLES = {
 }
 
 
-def _figure(width: float = 5.2, height: float = 3.2):
+def _figure(width: float = 6.4, height: float = 3.6, rows: int = 1):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(width, height))
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 12, "legend.fontsize": 10})
+    figure, axis = plt.subplots(rows, 1, figsize=(width, height), sharex=True, squeeze=rows == 1)
     return plt, figure, axis
 
 
 def _save(plt, figure, path: Path) -> None:
     figure.tight_layout()
-    write_atomic(path, lambda handle: figure.savefig(handle, format="png", dpi=100, bbox_inches="tight"))
+    write_atomic(path, lambda handle: figure.savefig(handle, format="png", dpi=200, bbox_inches="tight"))
     plt.close(figure)
 
 
@@ -50,9 +53,52 @@ def distribution(
     if before.any():
         axis.set_yscale("log")
         axis.set_xlim(*_span(edges, before, bounds))
-    axis.set_title(TITLES.get(name, name), fontsize=10)
+    axis.set_title(TITLES.get(name, name))
     axis.set_ylabel("pairs")
-    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
+    _save(plt, figure, path)
+
+
+def image_cosine_figure(histogram: dict[str, Any], path: Path) -> None:
+    """The image cosine of the image neighbour pairs and of the kept caption pairs, in two panels on one x axis:
+    they count different things (image pairs, caption pairs), so they get their own y axes."""
+    plt, figure, axes = _figure(6.4, 4.6, rows=2)
+    edges = np.asarray(histogram["edges"], np.float64)
+    for axis, key, label, colour in (
+        (axes[0][0], "before", "image neighbour pairs (mine)", "0.45"),
+        (axes[1][0], "after", "kept caption pairs (filter)", "tab:blue"),
+    ):
+        counts = np.asarray(histogram[key])
+        axis.stairs(counts, edges, color=colour, fill=True, alpha=0.6)
+        axis.set_ylabel(label.split(" (")[0].replace(" pairs", "\npairs"))
+        axis.set_title(label, fontsize=10, loc="left")
+        if counts.any():
+            axis.set_yscale("log")
+            axis.set_xlim(*_span(edges, np.asarray(histogram["before"]) + counts, (None, None)))
+    axes[1][0].set_xlabel(TITLES["image_cosine"])
+    _save(plt, figure, path)
+
+
+def compared_distribution(
+    name: str, histograms: tuple[dict, dict], bounds: tuple[tuple, tuple], labels: tuple[str, str], path: Path
+) -> None:
+    """The kept pairs of two runs on one axis, each run's thresholds dashed in its colour."""
+    plt, figure, axis = _figure()
+    spans = []
+    for histogram, bound_pair, label, colour in zip(histograms, bounds, labels, ("tab:blue", "tab:orange")):
+        edges, after = np.asarray(histogram["edges"], np.float64), np.asarray(histogram["after"])
+        axis.stairs(after, edges, color=colour, linewidth=1.8, label=f"{label}: kept ({int(after.sum()):,})")
+        for bound in bound_pair:
+            if bound is not None:
+                axis.axvline(bound, color=colour, linestyle="--", linewidth=1.4, label=f"{label}: threshold {bound}")
+        if after.any():
+            spans.append(_span(edges, after, bound_pair))
+    if spans:
+        axis.set_yscale("log")
+        axis.set_xlim(min(s[0] for s in spans), max(s[1] for s in spans))
+    axis.set_title(TITLES.get(name, name))
+    axis.set_ylabel("kept pairs")
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     _save(plt, figure, path)
 
 
@@ -70,10 +116,7 @@ def distributions(
 ) -> list[dict[str, str]]:
     """One PNG per metric; returns what the page shows for each (file, title, caption)."""
     figures = []
-    distribution(
-        "image_cosine", image_cosine, (None, None), ("image neighbour pairs", "kept caption pairs"),
-        folder / "image_cosine.png",
-    )  # fmt: skip
+    image_cosine_figure(image_cosine, folder / "image_cosine.png")
     figures.append({"file": "image_cosine.png", "title": TITLES["image_cosine"], "note": "no threshold (mine k)"})
     for name in ("iou", "simcse_cosine", "ratio", "length"):
         entry = histograms[name]
@@ -88,9 +131,9 @@ def distributions(
 
 def label_histogram(labels: np.ndarray, title: str, path: Path) -> None:
     """Labels of the kept annotation items (1-5) in half-point bins."""
-    plt, figure, axis = _figure(4.6, 2.8)
+    plt, figure, axis = _figure(5.0, 3.0)
     axis.hist(labels, bins=np.arange(0.75, 5.5, 0.5), color="tab:blue", edgecolor="white")
     axis.set_xlabel("label")
     axis.set_ylabel("items")
-    axis.set_title(title, fontsize=10)
+    axis.set_title(title)
     _save(plt, figure, path)

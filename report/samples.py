@@ -110,21 +110,31 @@ class NearMisses:
     cosine_note: str = ""
 
 
-def near_misses(work_dir: Path, records: dict[str, dict], n: int, sample_size: int, seed: int) -> NearMisses:
-    """From filter/rejected/ when it exists, else from a random sample of mine's candidates."""
-    criteria = criteria_of(records["filter"])
+def rejected_batches(
+    work_dir: Path, records: dict[str, dict], sample_size: int, seed: int
+) -> tuple[Iterator[pa.Table], str, str]:
+    """The rejected pairs with their `failed` column, batch by batch: from filter/rejected/ when the filter wrote
+    it, else a seeded random sample of mine's candidates scored as the filter does (kept ones included, as
+    `failed == "kept"`); with what they were drawn from and a note when the cosines could not be read."""
     if any(name.startswith(f"{REJECTED}/") for name in records["filter"]["output_files"]):
-        held: dict[str, pa.Table | None] = {}
-        rng = np.random.default_rng(seed)
-        for batch in iter_batches(work_dir / "filter" / REJECTED, [*SHOWN, "failed"]):
-            _keep_closest(held, pa.Table.from_batches([batch]), criteria, n, rng)
         total = records["filter"]["funnel"]["rejected"]
-        return NearMisses(_as_rows(held), f"all {total:,} rejected pairs (filter/rejected/)")
+        batches = (pa.Table.from_batches([b]) for b in iter_batches(work_dir / "filter" / REJECTED, [*SHOWN, "failed"]))
+        return batches, f"all {total:,} rejected pairs (filter/rejected/)", ""
+    criteria = criteria_of(records["filter"])
     table, cosine_note = _scored_candidate_sample(work_dir, records, criteria, sample_size, seed)
-    held = {}
-    _keep_closest(held, table, criteria, n, np.random.default_rng(seed))
     candidates = records["mine"]["counts"]["candidate_pairs"]
     source = f"a random sample of {table.num_rows:,} of the {candidates:,} candidate pairs, scored as the filter does"
+    return iter([table]), source, cosine_note
+
+
+def near_misses(work_dir: Path, records: dict[str, dict], n: int, sample_size: int, seed: int) -> NearMisses:
+    """For each criterion, the n rejected pairs it rejected first nearest its threshold."""
+    criteria = criteria_of(records["filter"])
+    batches, source, cosine_note = rejected_batches(work_dir, records, sample_size, seed)
+    held: dict[str, pa.Table | None] = {}
+    rng = np.random.default_rng(seed)
+    for table in batches:
+        _keep_closest(held, table, criteria, n, rng)
     return NearMisses(_as_rows(held), source, cosine_note)
 
 

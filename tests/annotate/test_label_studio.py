@@ -34,7 +34,7 @@ import pytest
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.shards import shard_name, write_table
 from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.crowd import label_studio, pages, screening
+from csts_pipeline.stages.annotate.crowd import guide, label_studio, pages, screening
 from csts_pipeline.stages.annotate.steps import qualification
 from typer.testing import CliRunner
 
@@ -42,6 +42,17 @@ from csts_pipeline.cli import app
 from tests.annotate.test_annotate import kept_table
 
 REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "docs" / "images"
+
+
+def screenshot(page: Any, name: str) -> None:
+    """The labeling page into docs/images/<name> (docs/annotate.md, "Label Studio") when the picture is missing, or
+    always with CSTS_UPDATE_SCREENSHOTS=1."""
+    path = IMAGES / name
+    if os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not path.is_file():
+        page.screenshot(path=str(path), full_page=True)
+
+
 VENV = Path(os.environ.get("LABEL_STUDIO_VENV", REPO / ".venv-label-studio"))
 TOKEN = "c5f0e1d2a3b4c5d6e7f8091a2b3c4d5e6f708192"
 START_TIMEOUT_S = 420  # a fresh data folder runs all migrations first: about 100 s on two shared cores
@@ -293,7 +304,7 @@ ANSWERS = {
     "ratings": {"rating", "not_pertinent"},
     "bws": {"best", "worst"},
 }
-LS_TAGS = {"View", "Header", "Collapse", "Panel", "Text", "TextArea", "Choices", "Choice"}
+LS_TAGS = {"View", "Header", "Collapse", "Panel", "Text", "HyperText", "Style", "TextArea", "Choices", "Choice"}
 
 
 @pytest.mark.parametrize("stage", sorted(ANSWERS))
@@ -307,9 +318,15 @@ def test_config_names_every_answer_field(stage: str):
     assert set(controls) == ANSWERS[stage]
     objects = {node.attrib["name"] for node in root.iter("Text")}
     assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
+    shown = [node.attrib["value"] for node in root.iter("Header")]
+    labels = {"sentence1": "Sentence 1", "sentence2": "Sentence 2", "condition": "Condition"}
+    assert all(labels[node.attrib["name"].split("_")[0]] in shown for node in root.iter("Text"))  # all labelled
     choices = {node.attrib["name"]: [c.get("alias", c.get("value")) for c in node] for node in root.iter("Choices")}
     if stage == "ratings":
         assert [screening.parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
+        rating = next(node for node in root.iter("Choices") if node.attrib["name"] == "rating")
+        assert rating.attrib["required"] == "true" and rating.attrib["whenTagName"] == "not_pertinent"
+        assert rating[0].attrib["value"] == "1 · completely different"  # anchored, as on the page
         assert [screening.parse_flag(c) for c in choices["not_pertinent"]] == [True]
     if stage == "bws":
         assert (
@@ -321,7 +338,7 @@ def test_config_names_every_answer_field(stage: str):
     assert not {c for values in choices.values() for c in values} & {"true", "false"}
     hotkeys = [node.attrib["hotkey"] for node in root.iter("Choice") if "hotkey" in node.attrib]
     assert len(hotkeys) == len(set(hotkeys))
-    assert root.find("Collapse/Panel") is not None  # the guidelines
+    assert root.find("Collapse/Panel/HyperText") is not None  # the guidelines, their tables as HTML tables
 
 
 def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path: Path):
@@ -359,20 +376,21 @@ def _words(text: str) -> list[str]:
 
 @pytest.mark.parametrize("stage", pages.STAGES)
 def test_the_page_and_the_config_carry_the_same_guidelines(stage: str):
-    """One source: the words of the HIT page's guidelines (its `<details class="guide">` sections) are, in order,
-    those of the config's guideline panels (heading and lines), for every stage."""
+    """One source: the HIT page's guidelines (its `<dialog class="guide">` sections, heading and body) are, in
+    order, the config's guideline panels (heading, and the HTML of their HyperText), tables included."""
     repeats = {"write": 2, "rate": 3}
     page = pages.render(stage, repeats)
-    guides = re.findall(r'<details class="guide".*?</details>', page, re.S)
+    guides = [pages.guide_parts(guide) for guide in re.findall(r'<dialog class="guide".*?</dialog>', page, re.S)]
     assert guides
-    in_page = [_words(re.sub(r"<[^>]+>", " ", guide)) for guide in guides]
+    in_page = [(_words(heading), " ".join(body.split())) for _, heading, body in guides]
     root = ElementTree.fromstring(label_studio.config_text(stage, repeats))
     in_config = [
-        _words(" ".join([panel.attrib["value"], *(line.attrib["value"] for line in panel.iter("Header"))]))
+        (_words(panel.attrib["value"].replace("(click to open)", "")), panel.find("HyperText").attrib["value"])
         for panel in root.iter("Panel")
     ]
-    assert in_config == in_page
-    assert len(in_page[0]) > 40  # the text itself, not just a heading
+    assert [(heading, f'<div class="csts-guide">{body}</div>') for heading, body in in_page] == in_config
+    assert len(_words(re.sub(r"<[^>]+>", " ", in_page[0][1]))) > 40  # the text itself, not just a heading
+    assert all("<table>" in body for _, body in in_page)
 
 
 @pytest.fixture
@@ -504,9 +522,13 @@ def test_conditions_typed_in_the_labeling_page(browser: Any, server: LabelStudio
     typed = ("The kind of scene, typed.", "The objects in view, typed.")
     with labeling_page(browser, server) as page:
         open_task(page, server, tasks[task_id], "Sentence 1")
-        page.get_by_text("How to write conditions (read once; click to fold)").click()
+        page.get_by_text("How to write conditions (click to open)").click()
         page.get_by_text("Name the attribute, not its value", exact=False).wait_for(timeout=10_000)
-        for placeholder, text in zip(("e.g. The type of animal.", "e.g. The number of people."), typed):
+        rule = page.get_by_role("rowheader", name="Name the attribute, not its value")  # a real table row
+        assert rule.count() == 1 and rule.evaluate("th => th.closest('table') !== null")
+        screenshot(page, "label_studio_conditions.png")
+        shown = (guide.example("placeholders.condition_high"), guide.example("placeholders.condition_low"))
+        for placeholder, text in zip(shown, typed):
             page.get_by_placeholder(placeholder).fill(text)
             page.get_by_placeholder(placeholder).press("Enter")
         submit(page)
@@ -539,16 +561,23 @@ def test_ratings_and_bws_by_keyboard_in_the_labeling_page(browser: Any, server: 
         items = sorted(ratings)[:2]
         for item, key in zip(items, ("4", "n")):
             open_task(page, server, ratings[item], "Sentence 1")
-            page.get_by_text("Condition", exact=True).click()  # the page, not a text field, has the focus
+            page.get_by_role("heading", name="Condition", exact=True).click()  # the page, not a field, has the focus
+            if key == "4":
+                screenshot(page, "label_studio_ratings.png")
+                page.get_by_role("button", name="Submit").click()  # neither rated nor flagged: refused
+                page.get_by_text("Choose a rating from 1 to 5, or tick Not pertinent").wait_for(timeout=10_000)
+                page.keyboard.press("Escape")
+                page.get_by_role("heading", name="Condition", exact=True).click()
             page.keyboard.press(key)
             submit(page)
         ratings_export = server.export(tmp_path / "ratings-export.json")
         tuples = server.project("bws by keyboard", out / "bws_tasks")
         tuple_id = sorted(tuples)[0]
-        open_task(page, server, tuples[tuple_id], "Item 1")
-        page.get_by_text("Item 1", exact=True).click()
+        open_task(page, server, tuples[tuple_id], "Pair 1")
+        page.get_by_text("Pair 1", exact=True).first.click()
         page.keyboard.press("2")
         page.keyboard.press("e")
+        screenshot(page, "label_studio_bws.png")
         submit(page)
         bws_export = server.export(tmp_path / "bws-export.json")
 

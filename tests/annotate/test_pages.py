@@ -4,8 +4,9 @@ submitted to `<turkSubmitTo>/mturk/externalSubmit` (intercepted), the posted for
 batch-results CSV and imported by `csts-pipeline annotate import`: the typed values must come out. Bad input is
 refused in the page and nothing is posted; preview mode cannot submit.
 
-The set-up also draws each page into docs/images/annotate_<stage>.png when the picture is missing, or always
-with CSTS_UPDATE_SCREENSHOTS=1 (so a test run does not dirty the tree). A missing Chromium fails the module: CI
+The set-up also draws the pages into docs/images/annotate_*.png (each stage at 1280x800 and on a 390x844 phone,
+the guide as it opens on a first visit, a refused answer) when a picture is missing, or always with
+CSTS_UPDATE_SCREENSHOTS=1 (so a test run does not dirty the tree). A missing Chromium fails the module: CI
 installs it (`make browser`)."""
 
 from __future__ import annotations
@@ -56,24 +57,44 @@ def export_all(folder: Path) -> Path:
 def annotated(tmp_path_factory: pytest.TempPathFactory, browser) -> Path:
     """Every stage exported once; the screenshots for docs/annotate.md drawn from it."""
     folder = export_all(tmp_path_factory.mktemp("pages") / "annotate")
-    for stage in pages.STAGES:
-        target, checks = IMAGES / f"annotate_{stage}.png", IMAGES / "annotate_conditions_checks.png"
-        drawn = target.is_file() and (stage != "conditions" or checks.is_file())
-        if drawn and os.environ.get("CSTS_UPDATE_SCREENSHOTS") != "1":
-            continue
-        hit = Hit(browser, folder, stage)
-        hit.page.screenshot(path=str(target), full_page=True)
-        if stage == "conditions":  # and the page refusing a bad answer, the message beside each field
-            hit.page.fill("#condition_high", "What the first sentence says about the bus")
-            hit.page.fill("#condition_low", "")
-            hit.submit()
-            top, bottom = hit.page.locator("[data-check]").bounding_box(), hit.page.locator(".actions").bounding_box()
-            scrolled = hit.page.evaluate("window.scrollY")  # boxes are in the viewport, a full-page clip is not
-            clip = {"x": top["x"] - 12, "y": top["y"] + scrolled - 12, "width": top["width"] + 24}
-            clip["height"] = bottom["y"] + scrolled + bottom["height"] + 12 - clip["y"]
-            hit.page.screenshot(path=str(checks), clip=clip, full_page=True)
-        hit.close()
+    if os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not all(path.is_file() for path in SCREENSHOTS):
+        draw_screenshots(browser, folder)
     return folder
+
+
+DESKTOP, PHONE = (1280, 800), (390, 844)
+SCREENSHOTS = [
+    *(IMAGES / f"annotate_{stage}.png" for stage in pages.STAGES),
+    *(IMAGES / f"annotate_{stage}_phone.png" for stage in ("conditions", "ratings", "bws")),
+    IMAGES / "annotate_guide.png",
+    IMAGES / "annotate_conditions_checks.png",
+]
+
+
+def draw_screenshots(browser, folder: Path) -> None:
+    """Each page as a returning worker sees it (the guide seen once: the task first) on a desktop screen, whole,
+    and on a phone, its first screen; the guide as a first visit opens it; a refused answer."""
+    for stage in pages.STAGES:
+        hit = Hit(browser, folder, stage, viewport=DESKTOP)
+        hit.page.screenshot(path=str(IMAGES / f"annotate_{stage}.png"), full_page=True)
+        hit.close()
+        if stage != "qualification":
+            hit = Hit(browser, folder, stage, viewport=PHONE)
+            hit.page.screenshot(path=str(IMAGES / f"annotate_{stage}_phone.png"))
+            hit.close()
+    hit = Hit(browser, folder, "conditions", viewport=DESKTOP, guide_seen=False)
+    hit.page.screenshot(path=str(IMAGES / "annotate_guide.png"))
+    hit.close()
+    hit = Hit(browser, folder, "conditions", viewport=DESKTOP)  # the page refusing a bad answer
+    hit.page.fill("#condition_high", "What the first sentence says about the bus")
+    hit.page.fill("#condition_low", "")
+    hit.submit()
+    top, bottom = hit.page.locator("[data-check]").bounding_box(), hit.page.locator(".actions").bounding_box()
+    scrolled = hit.page.evaluate("window.scrollY")  # boxes are in the viewport, a full-page clip is not
+    clip = {"x": top["x"] - 12, "y": top["y"] + scrolled - 12, "width": top["width"] + 24}
+    clip["height"] = bottom["y"] + scrolled + bottom["height"] + 12 - clip["y"]
+    hit.page.screenshot(path=str(IMAGES / "annotate_conditions_checks.png"), clip=clip, full_page=True)
+    hit.close()
 
 
 class Hit:
@@ -89,6 +110,8 @@ class Hit:
         worker: str = "W-1",
         wrap: bool = False,
         row: int = 0,
+        guide_seen: bool = True,
+        viewport: tuple[int, int] = (1000, 900),
     ):
         with (folder / f"{stage}_tasks" / "hits.csv").open(newline="", encoding="utf-8") as handle:
             self.row = list(csv.DictReader(handle))[row]
@@ -96,7 +119,9 @@ class Hit:
         if wrap:
             body = wrapped(body, assignment)
         self.assignment, self.worker, self.posted, self.names = assignment, worker, [], []
-        self.context = browser.new_context(viewport={"width": 1000, "height": 900})
+        self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        if guide_seen:  # a worker back for another HIT: the guide was read (and closed) once before
+            self.context.add_init_script(seen_script(body))
         self.page = self.context.new_page()
         self.page.set_default_timeout(5000)  # a page that navigated away fails fast
         self.page.route(
@@ -136,6 +161,14 @@ class Hit:
 
     def close(self) -> None:
         self.context.close()
+
+
+def seen_script(page: str) -> str:
+    """A script marking every guide of `page` as seen in localStorage, as the page itself does on closing one."""
+    version = re.search(r'data-guide-version="(\w+)"', page).group(1)
+    keys = [f"csts-guide:{ident}:{version}" for ident in re.findall(r'<dialog class="guide" id="([\w-]+)"', page)]
+    assert keys, "no guide in the page"
+    return "".join(f"localStorage.setItem({json.dumps(key)}, '1');" for key in keys)
 
 
 def wrapped(page: str, assignment: str) -> str:
@@ -222,9 +255,12 @@ def test_conditions_page_round_trip(browser, tmp_path: Path):
     hit.refused()
     assert "sentence" in hit.error("condition_high")
     hit.page.fill("#condition_high", "The colour of the bus.")
-    hit.page.fill("#condition_low", "the colour of the  bus.")
-    hit.refused()
-    assert hit.error("condition_high") == "" and hit.error("condition_low") == "The two conditions must be different."
+    for same in ("the colour of the  bus.", " THE colour of the bus! ", "The colour-of the bus"):
+        hit.page.fill("#condition_low", same)  # case, punctuation and spaces do not make a condition different
+        hit.refused()
+        assert hit.error("condition_high") == ""
+        assert hit.error("condition_low") == "The two conditions must be different.", same
+        assert hit.page.evaluate("document.activeElement.id") == "condition_low"  # focus on the field in error
     hit.page.fill("#condition_low", "x" * 81)
     hit.refused()
     assert hit.error("condition_low").startswith("Keep it to 80 characters")
@@ -324,8 +360,14 @@ def test_a_hidden_gold_row_looks_like_any_other(browser, annotated: Path, tmp_pa
 
 def test_bws_page_round_trip_with_the_keyboard(browser, annotated: Path, tmp_path: Path):
     hit = Hit(browser, annotated, "bws", assignment="ASG-B1", worker="BWS-1")
-    for n in range(1, 5):
-        assert hit.row[f"condition_{n}"] in hit.page.inner_text("table.bws")
+    for n in range(1, 5):  # each pair a card: its sentences and condition, each labelled
+        card = hit.page.locator(".card").nth(n - 1)
+        lines = card.locator(".line").all_inner_texts()
+        assert lines == [
+            f"SENTENCE 1 {hit.row[f'sentence1_{n}']}",
+            f"SENTENCE 2 {hit.row[f'sentence2_{n}']}",
+            f"CONDITION {hit.row[f'condition_{n}']}",
+        ]
     hit.refused()
     assert hit.error("best") == "Choose the most similar pair."
     hit.page.keyboard.press("2")  # best: the second pair

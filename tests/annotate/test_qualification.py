@@ -203,6 +203,8 @@ def test_condition_checks_match_the_page():
     assert condition_problems("The sentence's topic.", "x" * 81, s1, s2) == ["mentions_sentence_high", "too_long_low"]
     assert condition_problems("a red  tram crosses a bridge.", "The colour", s1, s2) == ["copies_sentence_high"]
     assert condition_problems("The Colour.", "the colour.", s1, s2) == ["same_conditions"]
+    assert condition_problems("The weather", " the  weather. ", s1, s2) == ["same_conditions"]  # as the page
+    assert condition_problems("The colour-of the car!", "the colour of the car", s1, s2) == ["same_conditions"]
 
 
 @pytest.mark.parametrize(

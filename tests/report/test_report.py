@@ -1,6 +1,8 @@
 """`csts-pipeline report`: the page opened in headless Chromium (every image loads from file://, the funnel's
-numbers equal the stage records, the annotation summary equals the imports' tables), the near misses against the
-filter's own rejected pairs, and thumbnails from each image source kind.
+numbers equal the stage records, the annotation summary equals the imports' tables, axe-core finds no serious or
+critical violation, a phone screen cuts no table), the threshold bands on both sides of each bound, the near
+misses against the filter's own rejected pairs, `--compare` of two runs with different thresholds, and thumbnails
+from each image source kind.
 
 The browser is required: a missing Chromium fails these tests (CI installs it with `make browser`)."""
 
@@ -18,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from csts_pipeline.stages.annotate.layout import condition_task_id
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -26,6 +29,15 @@ from csts_pipeline.cli import app
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples" / "annotate"
 SCREENSHOT = REPO / "docs" / "images" / "report.png"
+BANDS_SCREENSHOT, COMPARE_SCREENSHOT = (
+    SCREENSHOT.with_name("report_bands.png"),
+    SCREENSHOT.with_name("report_compare.png"),
+)
+
+
+def redraw(path: Path) -> bool:
+    """Whether the test draws the screenshot `path`: when it is missing, or always with CSTS_UPDATE_SCREENSHOTS=1."""
+    return os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not path.is_file()
 
 
 def cli(*args: str) -> str:
@@ -119,11 +131,110 @@ def test_the_page_loads_every_image_and_shows_the_funnel_of_the_records(work, pa
     assert shown["agreement.exact_agreement"] == f"{100 * audit['agreement']['exact_agreement']:.1f}%"
     assert shown["agreement.spearman"].startswith(f"{audit['agreement']['spearman']:.3f}")
 
-    if os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not SCREENSHOT.is_file():
+    # the funnel's shares: of the candidate pairs, as the records give them
+    candidates = found["filter"]["funnel"]["candidates"]
+    kept_share = view.locator("tr.kept [data-share]").inner_text()
+    assert kept_share == f"{100 * found['filter']['funnel']['kept'] / candidates:.1f}%"
+    # every figure opens at full size: a link to its own file
+    links = view.eval_on_selector_all("figure a", "all => all.map(a => [a.href, a.querySelector('img').src])")
+    assert len(links) >= 5 and all(href == src for href, src in links)
+    # the pairs carry the ids annotate gives their condition tasks
+    ids = view.eval_on_selector_all(".pair code[title]", "all => all.map(c => [c.textContent, c.title])")
+    assert ids and all(text == condition_task_id(int(title.split()[-1])) for text, title in ids)
+    assert "Krippendorff's own rule" in view.inner_text("#reading-agreement")
+    assert serious_violations(view) == []
+
+    if redraw(SCREENSHOT):
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         view.set_viewport_size({"width": 1300, "height": 1700})
         view.screenshot(path=str(SCREENSHOT))
     view.close()
+
+
+def serious_violations(view) -> list[str]:
+    from axe_playwright_python.sync_playwright import Axe
+
+    found = Axe().run(view).response["violations"]
+    serious = [v for v in found if v["impact"] in ("serious", "critical")]
+    return [f"{v['id']}: {[n['target'] for n in v['nodes']][:3]}" for v in serious]
+
+
+@pytest.mark.slow
+def test_on_a_phone_no_table_is_cut_and_the_page_passes_axe(page, browser):
+    view = browser.new_page(viewport={"width": 390, "height": 844})
+    view.goto(page.as_uri(), wait_until="load")
+    assert view.evaluate("document.documentElement.scrollWidth") <= 390  # nothing wider than the screen
+    cut = view.evaluate(
+        "Array.from(document.querySelectorAll('td, th')).filter(c => c.getClientRects().length &&"
+        " c.getBoundingClientRect().right > innerWidth + 0.5).map(c => c.textContent.trim().slice(0, 40))"
+    )
+    assert cut == []
+    assert serious_violations(view) == []
+    view.close()
+
+
+@pytest.mark.slow
+def test_each_threshold_band_shows_kept_and_rejected_pairs_spread_on_both_sides(work, page, browser):
+    view = browser.new_page(viewport={"width": 1300, "height": 900})
+    view.goto(page.as_uri(), wait_until="load")
+    bands = view.eval_on_selector_all(
+        ".band",
+        """all => all.map(b => ({criterion: b.dataset.criterion, bound: +b.dataset.bound,
+            minimum: b.dataset.minimum === "true",
+            kept: Array.from(b.querySelectorAll("[data-side=kept]"), e => +e.dataset.value),
+            rejected: Array.from(b.querySelectorAll("[data-side=rejected]"), e => +e.dataset.value)}))""",
+    )
+    if redraw(BANDS_SCREENSHOT):  # the IoU band: its heading and the first pairs of both sides
+        heading, band = view.locator("h3[id^=near-iou]"), view.locator(".band[data-criterion=iou]")
+        top, box = heading.bounding_box(), band.bounding_box()
+        clip = {
+            "x": box["x"],
+            "y": top["y"],
+            "width": box["width"],
+            "height": min(900, box["y"] + box["height"] - top["y"]),
+        }
+        view.screenshot(path=str(BANDS_SCREENSHOT), clip=clip, full_page=True)
+    view.close()
+    criteria = records(work)["filter"]["params"]
+    assert {band["criterion"] for band in bands} == {"length", "ratio", "iou", "simcse_cosine"}
+    assert next(b["bound"] for b in bands if b["criterion"] == "iou") == criteria["max_iou"]
+    for band in bands:
+        assert len(band["kept"]) >= 2 and len(band["rejected"]) >= 2, band
+        above, below = (band["kept"], band["rejected"]) if band["minimum"] else (band["rejected"], band["kept"])
+        assert min(above) >= band["bound"] - 1e-6 and max(below) <= band["bound"] + 1e-6, band
+        assert len(set(band["kept"])) > 1 and len(set(band["rejected"])) > 1, band  # spread, not one value
+        assert band["kept"] == sorted(band["kept"]) and band["rejected"] == sorted(band["rejected"])
+
+
+@pytest.mark.slow
+def test_compare_shows_two_runs_with_different_thresholds_side_by_side(work, browser, tmp_path):
+    other = tmp_path / "stricter"
+    shutil.copytree(work, other, ignore=shutil.ignore_patterns("annotate", "report*"))
+    cli("filter", "--dataset", "sample", "--out", str(other), "--max-iou", "0.08", "--keep-rejected")
+    out = tmp_path / "compare.html"
+    printed = cli("report", "--dataset", "sample", "--out", str(other), "--page", str(out), "--compare", str(work))
+    assert f"compared with {work}" in printed and "filter/rejected/" in printed
+    view = browser.new_page(viewport={"width": 1300, "height": 900})
+    view.goto(out.as_uri(), wait_until="load")
+    rows = view.eval_on_selector_all(
+        "table[data-compare=funnel] tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.textContent))"
+    )
+    kept = {label: (this, theirs) for label, this, theirs, _ in rows}["kept pairs"]
+    stricter, base = records(other)["filter"]["funnel"]["kept"], records(work)["filter"]["funnel"]["kept"]
+    assert kept == (f"{stricter:,}", f"{base:,}") and stricter < base
+    thresholds = view.eval_on_selector_all(
+        "table[data-compare=thresholds] tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.textContent))"
+    )
+    assert ["iou", "iou <= 0.08", f"iou <= {records(work)['filter']['params']['max_iou']}"] in thresholds
+    images = view.eval_on_selector_all("#compare img", "all => all.map(i => i.naturalWidth)")
+    assert len(images) == 4 and all(images)
+    if redraw(COMPARE_SCREENSHOT):
+        view.locator("#compare").screenshot(path=str(COMPARE_SCREENSHOT))
+    view.close()
+    for given, message in ((tmp_path / "nowhere", "not a folder"), (tmp_path, "no finished embed output here")):
+        args = ["report", "--dataset", "sample", "--out", str(other), "--compare", str(given)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.slow
@@ -197,10 +308,10 @@ def test_the_audit_section_reads_a_finished_audit_only(tmp_path):
 
 def page_context(**given) -> dict:
     """The least context the template renders: an empty run with only what `given` sets."""
-    near = type("Near", (), {"source": "", "cosine_note": None, "pairs": {}})()
     context = {"name": "t", "demo_encoders": False, "work_dir": "w", "made": "now", "funnel": [], "cosine_scope": "",
-               "figures": [], "kept": [], "kept_metric": "", "kept_total": 0, "near": near, "criteria": {},
-               "thumbs": {}, "files": "f", "thumb_size": 1, "annotations": None}  # fmt: skip
+               "figures": [], "kept": [], "kept_metric": "", "kept_total": 0, "bands": [], "near_source": "",
+               "cosine_note": "", "criteria": {}, "thumbs": {}, "files": "f", "thumb_size": 1, "annotations": None,
+               "compare": None}  # fmt: skip
     return context | given
 
 

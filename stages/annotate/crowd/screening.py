@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,7 +33,14 @@ _FALSE = {"false", "0", "no", "off", ""}
 
 
 def same_text(a: str, b: str) -> bool:
-    return a.casefold() == b.casefold()
+    """Whether two conditions are the same, ignoring case, punctuation, symbols and spaces (as the page's check)."""
+    return condition_key(a) == condition_key(b)
+
+
+def condition_key(text: str) -> str:
+    """A condition as compared: case folded, punctuation and symbols read as spaces, spaces collapsed."""
+    folded = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text.casefold())
+    return " ".join(folded.split())
 
 
 def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:

@@ -16,13 +16,16 @@
   var shown = false;
 
   function norm(text) { return (text || "").replace(/\s+/g, " ").trim().toLowerCase(); }
+  // two conditions are the same when they differ only in case, punctuation and spaces (crowd.same_text)
+  function sameKey(text) { return norm((text || "").replace(/[\p{P}\p{S}]/gu, " ")); }
   function field(box, prefix) { return box.querySelector("[name^='" + prefix + "']"); }
-  function say(box, key, message) {
-    var slot = box.querySelector("[data-error='" + key + "']");
+  // the message in its slot; a problem is {slot, input}: the input is where focus goes when it is the first
+  function say(box, name, message, input) {
+    var slot = box.querySelector("[data-error='" + name + "']");
     slot.textContent = message || "";
-    var input = field(box, key);
+    input = input || field(box, name);
     if (input && input.type === "text") { input.setAttribute("aria-invalid", message ? "true" : "false"); }
-    return message ? [slot] : [];
+    return message ? [{ slot: slot, input: input }] : [];
   }
 
   function conditionProblem(text, other, sentences, isLow) {
@@ -33,7 +36,7 @@
     if (text.trim().length > MAX_CONDITION_CHARS) {
       return "Keep it to " + MAX_CONDITION_CHARS + " characters (now " + text.trim().length + ").";
     }
-    if (isLow && value === norm(other)) { return "The two conditions must be different."; }
+    if (isLow && sameKey(text) === sameKey(other)) { return "The two conditions must be different."; }
     return "";
   }
 
@@ -55,7 +58,8 @@
       var best = box.querySelector("input[name='best']:checked"), worst = box.querySelector("input[name='worst']:checked");
       var message = !best ? "Choose the most similar pair." : !worst ? "Choose the least similar pair." :
         best.value === worst.value ? "The most and the least similar must be different pairs." : "";
-      return say(box, "best", message);
+      var input = !best ? field(box, "best") : worst || field(box, "worst");
+      return say(box, "best", message, input);
     }
   };
 
@@ -95,8 +99,12 @@
     shown = true;
     if (bad.length) {
       status.textContent = "Please fix the " + (bad.length === 1 ? "marked field" : bad.length + " marked fields") + ".";
-      var first = bad[0].closest("[data-check]").querySelector("input:not([type=hidden]):not(:disabled)");
-      if (first) { first.focus(); }
+      // focus the first field in error (in page order), with its message in view
+      bad.sort(function (a, b) {
+        return a.slot.compareDocumentPosition(b.slot) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1;
+      });
+      if (bad[0].input) { bad[0].input.focus(); }
+      bad[0].slot.scrollIntoView({ block: "nearest" });
       return;
     }
     status.textContent = "";
@@ -107,11 +115,50 @@
   root.addEventListener("input", recheck);
   root.addEventListener("change", recheck);
 
+  // Enter in the first condition field moves on to the second instead of submitting
+  root.querySelectorAll("input[name^='condition_high']").forEach(function (high) {
+    high.addEventListener("keydown", function (event) {
+      if (event.key !== "Enter" || event.isComposing) { return; }
+      event.preventDefault();
+      field(high.closest("[data-check]"), "condition_low").focus();
+    });
+  });
+
+  // the guidelines: a dialog one click away, opened by itself only until the worker has closed it once for this
+  // version of the guide (remembered in localStorage; a changed guide has a new version and opens again)
+  var version = root.dataset.guideVersion || "";
+  function seenKey(dialog) { return "csts-guide:" + dialog.id + ":" + version; }
+  function seen(dialog) { try { return localStorage.getItem(seenKey(dialog)) === "1"; } catch (e) { return false; } }
+  function remember(dialog) { try { localStorage.setItem(seenKey(dialog), "1"); } catch (e) { /* not kept */ } }
+  var guides = Array.prototype.slice.call(root.querySelectorAll("dialog.guide"));
+  var opener = null;
+  function openGuide(dialog, from) {
+    opener = from || null;
+    if (!dialog.open) { dialog.showModal(); }
+  }
+  guides.forEach(function (dialog) {
+    dialog.querySelector("[data-guide-close]").addEventListener("click", function () { dialog.close(); });
+    dialog.addEventListener("close", function () {
+      remember(dialog);
+      var next = opener ? null : guides.filter(function (g) { return !seen(g); })[0];
+      if (next) { openGuide(next); return; }
+      var back = opener || root.querySelector("[data-check] input:not([type=hidden]):not(:disabled)");
+      opener = null;
+      if (back) { back.focus(); }
+    });
+  });
+  root.querySelectorAll("[data-guide]").forEach(function (button) {
+    button.addEventListener("click", function () { openGuide(document.getElementById(button.dataset.guide), button); });
+  });
+  var unseen = guides.filter(function (g) { return !seen(g); })[0];
+  if (unseen) { openGuide(unseen); }
+
   // keyboard: 1-5 rate and N toggles "not pertinent" (ratings); 1-4 most similar, Q W E R least similar (bws)
   var keys = root.dataset.keys;
   document.addEventListener("keydown", function (event) {
     var target = event.target;
-    if (!keys || event.ctrlKey || event.metaKey || event.altKey || target.type === "text" || target.tagName === "TEXTAREA") {
+    if (!keys || event.ctrlKey || event.metaKey || event.altKey || target.type === "text" || target.tagName === "TEXTAREA" ||
+        target.closest("dialog")) {
       return;
     }
     var key = event.key.toLowerCase(), pick = null;
