@@ -2,8 +2,7 @@
 Studio configs and the qualification gold cannot drift apart: a page or config names an example with
 `<!--#example PATH-->` (a dotted path into the file, put in HTML-escaped) and a table of them with
 `<!--#examples KIND-->` (conditions, ratings, bws). tests/annotate/test_guide_examples.py checks the examples against
-their
-own rules and against the gold set.
+their own rules and against the gold set.
 
 A page's guidelines carry a version, a hash of their rendered text: the page remembers in localStorage that a
 worker has seen the guide of that version, so a changed guide opens by itself again."""
