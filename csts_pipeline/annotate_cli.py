@@ -114,6 +114,20 @@ def _annotate_dir(dataset: str | None, manifest: str | None, out: Path | None) -
     return (out if out is not None else work_dir / "annotate"), work_dir
 
 
+def _require_current_filter(dataset: str | None, manifest: str | None, input_path: Path | None) -> None:
+    """The work_dir's filter output, when the export reads it, is what `status` calls done under this manifest
+    (pipeline.executor.require_as_asked); on a URL work_dir, where the stages above it stay on the store, only its
+    record is read (`status` checks them there)."""
+    if input_path is not None or (dataset is None and manifest is None):
+        return
+    from csts_pipeline.frame.executor import require_as_asked
+    from csts_pipeline.stages import spec
+
+    loaded = open_manifest(dataset, manifest)
+    if remote_of(loaded.work_dir) is None:
+        require_as_asked(spec("filter").load()(loaded))
+
+
 def _say(record: dict[str, Any]) -> None:
     """What a step did, or that it had nothing to do."""
     from csts_pipeline.stages import annotate
@@ -208,6 +222,7 @@ def annotate_export(
     if stage == "qualification":
         record = annotate.export_qualification(folder, gold, force)
     elif stage == "conditions":
+        _require_current_filter(dataset, manifest, input_path)
         source = annotate.kept_source(work_dir, input_path)
         record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
     elif stage == "ratings" and more:

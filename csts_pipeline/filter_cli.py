@@ -96,6 +96,9 @@ def run_filter(spec: StageSpec, given: dict[str, Any], overrides: dict[str, Any]
 
     result = score_file(loaded, pairs, Path(out))
     typer.echo(result["funnel"].table())
+    if result["blank"]:
+        pairs = "pair" if result["blank"] == 1 else "pairs"
+        typer.echo(f"{result['blank']} {pairs} with a blank sentence not scored (failed: blank)")
     typer.echo(f"scored {result['pairs']} pairs in {result['seconds']:.1f}s: {result['kept']} kept -> {result['out']}")
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.errors import UserError, environment_line
 from csts_pipeline.frame.manifest import PRECISION_HELP
 
 DatasetOpt = Annotated[
@@ -40,7 +40,8 @@ def say_up_to_date(record: dict[str, Any], redo: str = "--force recomputes") -> 
 
 
 def user_errors(command: Callable[..., None]) -> Callable[..., None]:
-    """Print a user mistake as one line and exit 2, instead of a traceback."""
+    """Print a user mistake, or an environment fault (pipeline.errors.environment_line), as one line and exit 2,
+    instead of a traceback: every command goes through here, so none can forget it."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -50,6 +51,12 @@ def user_errors(command: Callable[..., None]) -> Callable[..., None]:
             command(*args, **kwargs)
         except UserError as exc:
             typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            line = environment_line(exc)
+            if line is None:
+                raise
+            typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
             raise typer.Exit(2) from None
 
     return wrapper

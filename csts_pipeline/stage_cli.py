@@ -182,10 +182,13 @@ def status(
 
 
 def _verified(folder: Path, record: dict[str, Any], found: str, detail: str) -> tuple[str, str]:
-    """The state after reading every listed file against its checksum."""
+    """The state after reading every listed file against its checksum, and the record against its own checksum and
+    the files' row counts."""
     from csts_pipeline.frame.checksums import verify_outputs
+    from csts_pipeline.frame.records import record_problems
 
     problems, unhashed = verify_outputs(folder, record)
+    problems += record_problems(folder, record)
     if problems:
         return "corrupt", "; ".join(problems)
     if unhashed:

@@ -21,6 +21,7 @@ store after its local commit, and checked against the store's record.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import shutil
 import time
@@ -41,6 +42,7 @@ from csts_pipeline.frame.records import (
     output_problems,
     read_json,
     read_record,
+    sealed,
     versions,
     write_json,
 )
@@ -48,6 +50,8 @@ from csts_pipeline.frame.shards import remove_tmp_files
 
 log = logging.getLogger(__name__)
 UNITS = "_units"  # the executor's per-unit completion markers, inside a staging folder
+UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}  # a lock file these forbid is not needed to read
+IN_PLACE = "recorded_in_place"  # the record field of an output made file by file outside a stage (record_in_place)
 
 
 def staging_of(folder: Path) -> Path:
@@ -83,6 +87,7 @@ class OutputFolder:
     keep_others: bool = False
     started: float = field(default_factory=time.time)
     _locks: contextlib.ExitStack | None = field(default=None, repr=False)
+    unlocked: OSError | None = field(default=None, repr=False)  # why this folder's lock could not be taken
 
     @property
     def fingerprint(self) -> str:
@@ -104,14 +109,34 @@ class OutputFolder:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[OutputFolder]:
-        """Hold the folders read (shared, first) and this one (exclusive); finish a swap a crash cut."""
+        """Hold the folders read (shared, first) and this one (exclusive); finish a swap a crash cut. A lock that a
+        read-only or forbidden folder cannot hold is not taken: what is only read needs none, and so does an
+        output found up to date; writing this one then fails at `begin` (`writable`), naming its lock file."""
         with contextlib.ExitStack() as stack:
             for read in self.reads:
-                stack.enter_context(stage_lock(read.parent, read.name, exclusive=False))
-            stack.enter_context(stage_lock(self.folder.parent, self.folder.name))
-            self.recover()
+                self._try_lock(stack, read, exclusive=False)
+            self.unlocked = self._try_lock(stack, self.folder, exclusive=True)
+            if self.unlocked is None:
+                self.recover()
             self.started = time.time()
             yield self
+
+    @staticmethod
+    def _try_lock(stack: contextlib.ExitStack, folder: Path, exclusive: bool) -> OSError | None:
+        """Take the lock of `folder`; the OSError when the folder cannot hold one (read-only, no permission)."""
+        try:
+            stack.enter_context(stage_lock(folder.parent, folder.name, exclusive=exclusive))
+        except OSError as exc:
+            if exc.errno not in UNWRITABLE:
+                raise
+            log.debug("%s: no lock (%s)", folder, exc)
+            return exc
+        return None
+
+    def writable(self) -> None:
+        """Raise the reason this output cannot be written (its lock could not be made), before any work."""
+        if self.unlocked is not None:
+            raise self.unlocked
 
     def __enter__(self) -> OutputFolder:
         self._locks = contextlib.ExitStack()
@@ -175,6 +200,7 @@ class OutputFolder:
     def begin(self, force: bool = False) -> bool:
         """Prepare the staging folder; True when an interrupted run with this fingerprint left work there to
         resume (never with `force`), else it starts empty."""
+        self.writable()
         started = self.staging / STARTED
         resumable = False
         if started.is_file() and not force:
@@ -204,6 +230,7 @@ class OutputFolder:
         if record_copy is not None:
             write_json(self.staging / record_copy, record)  # all but output_files, which lists this copy
         record["output_files"] = describe_files(self.staging)  # hidden names (markers, _started.json) are not
+        record = sealed(record)
         failpoint(f"{self.stage}:before-record")
         write_json(self.staging / RECORD, record)
         failpoint(f"{self.stage}:before-swap")
@@ -216,8 +243,9 @@ class OutputFolder:
     def record_in_place(self, counts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         """Record `folder` as it stands, without staging: for tests and benchmarks that fabricate a stage's
         output file by file (bench/scale.py's synthetic embed folder)."""
-        record = self._record(counts, {}, extra)
+        record = self._record(counts, {}, extra | {IN_PLACE: True})  # no plan made it: nothing to check it against
         record["output_files"] = describe_files(self.folder)
+        record = sealed(record)
         write_json(self.folder / RECORD, record)
         return record
 

@@ -12,6 +12,7 @@ the store first; the output folder publishes the committed stage to the store an
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from csts_pipeline.frame import storage
-from csts_pipeline.frame.commit import UNITS, OutputFolder, staging_of
+from csts_pipeline.frame.checksums import HASH_KEY, written_digest
+from csts_pipeline.frame.commit import IN_PLACE, UNITS, OutputFolder, staging_of
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.failpoints import failpoint
 from csts_pipeline.frame.locks import stage_lock
@@ -53,9 +55,9 @@ def output_of(stage: Stage, plan: StagePlan | None = None) -> OutputFolder:
 
 
 def check_upstream(stage: Stage) -> None:
-    """Before planning: the upstream output is there, whole, and computed from the current output of its own
-    upstream (its record names it; a record written before it did: the inputs named after a stage folder of this
-    work_dir); else one line naming the stage to rerun."""
+    """Before planning: the upstream output is there, whole, computed from the current output of its own upstream
+    (its record names it; a record written before it did: the inputs named after a stage folder of this work_dir),
+    and what the manifest in use asks of it (`stale_reason`); else one line naming the stage to rerun."""
     if stage.upstream is None:
         return
     folder = stage.work_dir / stage.upstream
@@ -63,6 +65,45 @@ def check_upstream(stage: Stage) -> None:
     inputs = record.get("inputs", {})
     above = [record["upstream"]] if record.get("upstream") else [k for k in inputs if (stage.work_dir / k).is_dir()]
     require_current(folder, stage.upstream, {name: stage.work_dir / name for name in above})
+    upstream = stage.upstream_stage()
+    if upstream is not None:
+        require_as_asked(upstream, record)
+
+
+def require_as_asked(stage: Stage, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The committed output of `stage` (its record, read when not given) as the manifest in use makes it, else one
+    line naming it and the command that rebuilds it: how a stage, and any other reader of a stage's output
+    (annotate's export of the filter's pairs), refuses what `status` calls stale."""
+    if record is None:
+        record = require_record(stage.folder, stage.name)
+    why = stale_reason(stage, record)
+    if why:
+        raise UserError(f"{stage.folder}: stale: {why}; rerun `csts-pipeline {stage.name}` first")
+    return record
+
+
+def stale_reason(stage: Stage, record: dict[str, Any]) -> str | None:
+    """Why the committed output `record` of `stage` is not what the manifest in use makes, or None when it is: the
+    one meaning of stale, for `status` (`state`) and for every stage that reads it (`check_upstream`). An upstream
+    that is not current raises its own line (naming the stage to rerun first); a plan that differs (parameters, or
+    the inputs' fingerprints) is the reason returned. A record made in place (tests, benchmarks) has no plan."""
+    if record.get(IN_PLACE):
+        return None
+    check_upstream(stage)
+    try:
+        plan = stage.plan()
+    except UserError as exc:
+        return str(exc)
+    if plan_fingerprint(stage, plan) == record.get("fingerprint"):
+        return None
+    made, asked = record.get("params", {}), json.loads(json.dumps(plan.params, default=str))  # as recorded
+    changed = [f"{stage.name}.{k} {made.get(k)!r} -> {v!r}" for k, v in asked.items() if made.get(k) != v]
+    changed += [f"{stage.name}.{k} {v!r} -> none" for k, v in made.items() if k not in asked]
+    if changed:
+        return f"made with other parameters than the manifest's ({', '.join(changed)})"
+    made_from = record.get("inputs", {})
+    inputs = [k for k, v in plan.inputs.items() if made_from.get(k) != v] or list(made_from)
+    return f"its inputs changed since it was made ({', '.join(inputs)})"
 
 
 def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
@@ -71,7 +112,7 @@ def plan_fingerprint(stage: Stage, plan: StagePlan) -> str:
 
 def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     """(state, record, detail): done, stale, incomplete, missing or partial; takes no lock on a local work_dir (on a
-    URL one, the upstream stage is pulled into the cache first, since plan reads it)."""
+    URL one, the upstream stages are pulled into the cache first, since plan reads them)."""
     remote = storage.remote_of(stage.work_dir)
     if remote is None:
         record = read_record(stage.folder)
@@ -92,18 +133,22 @@ def state(stage: Stage) -> tuple[str, dict[str, Any] | None, str]:
     if problems:
         return "incomplete", record, problems[0]
     try:
-        check_upstream(stage)
-        current = plan_fingerprint(stage, stage.plan()) == record.get("fingerprint")
-    except Exception as exc:  # an upstream that is missing or incomplete makes this output stale
+        why = stale_reason(stage, record)
+    except Exception as exc:  # an upstream that is missing, incomplete or stale makes this output stale
         return "stale", record, str(exc)
-    return ("done" if current else "stale"), record, ""
+    return ("stale", record, why) if why else ("done", record, "")
 
 
 def _pull(stage: Stage, remote: str) -> None:
-    """The upstream stage's committed output from the store into the cache, under the upstream's lock."""
-    if stage.upstream is not None:
-        with stage_lock(stage.work_dir, stage.upstream):
-            storage.pull_upstream(remote, stage.work_dir, stage.name, stage.upstream)
+    """The upstream stages' committed outputs from the store into the cache, each under its own lock, from the
+    top: checking an upstream against the manifest (`stale_reason`) plans it, and its plan reads its own upstream."""
+    if stage.upstream is None:
+        return
+    above = stage.upstream_stage()
+    if above is not None:
+        _pull(above, remote)
+    with stage_lock(stage.work_dir, stage.upstream):
+        storage.pull_upstream(remote, stage.work_dir, stage.name, stage.upstream)
 
 
 class LocalExecutor:
@@ -124,6 +169,7 @@ class LocalExecutor:
             output.params, output.inputs = plan.params, plan.inputs
             if not force and output.up_to_date():
                 return output.unchanged()
+            output.writable()  # before models load: a folder that cannot be written fails at once
             return self._run_locked(stage, plan, output, force)
 
     def _run_locked(self, stage: Stage, plan: StagePlan, output: OutputFolder, force: bool) -> dict[str, Any]:
@@ -136,7 +182,7 @@ class LocalExecutor:
         units = stage.prepare(staging, plan)
         timings["prepare"] = time.perf_counter() - clock
         key = output.fingerprint
-        markers = {unit.key: self._marker(staging, unit, key) for unit in units}
+        markers = {unit.key: self._marker(stage, staging, unit, key) for unit in units}
         pending = [unit for unit in units if markers[unit.key] is None]
         if resumed:
             log.info("%s: resuming, %d of %d units already done", stage.name, len(units) - len(pending), len(units))
@@ -144,7 +190,7 @@ class LocalExecutor:
         with self._progress(stage, units, pending) as progress:
             for unit, stats in self._run_units(stage, pending, staging):
                 markers[unit.key] = stats
-                self._write_marker(staging, unit, key, stats)
+                self._write_marker(stage, staging, unit, key, stats)
                 failpoint(f"{stage.name}:after-unit")  # a kill in the middle of the work (tests)
                 progress.update(unit.size)
         timings["process"] = time.perf_counter() - clock
@@ -160,12 +206,20 @@ class LocalExecutor:
         return staging / UNITS / (unit.key.replace("/", "__") + ".json")
 
     @classmethod
-    def _write_marker(cls, staging: Path, unit: Unit, key: str, stats: dict[str, Any]) -> None:
-        """The unit is done: a later run with this fingerprint skips it and reuses its stats."""
-        write_json(cls._marker_path(staging, unit), {"fingerprint": _unit_fingerprint(key, unit), "stats": stats})
+    def _write_marker(cls, stage: Stage, staging: Path, unit: Unit, key: str, stats: dict[str, Any]) -> None:
+        """The unit is done: a later run with this fingerprint skips it and reuses its stats, as long as the files it
+        wrote are still there as written (their sizes and digests are in the marker)."""
+        files = {}
+        for name in stage.unit_files(unit):
+            path = staging / name
+            if path.is_file():
+                files[name] = {"bytes": path.stat().st_size, HASH_KEY: written_digest(path)}
+        marker = {"fingerprint": _unit_fingerprint(key, unit), "stats": stats, "files": files}
+        write_json(cls._marker_path(staging, unit), marker)
 
-    def _marker(self, staging: Path, unit: Unit, key: str) -> dict[str, Any] | None:
-        """The stats of a unit finished by an earlier run with this fingerprint, else None."""
+    def _marker(self, stage: Stage, staging: Path, unit: Unit, key: str) -> dict[str, Any] | None:
+        """The stats of a unit finished by an earlier run with this fingerprint whose files are whole, else None (the
+        unit is done again: a shard that vanished or changed in the staging folder is never counted unseen)."""
         path = self._marker_path(staging, unit)
         if not path.is_file():
             return None
@@ -173,7 +227,14 @@ class LocalExecutor:
             marker = read_json(path)
         except Exception:
             return None
-        return marker.get("stats") if marker.get("fingerprint") == _unit_fingerprint(key, unit) else None
+        if marker.get("fingerprint") != _unit_fingerprint(key, unit) or not isinstance(marker.get("files"), dict):
+            return None
+        for name, entry in marker["files"].items():
+            problem = _unit_file_problem(staging / name, entry)
+            if problem:
+                log.info("%s: %s; doing unit %s again", stage.name, problem, unit.key)
+                return None
+        return marker.get("stats")
 
     def _progress(self, stage: Stage, units: list[Unit], pending: list[Unit]) -> tqdm:
         """One bar over the stage's items; units finished by an earlier run count as done."""
@@ -189,6 +250,18 @@ class LocalExecutor:
     def describe(self) -> dict[str, Any]:
         """How this executor ran the units, for the record."""
         return {"kind": "local"}
+
+
+def _unit_file_problem(path: Path, entry: dict[str, Any]) -> str | None:
+    """What makes a finished unit's file unusable (gone, another size, other bytes), None when it is as written. The
+    digest comes from its sidecar while that matches the file (no read), else from reading it."""
+    if not path.is_file():
+        return f"{path}: missing"
+    if path.stat().st_size != entry.get("bytes"):
+        return f"{path}: {path.stat().st_size} bytes, the unit wrote {entry.get('bytes')}"
+    if written_digest(path) != entry.get(HASH_KEY):
+        return f"{path}: changed since the unit wrote it"
+    return None
 
 
 def _unit_fingerprint(stage_key: str, unit: Unit) -> str:

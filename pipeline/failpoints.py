@@ -4,10 +4,15 @@ a commit (between the record and the swap, between two renames, mid-upload) that
 `CSTS_PIPELINE_FAILPOINT=NAME` names the point; `CSTS_PIPELINE_FAILPOINT_ONCE=FLAGFILE` makes it fire only the
 first time across processes (Ray restarts a killed actor and retries its work, which must then go through). The
 points are listed in docs/architecture.md ("The commit").
+
+`CSTS_PIPELINE_FAULT=POINT:ERRNO[:PART]` makes the environment fail instead, as a full disk (ENOSPC) or a read-only
+folder (EROFS) would, without root tricks: `fault(POINT, path)` raises that OSError for a path containing PART.
+The points are `write` (pipeline.shards.write_atomic, every output file and record) and `lock` (pipeline.locks).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from pathlib import Path
@@ -15,6 +20,7 @@ from typing import Any
 
 FAILPOINT = "CSTS_PIPELINE_FAILPOINT"
 FAILPOINT_ONCE = "CSTS_PIPELINE_FAILPOINT_ONCE"
+FAULT = "CSTS_PIPELINE_FAULT"
 
 
 def armed() -> bool:
@@ -36,6 +42,19 @@ def failpoint_once(name: str) -> None:
     if flag:
         Path(flag).touch()
     failpoint(name)
+
+
+def fault(point: str, path: Path, named: bool = True) -> None:
+    """Raise the OSError the environment names for this point and path (CSTS_PIPELINE_FAULT), as the OS would: with
+    the file's name (open), or without it (`named=False`: write and fsync on a full disk name none)."""
+    given = os.environ.get(FAULT)
+    if not given:
+        return
+    where, _, rest = given.partition(":")
+    code, _, part = rest.partition(":")
+    if where == point and part in str(path):
+        number = getattr(errno, code)
+        raise OSError(number, os.strerror(number), *([str(path)] if named else []))
 
 
 def forwarded() -> dict[str, Any]:

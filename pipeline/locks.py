@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from csts_pipeline.frame.failpoints import fault
+
 log = logging.getLogger(__name__)
 
 
@@ -27,6 +29,7 @@ def stage_lock(work_dir: Path, stage: str, exclusive: bool = True) -> Iterator[N
     """Hold the lock of `work_dir/stage`; when another run holds it, say who and wait for it."""
     path = lock_path(work_dir, stage)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fault("lock", path)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:

@@ -36,6 +36,8 @@ DatasetFormat = Literal[
 ]
 ARCHIVE_FORMATS = ("webdataset", "parquet", "clip-retrieval")  # the images folder holds the captions too
 
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding (train's set_seed) takes 0 to 2**32 - 1
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -126,7 +128,7 @@ class MineConfig(_Section):
     exact_below: int = Field(200_000, gt=0, description="auto: exact search below this many images")
     recall_target: float = Field(0.95, gt=0, le=1, description="approximate: minimum recall@k on the sample")
     recall_sample: int = Field(1000, gt=0, description="approximate: query images whose recall is measured")
-    seed: int = Field(0, description="approximate: seed of the training and recall samples")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="approximate: seed of the training and recall samples")
     ivf_lists: int | None = Field(None, gt=0, description="ivf: inverted lists (default about sqrt(N))")
     hnsw_m: int = Field(32, gt=1, description="hnsw: graph links per node")
     hnsw_ef_construction: int = Field(80, gt=0, description="hnsw: candidate list size while building")
@@ -206,7 +208,9 @@ class TrainConfig(_Section):
     warmup_ratio: float = Field(0.1, ge=0, lt=1, description="Linear warmup over this share of the steps.")
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm; 0 turns clipping off.")
     max_length: int = Field(128, ge=1, description="Tokens per encoded sequence.")
-    seed: int = Field(42, description="Random seed (initialisation and batch order).")
+    seed: int = Field(
+        42, ge=0, le=SEED_MAX, description="Random seed (initialisation and batch order), 0 to 4294967295."
+    )
     precision: str = Field("auto", description=PRECISION_HELP)
     min_label: float | None = Field(None, description="Label scaled to 0 (default: 1, C-STS's lowest label).")
     max_label: float | None = Field(None, description="Label scaled to 1 (default: 5, C-STS's highest label).")
@@ -270,6 +274,26 @@ class Manifest(_Section):
         return self
 
 
+def _duplicate_key(node: yaml.Node | None, at: str = "") -> str | None:
+    """The first key given twice in one mapping of a YAML node tree (`k: 8` then `k: 9`), with its dotted name and
+    lines; YAML's loaders keep the last silently, a manifest refuses it."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value in node.value:
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            dotted = f"{at}.{key}" if at else key
+            if key in seen:
+                return f"key {dotted!r} given twice (lines {seen[key]} and {line}); keep one"
+            seen[key] = line
+            if found := _duplicate_key(value, dotted):
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            if found := _duplicate_key(item, f"{at}[{index}]"):
+                return found
+    return None
+
+
 def open_manifest(dataset: str | None, path: str | Path | None, overrides: dict[str, Any] | None = None) -> Manifest:
     """What the CLI loads: a bundled manifest's relative paths (work_dir, data) resolve against the current
     folder, never into the installed package; any other manifest's against its own folder (see load_manifest).
@@ -304,11 +328,15 @@ def load_manifest(
     if not path.is_file():
         raise UserError(f"{path}: manifest not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+        raw = yaml.safe_load(text) or {}
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if duplicate:
+        raise UserError(f"{path}: {duplicate}")
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a manifest must be a mapping of keys to values")
     for dotted, value in (overrides or {}).items():
@@ -334,6 +362,8 @@ def load_manifest(
         folder = path.resolve().parent
         base = folder.parent if folder.name == "manifests" else folder
     manifest.work_dir = resolve_path(base, manifest.work_dir)
+    if manifest.work_dir.is_file():
+        raise UserError(f"{manifest.work_dir}: a file, not a folder; work_dir (--out) names the folder of the outputs")
     if manifest.data.captions is not None:
         manifest.data.captions = resolve_path(base, manifest.data.captions)
     manifest.data.images = resolve_path(base, manifest.data.images)

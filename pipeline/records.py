@@ -15,12 +15,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
-from csts_pipeline.frame.checksums import HASH_KEY, verify_outputs, written_digest
+from csts_pipeline.frame.checksums import HASH_KEY, new_hasher, verify_outputs, written_digest
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.shards import parquet_rows, write_atomic
 
 RECORD = "_stage.json"
 STARTED = "_started.json"
+SEAL = "record_xxh3"  # the record's checksum of itself: counts and rows edited by hand show at `status --verify`
+UNSEALED = (SEAL, "generation")  # the fields the seal leaves out: itself, and what a publish adds after the commit
 _VERSIONED = (
     "csts-pipeline",
     "torch",
@@ -107,6 +109,40 @@ def record_shape_problem(record: Any) -> str | None:
         if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or isinstance(entry["bytes"], bool):
             return f"output_files[{name!r}] has no integer 'bytes'"
     return None
+
+
+def record_digest(record: dict[str, Any]) -> str:
+    """XXH3-64 of the record as JSON (sorted keys, as written and read back), without the UNSEALED fields."""
+    as_read = json.loads(json.dumps({k: v for k, v in record.items() if k not in UNSEALED}, default=str))
+    hasher = new_hasher()
+    hasher.update(json.dumps(as_read, sort_keys=True).encode())
+    return hasher.hexdigest()
+
+
+def sealed(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its own checksum (SEAL), as the commit writes it."""
+    return record | {SEAL: record_digest(record)}
+
+
+def record_problems(folder: Path, record: dict[str, Any]) -> list[str]:
+    """What `status --verify` finds wrong with a record itself: edited since it was written (its seal differs), or
+    a Parquet file's row count other than the record's (read from the file's footer). A record of an older
+    version has no seal: its rows are still recounted."""
+    path = folder / RECORD
+    problems = []
+    if SEAL in record and record[SEAL] != record_digest(record):
+        problems.append(f"{path}: edited since it was written (its own checksum differs); rerun the stage with --force")
+    for name, entry in (record.get("output_files") or {}).items():
+        file = folder / name
+        if "rows" in entry and file.suffix == ".parquet" and file.is_file():
+            try:
+                rows = parquet_rows(file)
+            except Exception as exc:  # a damaged footer (its checksum names it too)
+                problems.append(f"{file}: unreadable Parquet footer ({exc.__class__.__name__})")
+                continue
+            if rows != entry["rows"]:
+                problems.append(f"{file}: {rows} rows, {path.name} says {entry['rows']}")
+    return problems
 
 
 def describe_files(folder: Path) -> dict[str, dict[str, int]]:

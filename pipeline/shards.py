@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from csts_pipeline.frame.checksums import HashingWriter, sidecar_of, wants_sidecar, write_sidecar
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.failpoints import fault
 
 SHARD_GLOB = "part-*.parquet"
 TMP_SUFFIX = ".tmp"
@@ -40,12 +41,18 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     try:
         with tmp.open("wb") as handle:
             writer = HashingWriter(handle) if hashed else handle
+            fault("write", path, named=False)
             write(writer)
             handle.flush()
             os.fsync(handle.fileno())
         if hashed:
             sidecar_of(path).unlink(missing_ok=True)  # never a stale digest beside the new file
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk fails inside write() or fsync(), whose error names no file: name it
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

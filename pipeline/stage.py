@@ -77,6 +77,11 @@ class Stage:
     def plan(self) -> StagePlan:
         raise NotImplementedError
 
+    def upstream_stage(self) -> Stage | None:
+        """The upstream stage as the same manifest makes it, so that its committed output is checked against what
+        the manifest asks of it (pipeline.executor.stale_reason); None where a stage knows no manifest."""
+        return None
+
     def setup(self) -> None:
         """Load models, resolve devices: what can fail before the work starts."""
 
@@ -87,6 +92,11 @@ class Stage:
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
         raise NotImplementedError
+
+    def unit_files(self, unit: Unit) -> list[str]:
+        """The files (relative to the staging folder) that `process` writes for `unit`: its key by default. A
+        resumed run reuses a finished unit only while these are there as it wrote them (pipeline.executor)."""
+        return [unit.key]
 
     def process_many(self, units: list[Unit], staging: Path) -> Iterator[tuple[Unit, dict[str, Any]]]:
         for unit in units:

@@ -113,9 +113,9 @@ def write_manifest(folder: Path, captions: Path, images: Path, **sections: dict)
 
 def reseal(folder: Path) -> None:
     """Let a stage record list the files of an output edited by hand, as if its stage had written them."""
-    from csts_pipeline.frame.records import describe_files, read_record, write_json
+    from csts_pipeline.frame.records import describe_files, read_record, sealed, write_json
 
-    write_json(folder / "_stage.json", read_record(folder) | {"output_files": describe_files(folder)})
+    write_json(folder / "_stage.json", sealed(read_record(folder) | {"output_files": describe_files(folder)}))
 
 
 STAGES = ("embed", "mine", "filter")

@@ -32,7 +32,8 @@ from csts_pipeline.frame.schemas import (
     check_columns,
 )
 from csts_pipeline.frame.shards import read_shards, read_table, write_table
-from csts_pipeline.frame.stage import Resources, StagePlan, StageResult, Unit
+from csts_pipeline.frame.stage import Resources, Stage, StagePlan, StageResult, Unit
+from csts_pipeline.stages import spec
 from csts_pipeline.stages.filter.criteria import Criteria
 from csts_pipeline.stages.filter.lookup import CaptionLookup
 
@@ -67,6 +68,10 @@ class FilterStage(ClusterStage):
         self.manifest = manifest
         self.config = manifest.filter
         self.criteria = Criteria.from_config(self.config)
+
+    def upstream_stage(self) -> Stage:
+        """The upstream stage under this manifest (pipeline.executor.stale_reason checks its output against it)."""
+        return spec(UPSTREAM).load()(self.manifest)
 
     def plan(self) -> StagePlan:
         """One unit per mine candidates shard that mine's record lists."""
@@ -126,6 +131,11 @@ class FilterStage(ClusterStage):
     def _read(self, unit: Unit) -> tuple[Path, pa.Table]:
         source = self.work_dir / UPSTREAM / unit.payload["candidates"]
         return source, check_columns(read_table(source), CANDIDATES_SCHEMA, source)
+
+    def unit_files(self, unit: Unit) -> list[str]:
+        """The kept shard, and the rejected one with keep_rejected."""
+        name = Path(unit.key).name
+        return [unit.key, f"{REJECTED}/{name}"] if self.config.keep_rejected else [unit.key]
 
     def process(self, unit: Unit, staging: Path) -> dict[str, Any]:
         return self._score(unit, *self._read(unit), staging)

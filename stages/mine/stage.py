@@ -28,7 +28,8 @@ from csts_pipeline.frame.manifest import Manifest
 from csts_pipeline.frame.records import require_record
 from csts_pipeline.frame.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
 from csts_pipeline.frame.shards import list_shards, read_table, shard_name, write_atomic, write_table
-from csts_pipeline.frame.stage import Resources, StagePlan, StageResult, Unit
+from csts_pipeline.frame.stage import Resources, Stage, StagePlan, StageResult, Unit
+from csts_pipeline.stages import spec
 from csts_pipeline.stages.mine.budget import COMPRESSED, GIB, base_on_gpu, plan_index
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ class MineStage(ClusterStage):
         super().__init__(manifest.work_dir)
         self.manifest = manifest
         self.config = manifest.mine
+
+    def upstream_stage(self) -> Stage:
+        """The upstream stage under this manifest (pipeline.executor.stale_reason checks its output against it)."""
+        return spec(UPSTREAM).load()(self.manifest)
 
     def plan(self) -> StagePlan:
         upstream = require_record(self.work_dir / UPSTREAM, UPSTREAM)

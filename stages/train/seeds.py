@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.manifest import SEED_MAX
 from csts_pipeline.frame.records import read_record
 from csts_pipeline.stages.train import train as stage
 from csts_pipeline.stages.train.scoring import write_metrics
@@ -24,6 +25,8 @@ def parse_seeds(text: str) -> list[int]:
         seeds = [int(part) for part in parts]
     except ValueError:
         raise UserError(f"--seeds {text!r}: give whole numbers, e.g. --seeds 42,43,44") from None
+    if any(not 0 <= seed <= SEED_MAX for seed in seeds):
+        raise UserError(f"--seeds {text!r}: each seed must be 0 to {SEED_MAX}")
     if not seeds or len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds {text!r}: give one or more different seeds, e.g. --seeds 42,43,44")
     return seeds

@@ -636,7 +636,8 @@ def test_cli_round_trip_through_a_manifest(tmp_path: Path, kept: pa.Table):
     write_table(kept, work / "filter" / "kept" / shard_name(0))
     assert "--dataset/--manifest" in cli_error("annotate", "export", "--stage", "conditions")
     assert "no finished filter output" in cli_error("annotate", "export", "--stage", "conditions", "-m", manifest)
-    write_json(work / "filter" / "_stage.json", {"stage": "filter", "status": "done", "fingerprint": "f1"})
+    record = {"stage": "filter", "status": "done", "fingerprint": "f1", "recorded_in_place": True}  # not a run's
+    write_json(work / "filter" / "_stage.json", record)
     reseal(work / "filter")
 
     output = cli("annotate", "export", "--stage", "conditions", "-m", manifest, "--n", 60)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.test_pages import Hit, export_all
+
+from tests.annotate.test_pages import Hit, export_all
 
 pytestmark = pytest.mark.slow
 SCREENS = {"desktop": (1280, 800), "phone": (390, 844)}

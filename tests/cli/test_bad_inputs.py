@@ -375,3 +375,54 @@ def test_nan_sentence_embeddings_never_reach_min_cosine(tmp_path: Path, monkeypa
     with pytest.raises(UserError, match=r"gave a NaN or infinite embedding for 2 sentence\(s\), e.g. 'a dog'"):
         scoring.sentence_embeddings(config, ["a dog", "a cat"], "cpu", tmp_path)
     assert not list(tmp_path.iterdir())  # nothing cached
+
+
+def test_embed_out_naming_an_existing_file_is_refused(tmp_path: Path, small: tuple[dict, Path]):
+    manifest = coco_manifest(tmp_path, small)
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    line = cli_error("embed", "--manifest", str(manifest), "--out", str(taken))
+    assert line == f"error: {taken}: a file, not a folder; work_dir (--out) names the folder of the outputs"
+    assert taken.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "line"),
+    [
+        ("--seed", "-1", "error: --seed -1: input should be greater than or equal to 0"),
+        ("--seed", str(2**32), "error: --seed 4294967296: input should be less than or equal to 4294967295"),
+        ("--seeds", "42,-1", "error: --seeds '42,-1': each seed must be 0 to 4294967295"),
+    ],
+)
+def test_train_seed_out_of_numpys_range_is_refused(tmp_path: Path, option: str, value: str, line: str):
+    data = Path(__file__).resolve().parents[2] / "docs" / "examples" / "stsb" / "sts-test-sample.csv"
+    out = tmp_path / "train"
+    assert cli_error("train", "--train", str(data), "--task", "stsb", "--out", str(out), option, value) == line
+    assert not out.exists()
+
+
+def test_two_coco_image_ids_naming_one_file_are_embedded_once(tmp_path: Path, small: tuple[dict, Path]):
+    """One file is one image: embedded once, under the first id, with the captions of both; the second id is a
+    reported skip naming both ids (docs/schemas.md)."""
+
+    def twice(coco: dict, images: Path) -> None:
+        first = coco["images"][0]
+        coco["images"].append({**first, "id": 10**6})
+        coco["annotations"].append({"id": 9000, "image_id": 10**6, "caption": "the same picture, described again"})
+
+    manifest = coco_manifest(tmp_path, small, twice)
+    result = runner.invoke(app, ["embed", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "embed: skipped: 1 image (same file as an earlier image id; its captions go to that one)" in (
+        result.output.splitlines()
+    )
+    first = small[0]["images"][0]
+    embed = tmp_path / "work" / "embed"
+    embedded = pq.read_table(embed / "embeddings").column("image_id").to_pylist()
+    assert sorted(embedded) == sorted(image["id"] for image in small[0]["images"]) and 10**6 not in embedded
+    captions = pq.read_table(embed / "captions").to_pylist()
+    assert {"caption_id": 9000, "image_id": first["id"], "caption": "the same picture, described again"} in captions
+    skips = json.loads((embed / "_stage.json").read_text())["reader_skip_counts"]
+    assert skips == {"image: same file as an earlier image id; its captions go to that one": 1}
+    corpus = read_dataset(load_manifest(manifest).data)
+    assert [s.ref for s in corpus.skips] == [f"{10**6} ({first['file_name']}, as image {first['id']})"]

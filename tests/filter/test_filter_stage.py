@@ -273,6 +273,38 @@ def test_resume_after_a_crash_redoes_only_the_unfinished_shards(work, monkeypatc
     assert second["funnel"] == clean["funnel"] and second["fingerprint"] == clean["fingerprint"]
 
 
+@pytest.mark.parametrize("damage", ["vanished", "replaced"])
+def test_a_resumed_run_redoes_a_finished_shard_that_vanished_or_changed(work, monkeypatch, damage):
+    """A finished unit is reused only while its shards are in the staging folder as it wrote them: the resumed run
+    commits what a clean run does, and the record's counts are the rows of its files."""
+    manifest = manifest_for(work, keep_rejected=True)
+    real = stage.FilterStage.process
+    calls: list[str] = []
+
+    def crash_on_third_shard(self, unit, staging):
+        calls.append(unit.key)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return real(self, unit, staging)
+
+    monkeypatch.setattr(stage.FilterStage, "process", crash_on_third_shard)
+    with pytest.raises(KeyboardInterrupt):
+        stage.run(manifest)
+    staging = staging_folder(stage.FilterStage(manifest))
+    if damage == "vanished":
+        (staging / "kept" / shard_name(0)).unlink()
+    else:  # the same name, other rows: the rejected shard of another unit
+        shutil.copy(staging / "rejected" / shard_name(1), staging / "rejected" / shard_name(0))
+    monkeypatch.setattr(stage.FilterStage, "process", real)
+    resumed = stage.run(manifest)
+    assert resumed["units_reused"] == 1
+    kept = {name: pq.read_table(work / "filter" / "kept" / name).num_rows for name in (shard_name(0), shard_name(1))}
+    clean = stage.run(manifest, force=True)
+    assert resumed["counts"] == clean["counts"] and resumed["funnel"] == clean["funnel"]
+    assert kept == {name: pq.read_table(work / "filter" / "kept" / name).num_rows for name in kept}
+    assert resumed["counts"]["kept"] == pq.read_table(work / "filter" / "kept").num_rows
+
+
 def test_a_missing_upstream_shard_is_refused_with_one_line(work):
     (work / "mine" / "candidates" / shard_name(1)).unlink()
     with pytest.raises(UserError, match=r"part-00001.parquet: missing.*`csts-pipeline mine --force`"):
@@ -414,6 +446,29 @@ def test_pairs_mode_bad_files(work, tmp_path):
     pq.write_table(pa.table({"sentence1": ["A dog.", None], "sentence2": ["A cat.", "A cow."]}), nulls)
     with pytest.raises(UserError, match="1 row"):
         score_file(manifest, nulls, tmp_path / "out.parquet")
+
+
+def test_pairs_mode_does_not_keep_blank_sentences_at_cosine_1(work):
+    """Two blank sentences embed alike (cosine 1) and would pass with the cheap criteria off: they are not scored,
+    but listed as failed `blank`, counted apart from the funnel."""
+    pairs, out = work.parent / "blank.parquet", work.parent / "scored.parquet"
+    first = ["A dog runs along the beach.", "", "   ", "A man rides a horse."]
+    second = ["A dog runs on the sand.", "", "A cat sleeps.", "A man rides a horse."]
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "sentence1": first, "sentence2": second}), pairs)
+    args = ["filter", "--manifest", str(write_manifest(work.parent)), "--pairs", str(pairs), "--out", str(out)]
+    off = ["--min-length", "none", "--min-ratio", "none", "--max-iou", "none"]
+    result = CliRunner().invoke(app, [*args, *off])
+    assert result.exit_code == 0, result.output
+    assert "filter funnel: 2 candidate pairs" in result.output
+    assert "2 pairs with a blank sentence not scored (failed: blank)" in result.output.splitlines()
+    [done] = [line for line in result.output.splitlines() if line.startswith("scored ")]
+    assert done.startswith("scored 4 pairs in ") and done.endswith(f"2 kept -> {out}")
+    scored = pq.read_table(out)
+    assert scored["id"].to_pylist() == [1, 2, 3, 4] and scored["sentence1"].to_pylist() == first
+    assert scored["kept"].to_pylist() == [True, False, False, True]
+    assert scored["failed"].to_pylist() == [None, "blank", "blank", None]
+    assert scored["simcse_cosine"].to_pylist()[1:3] == [None, None]
+    assert scored["simcse_cosine"][3].as_py() == pytest.approx(1.0, abs=1e-5)
 
 
 # --- bad input ------------------------------------------------------------------------------------------------------

@@ -95,3 +95,35 @@ def test_a_file_is_read_once_per_process_until_it_changes(tmp_path: Path, monkey
     path.write_bytes(b"abd" * 1000)  # changed since (a new mtime): read again, and found corrupt
     assert checksums.verify_file(path, entry) == f"{path}: corrupt (content checksum differs from the record's)"
     assert len(reads) == 2
+
+
+@pytest.mark.parametrize("edit", ["rows", "counts", "rows of an unsealed record"])
+def test_a_record_edited_to_list_rows_its_shard_lacks_fails_verify(embedded: Path, edit: str):
+    """Bytes and hashes are not all: the record covers itself by its own checksum, and --verify recounts every
+    Parquet file's rows from its footer, so a record that claims 5,000 rows more is corrupt (exit code 1)."""
+    folder = embedded.parent / "work" / "mine"
+    path = folder / "_stage.json"
+    original = path.read_bytes()
+    record = json.loads(original)
+    shard = next(name for name in record["output_files"] if name.startswith("candidates/"))
+    rows = record["output_files"][shard]["rows"]
+    if edit == "counts":
+        record["counts"]["candidate_pairs"] += 5000
+    else:
+        record["output_files"][shard]["rows"] += 5000
+    if edit == "rows of an unsealed record":
+        del record["record_xxh3"]
+    path.write_text(json.dumps(record))
+    try:
+        status = runner.invoke(app, ["status", "--verify", "--manifest", str(embedded)])
+        lines = status.output.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("mine"))
+        assert status.exit_code == 1 and lines[at].split()[1] == "corrupt", status.output
+        sealed = f"{path}: edited since it was written (its own checksum differs); rerun the stage with --force"
+        recount = f"{folder / shard}: {rows} rows, _stage.json says {rows + 5000}"
+        expected = {"rows": [sealed, recount], "counts": [sealed], "rows of an unsealed record": [recount]}[edit]
+        assert lines[at + 1].strip() == "; ".join(expected)
+    finally:
+        path.write_bytes(original)
+    clean = runner.invoke(app, ["status", "--verify", "--manifest", str(embedded)])
+    assert clean.exit_code == 0 and "corrupt" not in clean.output, clean.output

@@ -143,3 +143,23 @@ def test_package_prefix_names_a_file_inside_an_installed_package(tmp_path: Path)
         package_file("package:nope/x.json")
     with pytest.raises(UserError, match="expected package:PACKAGE/PATH"):
         package_file("package:csts_pipeline.stages.embed")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("mine:\n  k: 8\n  k: 9\n", "key 'mine.k' given twice (lines 5 and 6); keep one"),  # BASE: 3 lines
+        ("name: y\n", "key 'name' given twice (lines 1 and 4); keep one"),
+        ("filter:\n  min_length: 5\nfilter:\n  max_iou: 0.2\n", "key 'filter' given twice (lines 4 and 6); keep one"),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_it(tmp_path: Path, text: str, line: str):
+    """YAML keeps the last of two equal keys without a word; a manifest names the file, the key and its lines."""
+    from typer.testing import CliRunner
+
+    from csts_pipeline.cli import app
+
+    path = _write(tmp_path, BASE + text)
+    result = CliRunner().invoke(app, ["status", "--manifest", str(path)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {path}: {line}"

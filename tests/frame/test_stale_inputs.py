@@ -14,6 +14,7 @@ from csts_pipeline.frame.stage import Stage, StagePlan, StageResult, Unit
 from csts_pipeline.stages import annotate
 
 from tests.annotate.test_annotate import kept, kept_dir, rated, read_tasks, simulated_conditions, write_results  # noqa: F401
+from tests.cli.test_bad_inputs import cli_error, coco_manifest, small  # noqa: F401
 
 
 class _Chain(Stage):
@@ -88,3 +89,66 @@ def test_the_commands_are_the_registry() -> None:
         assert set(COMMON) <= options, spec.name
         stage_class = spec.load()
         assert (stage_class.name, stage_class.upstream) == (spec.name, spec.upstream)
+
+
+def test_an_upstream_that_status_calls_stale_is_refused_by_the_same_reason(
+    tmp_path: Path,
+    small: tuple[dict, Path],  # noqa: F811
+) -> None:
+    """After a manifest change to an embed parameter, `status` calls embed stale (and what is made from it), and
+    `mine --force` and `filter` refuse it in the very line `status` shows, before anything is written."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from csts_pipeline.cli import app
+
+    manifest = coco_manifest(tmp_path, small)
+    runner = CliRunner()
+    for command in ("embed", "mine"):
+        assert runner.invoke(app, [command, "--manifest", str(manifest)]).exit_code == 0
+    mine_dir = tmp_path / "work" / "mine"
+    before = {path: path.read_bytes() for path in sorted(mine_dir.rglob("*")) if path.is_file()}
+    raw = yaml.safe_load(manifest.read_text())
+    raw["embed"]["images_per_shard"] = 40
+    manifest.write_text(yaml.safe_dump(raw))
+    reason = (
+        f"{tmp_path / 'work' / 'embed'}: stale: made with other parameters than the manifest's "
+        "(embed.images_per_shard 50 -> 40); rerun `csts-pipeline embed` first"
+    )
+    status = runner.invoke(app, ["status", "--manifest", str(manifest)]).output.splitlines()
+    assert status[0].split()[:2] == ["embed", "stale"], status
+    assert status[1].strip() == "made with other parameters than the manifest's (embed.images_per_shard 50 -> 40)"
+    assert status[2].split()[:2] == ["mine", "stale"] and status[3].strip() == reason, status
+    assert cli_error("mine", "--manifest", str(manifest), "--force") == f"error: {reason}"
+    assert cli_error("filter", "--manifest", str(manifest)) == f"error: {reason}"
+    assert {path: path.read_bytes() for path in sorted(mine_dir.rglob("*")) if path.is_file()} == before
+    assert not (tmp_path / "work" / ".mine.next").exists()
+
+
+def test_annotate_export_refuses_a_filter_output_that_status_calls_stale(
+    tmp_path: Path,
+    small: tuple[dict, Path],  # noqa: F811
+) -> None:
+    """The export reads the filter's kept pairs only while `status` calls them done under the manifest."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from csts_pipeline.cli import app
+
+    manifest = coco_manifest(tmp_path, small)
+    raw = yaml.safe_load(manifest.read_text())
+    raw["filter"] |= {"min_length": None, "min_ratio": None, "max_iou": None, "min_cosine": None}
+    manifest.write_text(yaml.safe_dump(raw))
+    runner = CliRunner()
+    for command in ("embed", "mine", "filter"):
+        assert runner.invoke(app, [command, "--manifest", str(manifest)]).exit_code == 0
+    raw["filter"]["max_iou"] = 0.5
+    manifest.write_text(yaml.safe_dump(raw))
+    filter_dir = tmp_path / "work" / "filter"
+    reason = "made with other parameters than the manifest's (filter.max_iou None -> 0.5)"
+    status = runner.invoke(app, ["status", "--manifest", str(manifest)]).output.splitlines()
+    assert status[2].split()[:2] == ["filter", "stale"] and status[3].strip() == reason, status
+    assert cli_error("annotate", "export", "--stage", "conditions", "--manifest", str(manifest)) == (
+        f"error: {filter_dir}: stale: {reason}; rerun `csts-pipeline filter` first"
+    )
+    assert not (tmp_path / "work" / "annotate").exists()

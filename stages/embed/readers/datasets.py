@@ -11,6 +11,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path, PurePosixPath
@@ -57,6 +58,7 @@ def read_dataset(config: DataConfig, check_files: bool = True) -> Corpus:
     _drop_escaping_files(corpus)
     if check_files:
         _drop_missing_files(corpus)
+    _merge_same_files(corpus, resolve=check_files)
     _drop_images_without_captions(corpus)
     return corpus
 
@@ -336,6 +338,26 @@ def _file_problem(root: Path, name: str) -> str | None:
     except (OSError, ValueError) as exc:
         return f"image file not readable ({exc.__class__.__name__})"
     return None
+
+
+SAME_FILE = "same file as an earlier image id; its captions go to that one"
+
+
+def _merge_same_files(corpus: Corpus, resolve: bool) -> None:
+    """Two image ids naming one file (by its resolved path, or its normalised name) are one image: it is embedded
+    once, under the first id, which takes the other's captions; the other id is a reported skip naming both."""
+    first: dict[str, int] = {}
+    merged: dict[int, int] = {}
+    for image_id, name in zip(corpus.image_ids, corpus.file_names):
+        key = str((corpus.image_root / name).resolve()) if resolve else os.path.normpath(name)
+        if key in first:
+            merged[image_id] = first[key]
+            corpus.skips.append(Skip("image", f"{image_id} ({name}, as image {first[key]})", SAME_FILE))
+        else:
+            first[key] = image_id
+    if merged:
+        corpus.caption_image_ids = [merged.get(i, i) for i in corpus.caption_image_ids]
+        _keep_images(corpus, [image_id not in merged for image_id in corpus.image_ids])
 
 
 def _drop_images_without_captions(corpus: Corpus) -> None:
