@@ -195,9 +195,11 @@ class LocalExecutor:
                 progress.update(unit.size)
         timings["process"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        result = stage.finish([markers[unit.key] for unit in units], staging)
+        finished = [marker for unit in units if (marker := markers[unit.key]) is not None]
+        assert len(finished) == len(units), "every unit has run or was resumed"
+        result = stage.finish(finished, staging)
         timings["finish"] = time.perf_counter() - clock
-        extra = {"resumed": resumed, "units": len(units), "units_reused": len(units) - len(pending)}
+        extra: dict[str, Any] = {"resumed": resumed, "units": len(units), "units_reused": len(units) - len(pending)}
         extra |= {"executor": self.describe(), "resources": vars(stage.resources), "upstream": stage.upstream}
         return output.finish(result.counts, timings=timings, **(extra | result.extra))
 

@@ -46,7 +46,8 @@ class _Section(BaseModel):
     @classmethod
     def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         """YAML's `true` is not the number 1: a bool is accepted only where the field is a bool."""
-        if isinstance(value, bool) and "bool" not in str(cls.model_fields[info.field_name].annotation).lower():
+        field = cls.model_fields[info.field_name] if info.field_name else None
+        if isinstance(value, bool) and field is not None and "bool" not in str(field.annotation).lower():
             raise ValueError("a true/false value where a number or text is expected")
         return value
 
@@ -355,7 +356,7 @@ def load_manifest(
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(_describe(e) for e in exc.errors())
+        problems = "; ".join(_describe(dict(e)) for e in exc.errors())
         raise UserError(f"{path}: {problems}") from None
     manifest._input_urls = inputs
     if base is None:

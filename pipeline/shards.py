@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,9 +40,9 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     hashed = wants_sidecar(path)
     try:
         with tmp.open("wb") as handle:
-            writer = HashingWriter(handle) if hashed else handle
+            hashing = HashingWriter(handle) if hashed else None
             fault("write", path, named=False)
-            write(writer)
+            write(cast(IO[bytes], hashing) if hashing is not None else handle)
             handle.flush()
             os.fsync(handle.fileno())
         if hashed:
@@ -56,8 +56,8 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if hashed:
-        write_sidecar(path, writer.hexdigest(), writer.tell())
+    if hashing is not None:
+        write_sidecar(path, hashing.hexdigest(), hashing.tell())
 
 
 def write_table(table: pa.Table, path: Path) -> None:
