@@ -153,7 +153,8 @@ def annotate_export(
         typer.Option(
             "--input",
             help="conditions: kept pairs to sample, a kept folder or a Parquet/CSV file with the filter's kept "
-            "columns (default: <work_dir>/filter/kept/).",
+            "columns (default: <work_dir>/filter/kept/); ratings with --gold-share: the kept pairs the hidden "
+            "controls are made from (those outside the batch).",
         ),
     ] = None,
     n: Annotated[int | None, typer.Option("--n", help="conditions: pairs to sample (default 1000).")] = None,
@@ -175,8 +176,9 @@ def annotate_export(
         float | None,
         typer.Option(
             "--gold-share",
-            help="ratings: mix in hidden control items (qualification gold and generated) as this share of the "
-            "rows, e.g. 0.05; the import blocks workers who fail them (ratings/blocklist.csv). Default 0: none.",
+            help="ratings: mix in hidden control pairs (made from kept pairs outside the batch, and --gold rate "
+            "items not in the qualification test) as this share of the rows, e.g. 0.05; the import blocks workers "
+            "who fail them (ratings/blocklist.csv). Default 0: none.",
         ),
     ] = None,
     seed: SeedOpt = 0,
@@ -205,7 +207,9 @@ def annotate_export(
     (<annotate>/<stage>_tasks/)."""
     from csts_pipeline.stages import annotate
 
-    _only_for(stage, "conditions", input=input_path, n=n, bins=bins)
+    _only_for(stage, "conditions", n=n, bins=bins)
+    if input_path is not None and stage != "conditions" and not (stage == "ratings" and gold_share):
+        raise UserError("--input: only for --stage conditions, or ratings with --gold-share")
     _only_for(stage, "bws", appearances=appearances)
     if stage not in ("qualification", "ratings") and gold is not None:
         raise UserError("--gold: only for --stage qualification or ratings")
@@ -224,14 +228,18 @@ def annotate_export(
     elif stage == "conditions":
         _require_current_filter(dataset, manifest, input_path)
         source = annotate.kept_source(work_dir, input_path)
-        record = annotate.export_conditions(folder, source, n or 1000, seed, bins or 4, force)
+        record = annotate.export_conditions(
+            folder, source, 1000 if n is None else n, seed, 4 if bins is None else bins, force
+        )
     elif stage == "ratings" and more:
         from csts_pipeline.stages.annotate.steps.followup import describe_more, export_more
 
         typer.echo(describe_more(export_more(folder, force)))
         return
     elif stage == "ratings":
-        record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold)
+        given = gold_share and (work_dir is not None or input_path is not None)  # else export_ratings says why
+        source = annotate.kept_source(work_dir, input_path) if given else None
+        record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold, source)
     elif stage == "bws":
         record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:
@@ -281,15 +289,14 @@ def annotate_import(
     folder, _ = _annotate_dir(dataset, manifest, out)
     if stage == "qualification":
         error = 1.0 if max_rating_error is None else max_rating_error
-        record = annotate.import_qualification(folder, results, error, qualification_name or "C-STS annotator", force)
+        name = "C-STS annotator" if qualification_name is None else qualification_name
+        record = annotate.import_qualification(folder, results, error, name, force)
     elif stage == "conditions":
         record = annotate.import_conditions(folder, results, force, workers)
     elif stage == "ratings":
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
-        how = aggregate or "mean"
-        record = annotate.import_ratings(
-            folder, results, how, share, min_ratings or 1, force, agreement_sample, seed, workers
-        )
+        how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
+        record = annotate.import_ratings(folder, results, how, share, least, force, agreement_sample, seed, workers)
     elif stage == "bws":
         record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
     else:

@@ -22,11 +22,13 @@ from urllib.parse import parse_qsl, urlencode
 import pyarrow.parquet as pq
 import pytest
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.shards import write_table
 from csts_pipeline.stages.annotate.crowd import pages
 from csts_pipeline.stages.annotate.steps import qualification
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from tests.annotate.test_annotate import kept_table
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
@@ -48,7 +50,9 @@ def export_all(folder: Path) -> Path:
     cli("annotate", "export", "--stage", "qualification", "--out", folder)
     cli("annotate", "export", "--stage", "conditions", "--input", EXAMPLE / "kept.csv", "--n", 8, "--out", folder)
     cli("annotate", "import", "--stage", "conditions", "--results", EXAMPLE / "conditions_results.csv", "--out", folder)
-    cli("annotate", "export", "--stage", "ratings", "--out", folder, "--gold-share", "0.1")  # hidden gold rows too
+    more = folder.parent / "kept.parquet"  # COCO caption pairs outside the 8, for the hidden controls to be made from
+    write_table(kept_table(), more)
+    cli("annotate", "export", "--stage", "ratings", "--out", folder, "--gold-share", "0.1", "--input", more)
     cli("annotate", "export", "--stage", "bws", "--out", folder)
     return folder
 

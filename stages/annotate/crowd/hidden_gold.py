@@ -2,11 +2,8 @@
 into the HITs at `annotate export --stage ratings --gold-share`, and at the import a per-worker sequential test
 on them that decides who is blocked.
 
-Controls come from the qualification gold set (its rate items) and are generated from the batch's own pairs:
-sentence 1 twice under the pair's high condition (identical sentences rate 5 under any pertinent condition), and
-the pair's sentences under a condition about something neither mentions (not pertinent). A control's row in
-hits.csv has the same columns as any other and an id of the same shape (`r-`, a made-up pair of caption ids in
-the batch's range, `-high` or `-low`); which rows are controls is kept in tasks.jsonl (`gold_answer`) and
+Controls are made in stages/annotate/crowd/controls.py, so that no column, id, row order, partner structure or
+sentence tells them from the real items; which rows are controls is kept in tasks.jsonl (`gold_answer`) and
 `gold.csv` of the export folder, never in hits.csv.
 
 The rule (Wald's sequential probability ratio test, per worker, over their gold answers in results order): an
@@ -27,10 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.schemas import PROVENANCE
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.screening import Rating, parse_rating
-from csts_pipeline.stages.annotate.layout import CONDITION_TYPES, rating_item_id
 from csts_pipeline.stages.annotate.steps import qualification
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
@@ -69,7 +64,13 @@ BLOCK_SCHEMA = pa.schema([("WorkerId", pa.string()), ("Reason", pa.string())])
 
 
 def is_gold(task: dict[str, Any]) -> bool:
+    """A control with an answer to score."""
     return task.get("gold_answer") is not None
+
+
+def is_control(task: dict[str, Any]) -> bool:
+    """Any row of a control pair, scored or only filling the pair out: never an item, a label or a split row."""
+    return bool(task.get("control")) or is_gold(task)
 
 
 def gold_count(n_real: int, share: float) -> int:
@@ -82,83 +83,13 @@ def check_share(share: float) -> None:
         raise UserError(f"--gold-share must be in [0, {MAX_SHARE}) (got {share})")
 
 
-def _control_ids(real: list[dict[str, Any]], n: int, rng: np.random.Generator) -> list[str]:
-    """`n` ids in the real ids' shape (layout.rating_item_id): a made-up pair of caption ids drawn from the range
-    of the batch's own caption ids (smaller first, as in a real pair), not a real pair, and `high` or `low`."""
-    ids = [c for t in real for c in (t["caption_id_1"], t["caption_id_2"]) if c is not None]
-    low, high = (min(ids), max(ids)) if ids else (0, 1 << 20)
-    taken = {t["item_id"] for t in real}
-    made: list[str] = []
-    while len(made) < n:
-        a, b = sorted(int(v) for v in rng.integers(low, high + 1, 2))
-        item_id = rating_item_id((a << 32) | b, str(rng.choice(CONDITION_TYPES)))
-        if a != b and item_id not in taken:
-            taken.add(item_id)
-            made.append(item_id)
-    return made
-
-
-def _unmentioned(task: dict[str, Any], rng: np.random.Generator) -> str | None:
-    words = f"{task['sentence1']} {task['sentence2']}".casefold()
-    fits = [c for c, keys in UNMENTIONED if not any(k in words for k in keys)]
-    return str(rng.choice(fits)) if fits else None
-
-
-def _control(turn: int, task: dict[str, Any], rate: list[dict[str, Any]], rng: np.random.Generator) -> tuple:
-    """(sentence1, sentence2, condition, gold answer, source) of the next control; `rate` is used up in order."""
-    if turn == 0 and rate:
-        item = rate.pop(0)
-        return item["sentence1"], item["sentence2"], item["condition"], item["gold_rating"], "qualification"
-    other = _unmentioned(task, rng) if turn == 2 else None
-    if other is not None:
-        return task["sentence1"], task["sentence2"], other, qualification.NOT_PERTINENT, "unmentioned"
-    return task["sentence1"], task["sentence1"], task["condition"], "5", "identical"
-
-
-def controls(real: list[dict[str, Any]], gold: Path | None, n: int, seed: int) -> list[dict[str, Any]]:
-    """`n` control tasks, in turn from the qualification gold set's rate items (each once), identical sentences
-    under a pair's high condition (5), and a pair's sentences under a condition neither mentions."""
-    rng = np.random.default_rng(seed)
-    rate = [i for i in qualification.read_gold(gold or qualification.default_gold()) if i["kind"] == "rate"]
-    highs = [t for t in real if t["condition_type"] == "high"] or real
-    if n and not highs:
-        raise UserError("--gold-share: no rating items to build controls from")
-    made: list[dict[str, Any]] = []
-    for item_id in _control_ids(real, n, rng):
-        task = highs[int(rng.integers(len(highs)))]
-        s1, s2, condition, answer, source = _control(len(made) % 3, task, rate, rng)
-        made.append(
-            {
-                "item_id": item_id,
-                **{name: None for name in PROVENANCE},
-                "sentence1": s1,
-                "sentence2": s2,
-                "condition": condition,
-                "condition_type": None,
-                "writer_id": None,
-                "gold_answer": answer,
-                "gold_source": source,
-            }
-        )
-    return made
-
-
-def mix(real: list[dict[str, Any]], gold: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
-    """The real tasks in their order with the controls at seeded random places among them."""
-    rng = np.random.default_rng(seed + 1)
-    total = len(real) + len(gold)
-    is_control = np.zeros(total, bool)
-    is_control[rng.choice(total, size=len(gold), replace=False)] = True
-    real_iter, gold_iter = iter(real), iter(gold)
-    return [next(gold_iter) if control else next(real_iter) for control in is_control]
-
-
 def write_gold_file(tasks: list[dict[str, Any]], path: Path) -> None:
-    """`gold.csv`: the control rows of the batch (`tasks`: all of them) with their answers and where they came from."""
+    """`gold.csv`: the control rows of the batch (`tasks`: all of them) with their answers (empty for a row that
+    only fills a pair out) and where they came from."""
     rows = [
         {"item_id": t["item_id"], "gold_answer": t["gold_answer"], "source": t["gold_source"]}
         for t in tasks
-        if is_gold(t)
+        if is_control(t)
     ]
     write_csv(pa.Table.from_pylist(rows, schema=GOLD_SCHEMA), path)
 
@@ -253,10 +184,10 @@ class Separated:
 
 def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
     """Split the tasks and ratings into the real ones (which go on to labels, splits and exports) and gold."""
-    real_at = {i: n for n, i in enumerate(i for i, t in enumerate(tasks) if not is_gold(t))}
+    real_at = {i: n for n, i in enumerate(i for i, t in enumerate(tasks) if not is_control(t))}
     numeric = [i for i, t in enumerate(tasks) if is_gold(t) and parse_rating(t["gold_answer"]) is not None]
     anchor_at = {i: n for n, i in enumerate(numeric)}
     real = [r._replace(item=real_at[r.item]) for r in accepted if r.item in real_at]
     anchor = [r._replace(item=anchor_at[r.item]) for r in accepted if r.item in anchor_at]
     truth = np.array([parse_rating(tasks[i]["gold_answer"]) for i in numeric], np.int64)
-    return Separated([t for t in tasks if not is_gold(t)], real, anchor, truth)
+    return Separated([t for t in tasks if not is_control(t)], real, anchor, truth)

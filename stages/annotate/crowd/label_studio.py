@@ -81,8 +81,11 @@ def write_project(tasks_dir: Path, stage: str, repeats: dict[str, int] | None = 
 
 def read_export(path: Path) -> tuple[list[ResultRow], list[Problem], set[str]]:
     """One results row per annotation of a Label Studio JSON export (Export -> JSON): the task's `data` and the
-    annotation's answers by `from_name`, `worker_id` the annotator, `assignment_id` the annotation id. Rows are
-    numbered by annotation (1 = the export's first). A cancelled (skipped) annotation is a `cancelled` problem."""
+    annotation's answers by `from_name`, `worker_id` the annotator, `assignment_id` the annotation (its id, or
+    the task and the annotator when the export has no id, so a missing id never makes answers duplicates). Rows
+    are numbered by annotation (1 = the export's first). A cancelled (skipped) annotation is a `cancelled`
+    problem, one whose `task` names another task than the one it sits in an `id_mismatch`; any field of the wrong
+    shape is a UserError naming the task."""
     try:
         export = json.loads(path.read_text(encoding="utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -93,29 +96,67 @@ def read_export(path: Path) -> tuple[list[ResultRow], list[Problem], set[str]]:
     problems: list[Problem] = []
     columns = {"worker_id", "assignment_id"}
     number = 0
-    for task in export:
-        data = task["data"] if isinstance(task["data"], dict) else {}
+    for position, task in enumerate(export, start=1):
+        data, annotations = _task_shape(path, position, task)
         columns.update(data)
-        for annotation in task.get("annotations") or []:
-            if not isinstance(annotation, dict):
-                raise UserError(f"{path}: task {task.get('id')}: an annotation that is not a JSON object")
+        ident = next((str(v) for k, v in data.items() if k.endswith("_id")), "")
+        for annotation in annotations:
             number += 1
-            fields = {**data, **_annotation_fields(annotation)}
-            if annotation.get("was_cancelled"):
-                ident = next((str(v) for k, v in data.items() if k.endswith("_id")), "")
-                detail = f"annotation {fields['assignment_id']} by {fields['worker_id']} was cancelled (skipped)"
-                problems.append(Problem(str(path), number, ident, "cancelled", detail))
+            fields = {**data, **_annotation_fields(path, task, position, annotation)}
+            problem = _annotation_problem(task, annotation, fields)
+            if problem is not None:
+                problems.append(Problem(str(path), number, ident, *problem))
                 continue
             rows.append(ResultRow(path, number, fields))
     return rows, problems, columns
 
 
-def _annotation_fields(annotation: dict[str, Any]) -> dict[str, Any]:
+def _where(task: dict[str, Any], position: int) -> str:
+    """How an error names a task: its id, else its place in the export."""
+    return f"task {task['id']}" if isinstance(task.get("id"), (int, str)) else f"task #{position} (no id)"
+
+
+def _task_shape(path: Path, position: int, task: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A task's `data` and `annotations`, checked to be what Label Studio writes: an object and a list of objects
+    (no annotations: none or absent)."""
+    where = _where(task, position)
+    data, annotations = task["data"], task.get("annotations")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: {where}: data is {type(data).__name__}, not a JSON object")
+    if annotations is None:
+        return data, []
+    if not isinstance(annotations, list):
+        raise UserError(f"{path}: {where}: annotations is {type(annotations).__name__}, not a list")
+    for annotation in annotations:
+        if not isinstance(annotation, dict):
+            raise UserError(f"{path}: {where}: an annotation that is not a JSON object")
+        if not isinstance(annotation.get("result", []), (list, type(None))):
+            raise UserError(f"{path}: {where}: an annotation's result is not a list")
+        if annotation.get("id") is not None and not isinstance(annotation["id"], (int, str)):
+            raise UserError(f"{path}: {where}: an annotation id that is not a number or text")
+    return data, annotations
+
+
+def _annotation_problem(task: dict[str, Any], annotation: dict[str, Any], fields: dict[str, Any]) -> tuple | None:
+    """(problem, detail) when the annotation is left out: cancelled, or posted for another task."""
+    who = f"annotation {fields['assignment_id']} by {fields['worker_id']}"
+    posted = annotation.get("task")
+    if posted is not None and task.get("id") is not None and str(posted) != str(task["id"]):
+        return "id_mismatch", f"{who} names task {posted} but sits in task {task['id']}"
+    if annotation.get("was_cancelled"):
+        return "cancelled", f"{who} was cancelled (skipped)"
+    return None
+
+
+def _annotation_fields(path: Path, task: dict[str, Any], position: int, annotation: dict[str, Any]) -> dict[str, Any]:
     """An annotation's answers by `from_name` (text areas: their lines joined; single choices: the choice; several
-    choices: joined by `|`), its annotator and its id."""
+    choices: joined by `|`), its annotator and its assignment: `ls-<id>`, or `ls-<task>-<annotator>` without id."""
+    worker = _annotator(annotation.get("completed_by"))
+    ident = annotation.get("id")
+    task_key = task.get("id", f"#{position}")
     fields: dict[str, Any] = {
-        "worker_id": _annotator(annotation.get("completed_by")),
-        "assignment_id": f"ls-{annotation.get('id', '')}",
+        "worker_id": worker,
+        "assignment_id": f"ls-{ident}" if ident is not None and str(ident) else f"ls-task{task_key}-{worker}",
     }
     for result in annotation.get("result") or []:
         value = result.get("value") if isinstance(result, dict) else None
@@ -124,6 +165,8 @@ def _annotation_fields(annotation: dict[str, Any]) -> dict[str, Any]:
         if key is None:
             continue
         answer = value[key]
+        if isinstance(answer, (dict, list)) and not (isinstance(answer, list) and key in ("text", "choices")):
+            raise UserError(f"{path}: {_where(task, position)}: answer {name} is {type(answer).__name__}")
         fields[name] = " ".join(map(str, answer)) if key == "text" and isinstance(answer, list) else answer
         if key == "choices" and isinstance(answer, list):
             fields[name] = "|".join(map(str, answer))

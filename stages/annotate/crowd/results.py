@@ -4,7 +4,8 @@ export."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ class ResultRow:
     file: Path
     row: int
     fields: dict[str, Any]
+    posted: dict[str, Any] = field(default_factory=dict)  # Answer.x where Input.x is also given (fields has that)
 
     def text(self, name: str) -> str:
         return one_line(self.fields.get(name))
@@ -56,3 +58,21 @@ def field_name(column: str) -> str:
         if column.startswith(prefix):
             return column[len(prefix) :]
     return column
+
+
+def row_fields(columns: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A row's fields by plain name, and the answers posted under a name the HIT's input also has: `Input.x` is
+    what the HIT showed, so it is the field; `Answer.x` is kept apart for the screen to compare
+    (`item_id` posted for another item than the HIT's is a mismatch, not a rating of that other item)."""
+    fields: dict[str, Any] = {}
+    posted: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for column, value in columns:
+        name, prefix = field_name(column), column.strip().split(".", 1)[0]
+        if name in given and {given[name], prefix} == {"Input", "Answer"}:
+            if prefix == "Answer":
+                posted[name] = value
+                continue
+            posted[name] = fields[name]
+        fields[name], given[name] = value, prefix
+    return fields, posted

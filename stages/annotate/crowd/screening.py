@@ -20,7 +20,7 @@ from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import file_fingerprint, fingerprint
 from csts_pipeline.stages.annotate.crowd import label_studio
 from csts_pipeline.stages.annotate.crowd.files import write_csv
-from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line
+from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line, row_fields
 from csts_pipeline.stages.annotate.labels.agreement import Rating
 from csts_pipeline.stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
 
@@ -93,9 +93,9 @@ def _jsonl_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list
         if not isinstance(value, dict):
             problems.append(Problem(str(path), number, "", "bad_json", "not a JSON object"))
             continue
-        fields = {field_name(k): v for k, v in value.items()}
+        fields, posted = row_fields(value.items())
         columns.update(fields)
-        rows.append(ResultRow(path, number, fields))
+        rows.append(ResultRow(path, number, fields, posted))
     return rows, problems, columns
 
 
@@ -103,15 +103,15 @@ def _csv_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[P
     """One row per non-blank line after the header; row numbers count the header as row 1, as spreadsheets do."""
     reader = csv.reader(lines, strict=True)  # strict: an unterminated quote is an error, not one long field
     try:
-        names = [field_name(name) for name in next(reader, [])]
+        header = next(reader, [])
         rows = [
-            ResultRow(path, index + 2, dict(zip(names, values)))
+            ResultRow(path, index + 2, *row_fields(zip(header, values)))
             for index, values in enumerate(reader)
             if any(value.strip() for value in values)
         ]
     except csv.Error as exc:
         raise UserError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); nothing imported") from None
-    return rows, [], set(names)
+    return rows, [], {field_name(name) for name in header}
 
 
 def results_fingerprint(results: list[Path]) -> str:
@@ -165,6 +165,9 @@ class Screen:
         if row.text("worker_id") in self.blocked:
             self.add(row, "blocked", f"worker {row.text('worker_id')} failed the hidden gold test (blocklist.csv)")
         task = row.text(self.id_field)
+        posted = one_line(row.posted.get(self.id_field))
+        if posted and posted != task:  # a blank posted id (a page that posts none) leaves the HIT's
+            self.add(row, "id_mismatch", f"answer posted for {self.id_field} {posted!r} in the HIT of {task!r}")
         if not task:
             self.add(row, "missing_id", f"no {self.id_field}")
         elif task not in self.known:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.annotate.layout import RATING_SCALE
 from scipy.stats import pearsonr, rankdata, spearmanr
 
 REQUIRED = ("sentence1", "sentence2", "condition", "label")
@@ -39,8 +40,9 @@ CONDITION_KINDS = {
 }
 
 
-def read_csts(path: Path) -> pa.Table:
-    """A C-STS file (CSV or Parquet) with its label as float64; missing columns or labels are a UserError."""
+def read_csts(path: Path, reference: bool = False) -> pa.Table:
+    """A C-STS file (CSV or Parquet) with its label as float64; missing columns or labels, and a label off the
+    1-5 scale (in the `reference`, also -1: rejected), are a UserError."""
     if not path.is_file():
         raise UserError(f"{path}: not found")
     try:
@@ -56,7 +58,21 @@ def read_csts(path: Path) -> pa.Table:
         raise UserError(f"{path}: column label is not numeric") from None
     if label.null_count:
         raise UserError(f"{path}: {label.null_count} row(s) without a label")
+    _check_scale(path, label.to_numpy(), reference)
     return table.set_column(table.column_names.index("label"), "label", label)
+
+
+def _check_scale(path: Path, label: np.ndarray, reference: bool) -> None:
+    """Every label on the 1-5 scale (or -1 in the reference): a Spearman over 9s and 0s would be meaningless."""
+    low, high = RATING_SCALE
+    bad = ~((label >= low) & (label <= high)) & ~(reference & (label == REJECTED))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        row = first + 2 if path.suffix != ".parquet" else first + 1  # CSV: the header is row 1
+        allowed = f"{low}-{high} or {REJECTED} (rejected)" if reference else f"{low}-{high}"
+        raise UserError(
+            f"{path}: row {row}: label {label[first]:g} is not on the scale ({allowed}); {int(bad.sum())} such row(s)"
+        )
 
 
 def _text(table: pa.Table, name: str) -> list[str]:
@@ -169,7 +185,7 @@ def kind_figures(conditions: np.ndarray, ours: np.ndarray, theirs: np.ndarray, s
 
 def audit(labels_path: Path, reference_path: Path, seed: int = 0) -> dict[str, Any]:
     """Every figure of the audit, as audit.json holds it."""
-    labels, reference = read_csts(labels_path), read_csts(reference_path)
+    labels, reference = read_csts(labels_path), read_csts(reference_path, reference=True)
     aligned = align(labels, reference, (labels_path, reference_path))
     ours = labels.column("label").to_numpy()[aligned.labels]
     theirs = reference.column("label").to_numpy()[aligned.reference]

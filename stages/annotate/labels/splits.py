@@ -6,6 +6,7 @@ order) never spans two splits, so a model is never tested on sentences it was tr
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ def parse_ratios(text: str) -> tuple[float, float, float]:
         parts = tuple(float(p) for p in text.split(":"))
     except ValueError:
         parts = ()
-    if len(parts) != 3 or min(parts) < 0 or sum(parts) <= 0:
+    if len(parts) != 3 or not all(math.isfinite(p) and p >= 0 for p in parts) or sum(parts) <= 0:
         raise UserError(f"--ratios {text!r}: expected three non-negative numbers train:validation:test, e.g. 60:15:25")
     total = sum(parts)
     return parts[0] / total, parts[1] / total, parts[2] / total

@@ -10,6 +10,7 @@ condition lengths, agreement, the filter funnel), computed from the files it pub
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.records import read_json, read_record, require_current, require_record
+from csts_pipeline.frame.records import RECORD, read_json, read_record, require_current, require_record
 from csts_pipeline.frame.shards import read_table, write_atomic, write_table
 from csts_pipeline.stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
-from csts_pipeline.stages.annotate.release import soft_labels
+from csts_pipeline.stages.annotate.release import licenses, soft_labels
 from csts_pipeline.stages.annotate.release.card import Histogram, Release, render_card
 
 FORMATS = ("hf",)
+STAGE = "export-hf"
+# the work folder's own folders: a stage's output, or where one will be written
+WORK_FOLDERS = ("embed", "mine", "filter", "text_embeddings", "annotate", "train", "report")
 CARD = "README.md"
 HISTOGRAM = "label_histogram.png"
 DATA = "data"
@@ -39,12 +43,14 @@ def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, l
     """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`),
     committed whole (pipeline.commit): a failed export leaves the previous one, and whatever else the folder holds
     (a checkout's `.git`, notes) stays."""
+    license = licenses.hub_license(license)
+    check_target(out, annotate_dir, work_dir)
     release = gather(annotate_dir, work_dir, name, license)
     _prepare(out, force)
     params = {"format": "hf", "name": name, "license": license}
     sources = {"likert": annotate_dir / RATINGS, "bws": annotate_dir / BWS}
     inputs = {"csts": require_current(annotate_dir / CSTS, "annotate split", sources)["fingerprint"]}
-    with OutputFolder("export-hf", out, params, inputs, reads=(annotate_dir / CSTS,), keep_others=True) as output:
+    with OutputFolder(STAGE, out, params, inputs, reads=(annotate_dir / CSTS,), keep_others=True) as output:
         output.begin(force=True)
         for split, table in release.tables.items():
             write_table(table, output.staging / shard_path(split))
@@ -96,6 +102,32 @@ def _optional_json(path: Path, release: Release) -> dict[str, Any] | None:
         release.notes.append(f"{path.name} not found: no agreement figures")
         return None
     return read_json(path)
+
+
+def check_target(out: Path, annotate_dir: Path, work_dir: Path | None) -> None:
+    """The export writes only a folder of its own: not the annotate folder or the work folder's stage folders
+    (nor anything inside or above them), and not a folder inside one holding another step's record, which it
+    would replace (and whose lock the export may hold already, reading `csts/`)."""
+    target = out.resolve()
+    owned = [annotate_dir.resolve()]
+    if work_dir is not None:
+        owned += [(work_dir / name).resolve() for name in WORK_FOLDERS]
+    for folder in owned:
+        if target == folder or folder in target.parents or target in folder.parents:
+            raise UserError(f"{out}: inside or above {folder}, a pipeline folder; export to a folder of its own")
+    for folder in (target, *target.parents):
+        record = folder / RECORD
+        if record.is_file() and _stage_of(record) != STAGE:
+            raise UserError(f"{out}: {record} belongs to another step; export to a folder of its own")
+
+
+def _stage_of(path: Path) -> str | None:
+    """The step named in a stage record; None when it cannot be read as one."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return record.get("stage") if isinstance(record, dict) else None
 
 
 def _prepare(out: Path, force: bool) -> None:

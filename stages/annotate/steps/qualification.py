@@ -21,7 +21,7 @@ import pyarrow as pa
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import file_fingerprint, fingerprint, require_record
-from csts_pipeline.stages.annotate.crowd import screening, tasks
+from csts_pipeline.stages.annotate.crowd import screening, tasks, worker_list
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
 from csts_pipeline.stages.annotate.layout import REPORT, TASKS
 
@@ -36,7 +36,6 @@ NOT_PERTINENT = "not_pertinent"
 MAX_CONDITION_CHARS = 80  # also in templates/_hit.js
 MAX_RATING_ERROR = 1.0
 FLAG_ERROR = 4.0  # the width of the 1-5 scale
-VERDICTS = ("pass", "fail")
 _SENTENCE = re.compile(r"\bsentences?\b")  # as the page's check
 
 
@@ -49,12 +48,17 @@ def read_gold(path: Path) -> list[dict[str, Any]]:
     rating 1-5 or `not_pertinent`; at least one item of each kind."""
     if not path.is_file():
         raise UserError(f"{path}: gold file not found")
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [name for name in GOLD_COLUMNS if name not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(missing)} (expected {', '.join(GOLD_COLUMNS)})")
-        items = [{k: screening.one_line(v) for k, v in row.items() if k} for row in reader]
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [name for name in GOLD_COLUMNS if name not in (reader.fieldnames or [])]
+            if missing:
+                raise UserError(f"{path}: missing column(s) {', '.join(missing)} (expected {', '.join(GOLD_COLUMNS)})")
+            items = [{k: screening.one_line(v) for k, v in row.items() if k} for row in reader]
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
+    except csv.Error as exc:
+        raise UserError(f"{path}: not a readable CSV ({exc})") from None
     seen: set[str] = set()
     for number, item in enumerate(items, start=2):
         problem = _gold_problem(item, seen)
@@ -283,49 +287,27 @@ def _score(items: list[dict], row: screening.ResultRow, max_error: float, verdic
     return scored, answers
 
 
-def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = [name for name in required if name not in (reader.fieldnames or [])]
-            if missing:
-                raise UserError(f"{path}: missing column(s) {', '.join(missing)}; see docs/annotate.md")
-            return list(reader)
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise UserError(f"{path}: not a readable CSV ({exc})") from None
-
-
 def read_verdicts(path: Path) -> dict[str, str]:
-    """The requester's manual verdicts in a workers.csv (worker id -> pass/fail); none when there is no file."""
+    """The requester's manual verdicts in a workers.csv (worker id -> pass/fail), one per worker by the rule of
+    `worker_list` (the latest dated verdict; undated ones that disagree: fail); none when there is no file."""
     if not path.is_file():
         return {}
-    verdicts = {}
-    for number, row in enumerate(_read_csv(path, ("worker_id",)), start=2):
-        verdict = screening.one_line(row.get("manual_verdict")).casefold()
-        if verdict and verdict not in VERDICTS:
-            raise UserError(f"{path}: row {number}: manual_verdict {verdict!r} is not pass, fail or empty")
-        if verdict:
-            verdicts[screening.one_line(row["worker_id"])] = verdict
-    return verdicts
+    found = worker_list.standings(path, worker_list.read_entries(path, ("worker_id",), screening.parse_flag))
+    return {worker: standing for worker, standing in found.items() if standing in worker_list.VERDICTS}
 
 
 def qualified_workers(annotate_dir: Path, workers: Path | None) -> screening.Qualified | None:
     """The qualified workers of `workers` (a workers.csv), else of `<annotate>/qualification/workers.csv` when
-    it exists; a filled `manual_verdict` decides over `qualified`. None: no qualification to apply."""
+    it exists; a filled `manual_verdict` decides over `qualified`, and a worker listed both ways is not
+    qualified (`worker_list`). None: no qualification to apply."""
     path = workers or annotate_dir / QUALIFICATION / WORKERS
     if workers is None and not path.is_file():
         return None
     if not path.is_file():
         raise UserError(f"{path}: workers file not found")
-    verdicts = read_verdicts(path)
-    ids = set()
-    for number, row in enumerate(_read_csv(path, ("worker_id", "qualified")), start=2):
-        worker, flag = screening.one_line(row["worker_id"]), screening.parse_flag(row["qualified"])
-        if flag is None:
-            raise UserError(f"{path}: row {number}: qualified {row['qualified']!r} is not true or false")
-        if verdicts.get(worker, "pass" if flag else "fail") == "pass":
-            ids.add(worker)
-    return screening.Qualified(frozenset(ids), path)
+    entries = worker_list.read_entries(path, ("worker_id", "qualified"), screening.parse_flag)
+    found = worker_list.standings(path, entries)
+    return screening.Qualified(frozenset(w for w, standing in found.items() if standing in ("pass", "qualified")), path)
 
 
 def workers_input(qualified: screening.Qualified | None) -> dict[str, str]:

@@ -21,7 +21,7 @@ from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import file_fingerprint, require_current, require_record
 from csts_pipeline.frame.shards import read_table
-from csts_pipeline.stages.annotate.crowd import hidden_gold, screening, tasks
+from csts_pipeline.stages.annotate.crowd import controls, hidden_gold, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
 from csts_pipeline.stages.annotate.labels import quality
@@ -171,12 +171,19 @@ def _triplets(condition_tasks: list[dict], answers: dict[int, screening.ResultRo
 
 
 def export_ratings(
-    annotate_dir: Path, seed: int, force: bool, gold_share: float = 0.0, gold: Path | None = None
+    annotate_dir: Path,
+    seed: int,
+    force: bool,
+    gold_share: float = 0.0,
+    gold: Path | None = None,
+    source: KeptSource | None = None,
 ) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
-    hides which condition was meant to be high or low. With `gold_share`, hidden control items make up that
-    share of the rows (stages/annotate/crowd/hidden_gold.py; `gold`: the qualification gold file to draw from)."""
+    hides which condition was meant to be high or low. With `gold_share`, hidden control pairs make up that
+    share of the rows, made from the kept pairs of `source` outside the batch (stages/annotate/crowd/controls.py;
+    `gold`: a gold file whose rate items not in the qualification test are controls too)."""
     hidden_gold.check_share(gold_share)
+    controls.require_source(source, gold_share)
     conditions_dir = annotate_dir / CONDITIONS
     upstream = require_current(
         conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
@@ -187,6 +194,9 @@ def export_ratings(
             raise UserError(f"{gold}: gold file not found")
         params["gold_share"] = gold_share
         inputs["gold"] = file_fingerprint(gold or qualification.default_gold())
+        inputs["kept"] = source.fingerprint
+        test = annotate_dir / qualification.QUALIFICATION_TASKS / TASKS
+        inputs["qualification_test"] = file_fingerprint(test) if test.is_file() else None
     with OutputFolder(
         "annotate-export-ratings", annotate_dir / RATINGS_TASKS, params, inputs, reads=(conditions_dir,)
     ) as out:
@@ -198,8 +208,8 @@ def export_ratings(
         key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
         triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
         real = tasks.rating_tasks(triplets)
-        n_gold = hidden_gold.gold_count(len(real), gold_share)
-        records = hidden_gold.mix(real, hidden_gold.controls(real, gold, n_gold, seed), seed)
+        made = controls.make(source, annotate_dir, real, gold, hidden_gold.gold_count(len(real), gold_share), seed)
+        records, n_gold = controls.mix(real, made, seed), len(made)
 
         out.begin(force=True)
         hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
