@@ -20,6 +20,7 @@ BWS = "bws"
 # files inside them
 HITS = "hits.csv"
 TASKS = "tasks.jsonl"
+QUALIFICATION_TASKS = "qualification_tasks"  # the qualification test's export folder
 REPORT = "report.csv"
 TRIPLETS = "conditions.parquet"
 ITEMS = "items.parquet"

@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.schemas import PROVENANCE
+from csts_pipeline.stages.annotate.crowd import gold_set
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.crowd.hidden_gold import UNMENTIONED
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
 from csts_pipeline.stages.annotate.labels.sampling import hash64, unique_pairs
-from csts_pipeline.stages.annotate.layout import CONDITION_TYPES, TASKS, rating_item_id
-from csts_pipeline.stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.layout import CONDITION_TYPES, QUALIFICATION_TASKS, TASKS, rating_item_id
 
 SAME, DIFFERENT = "5", "1"  # a `kind` control's answer: both sentences name the same kind, or two different
 
@@ -166,7 +166,7 @@ class Conditions:
         and is not scored)."""
         options = [c for c in self.freq if c != taken] or [c for c in FALLBACK.values() if c != taken]
         condition = self.draw(options, rng)
-        return condition, qualification.NOT_PERTINENT if condition in self.unmentioned(text) else None
+        return condition, gold_set.NOT_PERTINENT if condition in self.unmentioned(text) else None
 
     def kind_of(self, category: str, rng: np.random.Generator) -> str:
         found = self.count if category == "count" else self.kind[category]
@@ -196,12 +196,12 @@ def qualification_pairs(annotate_dir: Path, gold: Path | None) -> list[list[dict
     exported qualification test and of the package's default gold set."""
     if gold is None:
         return []
-    seen = {(i["sentence1"], i["sentence2"]) for i in qualification.read_gold(qualification.default_gold())}
-    test = annotate_dir / qualification.QUALIFICATION_TASKS / TASKS
+    seen = {(i["sentence1"], i["sentence2"]) for i in gold_set.read_gold(gold_set.default_gold())}
+    test = annotate_dir / QUALIFICATION_TASKS / TASKS
     if test.is_file():
         seen |= {(i["sentence1"], i["sentence2"]) for t in read_jsonl(test) for i in t["items"]}
     pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for item in qualification.read_gold(gold):
+    for item in gold_set.read_gold(gold):
         key = (item["sentence1"], item["sentence2"])
         if item["kind"] == "rate" and key not in seen:
             pairs.setdefault(key, []).append(item)
@@ -222,7 +222,7 @@ def _rows(kind: str, kept: dict, qual: list, conditions: Conditions, rng: np.ran
         row = _kind_row(first, second, conditions, rng)
     else:
         condition = conditions.absent(f"{first} {second}", rng)
-        row = None if condition is None else (first, second, condition, qualification.NOT_PERTINENT)
+        row = None if condition is None else (first, second, condition, gold_set.NOT_PERTINENT)
     if row is None:
         return None
     return [row, (first, second, *conditions.partner(f"{first} {second}", row[2], rng))]

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.annotate.crowd import gold_set
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.screening import Rating, parse_rating
-from csts_pipeline.stages.annotate.steps import qualification
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
 BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)
@@ -96,7 +96,7 @@ def write_gold_file(tasks: list[dict[str, Any]], path: Path) -> None:
 
 def right(answer: str, rating: Rating) -> bool:
     """A gold answer matched: the flag for a not-pertinent control, else a rating within TOLERANCE points."""
-    if answer == qualification.NOT_PERTINENT:
+    if answer == gold_set.NOT_PERTINENT:
         return rating.not_pertinent
     gold = parse_rating(answer)
     return rating.rating is not None and gold is not None and abs(rating.rating - gold) <= TOLERANCE

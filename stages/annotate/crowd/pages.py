@@ -54,7 +54,7 @@ def render(stage: str, repeats: dict[str, int] | None = None) -> str:
 def _test_figures(page: str, repeats: dict[str, int]) -> str:
     """The qualification page's time and scoring: its item counts, a time estimate (90 s to write two conditions,
     30 s to rate) and the import's default pass rule, so the worker knows what the test asks before starting."""
-    from csts_pipeline.stages.annotate.steps.qualification import FLAG_ERROR, MAX_RATING_ERROR  # it imports this module
+    from csts_pipeline.stages.annotate.crowd.gold_set import FLAG_ERROR, MAX_RATING_ERROR
 
     writes, rates = repeats.get("write", 0), repeats.get("rate", 0)
     figures = {
