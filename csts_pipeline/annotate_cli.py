@@ -192,6 +192,14 @@ def annotate_export(
             "still uncertain; import it with the first batch's results.",
         ),
     ] = False,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget",
+            help="ratings --more: at most this many human ratings in the batch (one an item), spent on the items "
+            "whose posterior is widest.",
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
@@ -216,6 +224,8 @@ def annotate_export(
     if stage == "ratings" and gold is not None and not gold_share:
         raise UserError("--gold: for --stage ratings only with --gold-share (the controls are drawn from it)")
     _only_for(stage, "ratings", more=more or None, gold_share=gold_share)
+    if budget is not None and not more:
+        raise UserError("--budget: only with --stage ratings --more")
     if more and (gold_share is not None or gold is not None):
         raise UserError("--gold-share, --gold: not with --more (a follow-up batch carries no controls)")
     if task_format not in ("mturk", "label-studio"):
@@ -234,7 +244,7 @@ def annotate_export(
     elif stage == "ratings" and more:
         from csts_pipeline.stages.annotate.steps.followup import describe_more, export_more
 
-        typer.echo(describe_more(export_more(folder, force)))
+        typer.echo(describe_more(export_more(folder, force, budget)))
         return
     elif stage == "ratings":
         given = gold_share and (work_dir is not None or input_path is not None)  # else export_ratings says why

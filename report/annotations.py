@@ -47,12 +47,25 @@ def _agreement(folder: Path) -> list[tuple[str, str]]:
         rows = [(label, _number(found.get(key))) for key, label in names]
         flagged = [w["worker_id"] for w in found.get("workers", []) if w.get("flagged")]
         flag_label = f"workers flagged (Spearman below {found.get('flag_below')})"
-        return [*rows, (flag_label, ", ".join(flagged) or "none")]
+        return [*rows, (flag_label, ", ".join(flagged) or "none"), *_model_share(found)]
     if (folder / RELIABILITY).is_file():
         found = read_json(folder / RELIABILITY)
         return [("split-half reliability (Spearman)", _number(found.get("spearman"))),
                 ("Spearman-Brown corrected", _number(found.get("spearman_brown")))]  # fmt: skip
     return []
+
+
+def _model_share(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """With language models among the raters: the human ratings bought, and the ones the models' answers replaced
+    (stages/annotate/labels/quality.py, model_share)."""
+    share = (found.get("model_workers") or {}).get("model_share")
+    if not share or not share.get("models"):
+        return []
+    rows = [("human ratings bought", _number(share["human_ratings"]))]
+    rows.append(("human ratings the models' answers replaced", _number(share["replaced_ratings"])))
+    for m in share["models"]:
+        rows.append((f"{m['worker_id']}: answers, reliability", f"{m['answers']:,}, {_number(m['reliability'])}"))
+    return rows
 
 
 def _number(value: Any) -> str:

@@ -93,6 +93,9 @@ ITEM_SCHEMA = pa.schema(
         ("interval_low", pa.int64()),
         ("interval_high", pa.int64()),
         ("p_not_pertinent", pa.float64()),
+        # --aggregate model with a model worker (null otherwise): log10 of how many times less likely the models'
+        # answers make the people's label than the label they favour (stages/annotate/labels/quality.py, model_gap)
+        ("model_gap", pa.float64()),
     ]
 )
 RATING_SCHEMA = pa.schema(
@@ -102,6 +105,9 @@ RATING_SCHEMA = pa.schema(
         ("assignment_id", pa.string()),
         ("rating", pa.int8()),
         ("not_pertinent", pa.bool_()),
+        # model workers only (null for people): P(rating = 1..5 | pertinent) and P(not pertinent)
+        ("distribution", pa.list_(pa.float64())),
+        ("p_not_pertinent", pa.float64()),
     ]
 )
 BWS_ITEM_SCHEMA = pa.schema(

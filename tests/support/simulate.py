@@ -118,13 +118,7 @@ def more_ratings(
     rating = answer(crowd.truth[item], kinds, noise, rng)
     flagged = flags(crowd.bad[item], kinds, rng)
     rating[flagged] = 0
-    old = crowd.ratings
-    merged = RatingArrays(
-        np.concatenate([old.item, item]),
-        np.concatenate([old.worker, worker]),
-        np.concatenate([old.rating, rating]),
-        np.concatenate([old.flagged, flagged]),
-    )
+    merged = RatingArrays.concat([crowd.ratings, RatingArrays(item, worker, rating, flagged)])
     return Crowd(merged, crowd.truth, crowd.bad, crowd.kind)
 
 

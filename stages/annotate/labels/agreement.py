@@ -83,27 +83,85 @@ def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> t
     return label, count
 
 
+MODEL_WORKER = "model:"  # worker ids of language models start with this (annotate rate)
+
+
+def is_model_worker(worker: np.ndarray) -> np.ndarray:
+    """Per row: the worker is a language model (`model:<name>`), not a person."""
+    return np.char.startswith(np.asarray(worker).astype(str), MODEL_WORKER)
+
+
 @dataclass
 class RatingArrays:
-    """The accepted ratings as columns; `rated` marks those with a rating (not flagged not pertinent)."""
+    """The accepted ratings as columns; `rated` marks those with a rating (not flagged not pertinent). A model
+    worker's rows also carry `distribution` (P(rating = 1..5 | pertinent); rows of nan for people) and `p_flag`
+    (P(not pertinent); nan for people); both None when no row has them."""
 
     item: np.ndarray
     worker: np.ndarray
     rating: np.ndarray
     flagged: np.ndarray
+    distribution: np.ndarray | None = None
+    p_flag: np.ndarray | None = None
 
     @classmethod
     def of(cls, accepted: list[Rating]) -> RatingArrays:
+        soft = [getattr(a, "distribution", None) for a in accepted]
+        p_flag = [getattr(a, "p_not_pertinent", None) for a in accepted]
+        has = any(d is not None for d in soft)
         return cls(
             np.array([a.item for a in accepted], np.int64),
             np.array([a.worker for a in accepted]),
             np.array([a.rating if a.rating is not None else 0 for a in accepted], np.float64),
             np.array([a.not_pertinent for a in accepted], bool),
+            np.array([[np.nan] * 5 if d is None else list(d) for d in soft], np.float64).reshape(-1, 5)
+            if has
+            else None,
+            np.array([np.nan if p is None else p for p in p_flag], np.float64) if has else None,
         )
 
     @property
+    def soft(self) -> np.ndarray:
+        """Per row: it carries a model's distribution."""
+        if self.distribution is None:
+            return np.zeros(len(self.item), bool)
+        return ~np.isnan(self.distribution).any(axis=1)
+
+    @property
     def rated(self) -> np.ndarray:
-        return ~self.flagged
+        """Rows that enter the rater model: people's ratings, and every model answer (its distribution is over
+        the ratings given the condition pertinent, so it counts whatever its flag)."""
+        return ~self.flagged | self.soft
+
+    @property
+    def human(self) -> np.ndarray:
+        return ~is_model_worker(self.worker)
+
+    def subset(self, rows: np.ndarray) -> RatingArrays:
+        """The rows selected by a mask or an index."""
+        pick = None if self.distribution is None else self.distribution[rows]
+        flag = None if self.p_flag is None else self.p_flag[rows]
+        return RatingArrays(self.item[rows], self.worker[rows], self.rating[rows], self.flagged[rows], pick, flag)
+
+    @staticmethod
+    def concat(parts: list[RatingArrays]) -> RatingArrays:
+        """The rows of every part, in order (distributions of nan for parts without them)."""
+        soft = any(p.distribution is not None for p in parts)
+
+        def dist(p: RatingArrays) -> np.ndarray:
+            return p.distribution if p.distribution is not None else np.full((len(p.item), 5), np.nan)
+
+        def flag(p: RatingArrays) -> np.ndarray:
+            return p.p_flag if p.p_flag is not None else np.full(len(p.item), np.nan)
+
+        return RatingArrays(
+            np.concatenate([p.item for p in parts]),
+            np.concatenate([p.worker.astype(str) for p in parts]),
+            np.concatenate([p.rating for p in parts]),
+            np.concatenate([p.flagged for p in parts]),
+            np.concatenate([dist(p) for p in parts]) if soft else None,
+            np.concatenate([flag(p) for p in parts]) if soft else None,
+        )
 
 
 @dataclass
@@ -121,7 +179,9 @@ def label_items(
     ratings: RatingArrays, n_items: int, how: str, not_pertinent_share: float, min_ratings: int
 ) -> ItemLabels:
     """Each item's label and status: kept, not_pertinent (more than the share of answers flag it),
-    too_few_ratings or unanswered (the later ones win)."""
+    too_few_ratings or unanswered (the later ones win). A model worker's rows are left out: only the rater model
+    (quality.py) can weigh a model against people."""
+    ratings = ratings.subset(ratings.human)
     rated = ratings.rated
     label, n_ratings = aggregate(ratings.item[rated], ratings.rating[rated], n_items, how)
     answers = np.bincount(ratings.item, minlength=n_items)
@@ -139,8 +199,9 @@ def agreement_summary(
 ) -> dict[str, Any]:
     """Fleiss' kappa (categories 1-5), Krippendorff's alpha (ordinal, interval) and per-worker agreement over
     the kept items with two or more ratings; with `sample`, also the paper's protocol: the same figures on a
-    seeded random sample of `sample` kept items with three or more ratings, three (seeded) ratings each."""
-    rated = ratings.rated
+    seeded random sample of `sample` kept items with three or more ratings, three (seeded) ratings each. Among
+    people only: a model worker's rows are left out."""
+    rated = ratings.rated & ratings.human
     item, worker, rating = ratings.item[rated], ratings.worker[rated], ratings.rating[rated]
     kept = status[item] == "kept"
     item, worker, rating = item[kept], worker[kept], rating[kept]

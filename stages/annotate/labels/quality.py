@@ -46,6 +46,8 @@ class ModelResult:
     verdict: verdict.Verdict
     low: np.ndarray
     high: np.ndarray
+    models: dict[str, Any] | None = None  # model_share: the human ratings bought and what the models' answers gave
+    gap: np.ndarray | None = None  # model_gap per item
 
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
@@ -54,20 +56,15 @@ Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) 
 def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> ordinal.OrdinalFit:
     """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
     known labels fixed (ordinal.fit's `known`); the posterior returned is the items' only."""
-    rated = ratings.rated
-    item, worker, rating = ratings.item[rated], ratings.worker[rated], ratings.rating[rated]
+    rated = ratings.subset(ratings.rated)
     if anchor is None:
-        return ordinal.fit(item, worker, rating, n_items)
+        return ordinal.fit(rated.item, rated.worker, rated.rating, n_items, soft=rated.distribution)
     gold, truth = anchor
-    ok = gold.rated
+    shifted = gold.subset(gold.rated)
+    shifted = RatingArrays(shifted.item + n_items, shifted.worker, shifted.rating, shifted.flagged)
+    both = RatingArrays.concat([rated, shifted])
     known = np.concatenate([np.zeros(n_items, np.int64), truth])
-    fit = ordinal.fit(
-        np.concatenate([item, gold.item[ok] + n_items]),
-        np.concatenate([worker, gold.worker[ok]]),
-        np.concatenate([rating, gold.rating[ok]]),
-        n_items + len(truth),
-        known=known,
-    )
+    fit = ordinal.fit(both.item, both.worker, both.rating, n_items + len(truth), known=known, soft=both.distribution)
     return replace(fit, posterior=fit.posterior[:n_items])
 
 
@@ -76,26 +73,95 @@ def model_labels(
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as agreement.label_items gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`."""
-    rated = ratings.rated
     fit = anchored_fit(ratings, n_items, anchor)
-    found = verdict.infer(ratings.item, ratings.worker, ratings.flagged, n_items)
-    n_ratings = np.bincount(ratings.item[rated], minlength=n_items)
-    answers = np.bincount(ratings.item, minlength=n_items)
-    flags = np.bincount(ratings.item, weights=ratings.flagged, minlength=n_items).astype(np.int64)
+    found = verdict.infer(ratings.item, ratings.worker, ratings.flagged, n_items, p_flag=ratings.p_flag)
+    people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
+    n_ratings = np.bincount(people.item[people.rated], minlength=n_items)
+    answers = np.bincount(people.item, minlength=n_items)
+    flags = np.bincount(people.item, weights=people.flagged, minlength=n_items).astype(np.int64)
     label = np.where(n_ratings > 0, fit.label, np.nan)
     status = np.full(n_items, "kept", dtype=object)
     status[n_ratings < min_ratings] = "too_few_ratings"
     status[np.nan_to_num(found.p_flag) > not_pertinent_share] = "not_pertinent"
     status[answers == 0] = "unanswered"
     low, high = fit.interval()
-    return ItemLabels(label, n_ratings, answers, flags, status), ModelResult(fit, found, low, high)
+    result = ModelResult(fit, found, low, high, model_share(fit, ratings), model_gap(fit, ratings, n_items))
+    return ItemLabels(label, n_ratings, answers, flags, status), result
+
+
+def model_gap(fit: ordinal.OrdinalFit, ratings: RatingArrays, n_items: int) -> np.ndarray:
+    """Per item, how far the models' answers disagree with the people's: log10 of how many times less likely the
+    models' answers make the people's label (the people-only posterior mean, rounded) than the label the models'
+    answers favour most; 0 for a flat answer (no opinion), nan without a model's or a person's answer. Why,
+    beside the posterior's width: the posterior takes a model's errors as independent from item to item, but
+    they repeat (a kind of condition it gets wrong), so a model that outvotes a person must not settle the
+    item; routing asks people there (followup.route)."""
+    rated = ratings.subset(ratings.rated)
+    code = np.searchsorted(fit.workers, rated.worker.astype(str))
+    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    like = ordinal.answer_likelihood(ordinal.answer_matrix(rated.rating, rated.distribution), code, table)
+    log_like = np.log(np.maximum(like, 1e-300))
+    sums = []
+    for side in (rated.human, ~rated.human):
+        total = np.zeros((n_items, len(ordinal.SCALE)))
+        for t in range(len(ordinal.SCALE)):
+            total[:, t] = np.bincount(rated.item[side], weights=log_like[side, t], minlength=n_items)
+        sums.append(np.where((np.bincount(rated.item[side], minlength=n_items) > 0)[:, None], total, np.nan))
+    heard = np.nan_to_num(sums[0])  # items no person rated: the prior's label, nan at the end
+    people = np.exp(heard - heard.max(axis=1, keepdims=True)) * fit.prior
+    label = np.rint((people / people.sum(axis=1, keepdims=True)) @ ordinal.SCALE).astype(np.int64)
+    models = sums[1]
+    at_people = models[np.arange(n_items), np.clip(label, 1, 5) - 1]
+    gap = (np.max(models, axis=1) - at_people) / np.log(10)
+    return np.where(np.isnan(sums[0][:, 0]), np.nan, gap)
+
+
+def answer_information(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> np.ndarray:
+    """Per row of `ratings.subset(ratings.rated)`: how much the answer moved its item's label, the KL divergence
+    of the item's posterior from the posterior without that answer (nats)."""
+    rated = ratings.subset(ratings.rated)
+    code = np.searchsorted(fit.workers, rated.worker.astype(str))
+    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    like = ordinal.answer_likelihood(ordinal.answer_matrix(rated.rating, rated.distribution), code, table)
+    post = fit.posterior[rated.item]
+    without = post / np.maximum(like, 1e-300)
+    without /= without.sum(axis=1, keepdims=True)
+    ratio = np.where(post > 0, post / np.maximum(without, 1e-300), 1.0)
+    return (post * np.log(ratio)).sum(axis=1)
+
+
+def model_share(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> dict[str, Any]:
+    """The human ratings bought, the model workers' answers, and how many human ratings those answers replaced:
+    their information about the labels (answer_information) in units of the mean human rating's. A model whose
+    reliability is low moves the labels little and so replaces few ratings, however many answers it gave."""
+    rated = ratings.subset(ratings.rated)
+    human = rated.human
+    information = answer_information(fit, ratings)
+    per_rating = float(information[human].mean()) if human.any() else float("nan")
+    models = []
+    for name in np.unique(rated.worker[~human].astype(str)):
+        mine = rated.worker.astype(str) == name
+        at = int(np.searchsorted(fit.workers, name))
+        worth = float(information[mine].sum() / per_rating) if per_rating > 0 else None
+        models.append(
+            {
+                "worker_id": str(name),
+                "answers": int(mine.sum()),
+                "reliability": round(float(fit.reliability[at]), 4),
+                "replaced_ratings": None if worth is None else round(worth, 1),
+            }
+        )
+    replaced = sum(m["replaced_ratings"] or 0.0 for m in models)
+    bought = int(ratings.human.sum())  # every human answer, flags included
+    return {"human_ratings": bought, "models": models, "replaced_ratings": round(replaced, 1)}
 
 
 def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, list[Any]]:
     """The items table's model columns (null for items without ratings, and for the other policies)."""
     n = len(n_ratings)
     if model is None:
-        return {name: [None] * n for name in ("distribution", "interval_low", "interval_high", "p_not_pertinent")}
+        names = ("distribution", "interval_low", "interval_high", "p_not_pertinent", "model_gap")
+        return {name: [None] * n for name in names}
     has = n_ratings > 0
     p_flag = model.verdict.p_flag
     return {
@@ -103,7 +169,12 @@ def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, 
         "interval_low": [int(v) if h else None for v, h in zip(model.low, has)],
         "interval_high": [int(v) if h else None for v, h in zip(model.high, has)],
         "p_not_pertinent": [None if np.isnan(p) else round(float(p), 6) for p in p_flag],
+        "model_gap": [None if g is None or np.isnan(g) else round(float(g), 4) for g in _or_nans(model.gap, n)],
     }
+
+
+def _or_nans(values: np.ndarray | None, n: int) -> np.ndarray:
+    return np.full(n, np.nan) if values is None else values
 
 
 def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[str, Any] | None = None) -> pa.Table:
@@ -142,6 +213,7 @@ def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
+        "model_share": model.models,
     }
 
 

@@ -176,6 +176,7 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
             f"(reliability below {workers['unreliable_below']}). Gold accuracy: "
             + ("not measured (no gold items)." if gold is None else f"{gold:.3f} (workers kept).")
         )
+        lines.extend(_model_share(workers.get("model_share")))
     hidden = found.get("gold")
     if hidden:
         lines.append(
@@ -184,6 +185,22 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
             f"test (alpha {hidden['rule']['alpha']}, beta {hidden['rule']['beta']}) and their ratings left out."
         )
     return lines
+
+
+def _model_share(share: dict[str, Any] | None) -> list[str]:
+    """The card's sentence on language models as raters: human ratings bought, and what the models replaced."""
+    if not share or not share.get("models"):
+        return []
+    each = "; ".join(
+        f"`{m['worker_id']}` answered {m['answers']:,} items with reliability {m['reliability']:.3f}, worth "
+        f"{m['replaced_ratings']} human ratings"
+        for m in share["models"]
+    )
+    return [
+        f"\nLanguage models rated alongside people, weighed by the same rater model and never taken as truth: "
+        f"{share['human_ratings']:,} human ratings were bought and the models' answers replaced "
+        f"{share['replaced_ratings']:,} ({each})."
+    ]
 
 
 def _soft_labels(files: dict[str, int]) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from csts_pipeline.frame.shards import read_table, write_atomic
+from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER
 from csts_pipeline.stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, rating_item_id
 
 SALT = "publish_salt.txt"
@@ -30,6 +31,9 @@ PUBLISHED_RATINGS = pa.schema(
         ("worker", pa.string()),
         ("rating", pa.int8()),
         ("not_pertinent", pa.bool_()),
+        # a language model's answer (worker `model:<name>`, not pseudonymised): null for people
+        ("distribution", pa.list_(pa.float64())),
+        ("p_not_pertinent", pa.float64()),
     ]
 )
 DISTRIBUTION_COLUMNS = ("label", "distribution", "interval_low", "interval_high", "p_not_pertinent")
@@ -45,9 +49,11 @@ def salt_of(annotate_dir: Path) -> bytes:
 
 
 def pseudonyms(worker_ids: list[str], salt: bytes) -> list[str]:
-    """`w-` and 16 hex digits of BLAKE2b(worker id, key=salt); one hash per distinct id."""
+    """`w-` and 16 hex digits of BLAKE2b(worker id, key=salt); one hash per distinct id. A language model's id
+    (`model:<name>`) names no person and stays as it is."""
     known = {
-        w: "w-" + hashlib.blake2b(w.encode(), key=salt, digest_size=8).hexdigest() for w in dict.fromkeys(worker_ids)
+        w: w if w.startswith(MODEL_WORKER) else "w-" + hashlib.blake2b(w.encode(), key=salt, digest_size=8).hexdigest()
+        for w in dict.fromkeys(worker_ids)
     }
     return [known[w] for w in worker_ids]
 
@@ -83,6 +89,7 @@ def soft_label_tables(annotate_dir: Path, tables: dict[str, pa.Table]) -> dict[s
             "worker": workers,
             "rating": ratings.column("rating"),
             "not_pertinent": ratings.column("not_pertinent"),
+            **{name: _column_or_nulls(ratings, name) for name in ("distribution", "p_not_pertinent")},
         },
         schema=PUBLISHED_RATINGS,
     )
@@ -91,3 +98,11 @@ def soft_label_tables(annotate_dir: Path, tables: dict[str, pa.Table]) -> dict[s
     if "distribution" in items.column_names and items.column("distribution").null_count < items.num_rows:
         found[DISTRIBUTIONS_FILE] = items.select(["item_id", "pair_id", "condition_type", *DISTRIBUTION_COLUMNS])
     return found
+
+
+def _column_or_nulls(table: pa.Table, name: str) -> pa.Array:
+    """The column, or nulls of its published type for a ratings table written before the model columns."""
+    kind = PUBLISHED_RATINGS.field(name).type
+    if name in table.column_names:
+        return table.column(name).cast(kind)
+    return pa.nulls(table.num_rows, kind)

@@ -156,6 +156,7 @@ def _import_ratings(record: dict[str, Any]) -> str:
             f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
             f"{model['unreliable_below']}) -> {files[WORKERS]}"
         )
+        lines.extend(model_share_lines(model.get("model_share")))
     gold = agreement.get("gold")
     if gold is not None:
         rule = gold["rule"]
@@ -166,6 +167,22 @@ def _import_ratings(record: dict[str, Any]) -> str:
             f"-> {files['blocklist']}"
         )
     return "\n".join([*lines, agreement_table(agreement)])
+
+
+def model_share_lines(share: dict[str, Any] | None) -> list[str]:
+    """What the language models gave: the human ratings bought, each model's answers, its reliability and the
+    human ratings its answers replaced (quality.model_share); nothing without a model worker."""
+    if not share or not share.get("models"):
+        return []
+    lines = [
+        f"human ratings bought: {share['human_ratings']:,}; the models' answers replaced {share['replaced_ratings']:,}"
+    ]
+    for m in share["models"]:
+        lines.append(
+            f"  {m['worker_id']}: {m['answers']:,} answers, reliability {m['reliability']:.3f}, worth "
+            f"{m['replaced_ratings']} human ratings"
+        )
+    return lines
 
 
 def _high_low(found: dict[str, Any] | None, path: str | None) -> str:
