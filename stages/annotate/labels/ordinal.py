@@ -113,7 +113,7 @@ def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, n
     cannot hold 0.9 when its mode alone holds 0.97, so per-item runs held 95-97% on sharp crowds (a crowd with a
     good model, or five ratings an item) and covered the truth as often: too wide. Spending the batch's mass
     where the posteriors are wide keeps the coverage of a calibrated posterior at `mass` (85-95% on crowds of
-    2-5 ratings an item, with and without model raters: tests/test_model_workers.py)."""
+    2-5 ratings an item, with and without model raters: tests/annotate/test_model_workers.py)."""
     n, k = posterior.shape
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)

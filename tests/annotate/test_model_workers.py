@@ -24,12 +24,11 @@ from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
 from scipy.stats import spearmanr
 
+# the fixtures `kept`, `kept_dir` and `rated` come with the helpers
+from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
+from tests.annotate.test_quality import crowd_rows
 from tests.support.simulate import Crowd, simulate_crowd
 from tests.support.simulate_models import MODEL_KINDS, routed_rounds, with_models
-
-# the fixtures `kept`, `kept_dir` and `rated` come with the helpers
-from tests.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
-from tests.test_quality import crowd_rows
 
 SEEDS = range(4)  # crowds of 400 items; the bench's figures are over 10
 ROUNDS = 6
