@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from csts_pipeline.frame.records import write_json
 from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd.gold_set import default_gold
 from csts_pipeline.stages.annotate.release.licenses import hub_license, hub_licenses
 
 from tests.annotate.test_annotate import (  # noqa: F401
@@ -82,7 +83,7 @@ def test_split_ratios_nan_and_inf_are_one_line(rated: Path, ratios: str):  # noq
 
 def test_a_latin1_gold_file_is_one_line_naming_it(tmp_path: Path, rated: Path):  # noqa: F811
     gold = tmp_path / "gold.csv"
-    text = annotate.qualification.default_gold().read_text(encoding="utf-8").replace("A man", "A café man", 1)
+    text = default_gold().read_text(encoding="utf-8").replace("A man", "A café man", 1)
     gold.write_bytes(text.encode("latin-1"))
     before = snapshot(rated)
     line = cli_error(
