@@ -185,6 +185,13 @@ def evaluate(
         Path | None, typer.Option(help="--shots 2/4: C-STS training data the examples come from.")
     ] = None,
     seed: Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")] = 42,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="--encoding prompt: an OpenAI-compatible server (base URL) serving --model, instead of a local model; "
+            "its API key from OPENAI_API_KEY."
+        ),
+    ] = None,
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
     from csts_pipeline.stages.train import evaluate as stage
@@ -208,6 +215,7 @@ def evaluate(
         precision=precision or "auto",
         metrics_out=metrics_out,
         prompt=prompt,
+        endpoint=endpoint,
     )
     results = stage.run(options)
     _print_metrics(results)

@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 for v in 3.10 3.11 3.12 3.13; do
   uv pip compile pyproject.toml --extra cpu --extra ray --extra dev --generate-hashes --quiet \
     --python-version "$v" --python-platform x86_64-manylinux_2_28 \
-    -c requirements/constraints.txt --no-header -o "requirements/lock-py${v/./}.txt"
+    -c requirements/constraints.txt --overrides requirements/overrides.txt --no-header -o "requirements/lock-py${v/./}.txt"
 done

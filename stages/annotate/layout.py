@@ -73,6 +73,9 @@ TRIPLET_SCHEMA = pa.schema(
         ("condition_type", pa.string()),
         ("worker_id", pa.string()),
         ("assignment_id", pa.string()),
+        # drafted_accepted, drafted_edited (with the edit distance to the draft) or written (annotate draft)
+        ("origin", pa.string()),
+        ("edit_distance", pa.int64()),
     ]
 )
 ITEM_SCHEMA = pa.schema(

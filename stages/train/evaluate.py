@@ -23,7 +23,7 @@ from csts_pipeline.stages.train.prompting import (
     PromptOptions,
     build_prompts,
     generate,
-    load_generator,
+    open_generator,
     scores_from_answers,
 )
 from csts_pipeline.stages.train.scoring import correlations, half_precision, score_split, write_outputs
@@ -46,6 +46,7 @@ class EvaluateOptions:
     precision: str = "auto"
     metrics_out: Path = Path("runs/evaluate/metrics.json")
     prompt: PromptOptions | None = None  # --encoding prompt: the prompting baseline's settings
+    endpoint: str | None = None  # --encoding prompt: an OpenAI-compatible server serving `model`
 
 
 def load_splits(options: EvaluateOptions) -> dict[str, PairData]:
@@ -86,7 +87,7 @@ def run(options: EvaluateOptions) -> dict[str, dict]:
     splits = load_splits(options)
     device = resolve_device(options.device)
     if options.encoding == "prompt":
-        return run_prompting(options, splits, device)
+        return run_prompting(options, splits)
     dtype = half_precision(device, options.precision)
     model = model_for(options).to(device)
     results = {}
@@ -98,16 +99,16 @@ def run(options: EvaluateOptions) -> dict[str, dict]:
     return {name: metrics for name, (_, _, metrics) in results.items()}
 
 
-def run_prompting(options: EvaluateOptions, splits: dict[str, PairData], device) -> dict[str, dict]:
+def run_prompting(options: EvaluateOptions, splits: dict[str, PairData]) -> dict[str, dict]:
     """The prompting baseline on every split: Spearman, Pearson and the share of invalid answers."""
     prompt = options.prompt or PromptOptions()
     prompt.check()
     if options.task != "csts":
         raise UserError("--encoding prompt rates C-STS rows (sentences and a condition); use --task csts")
-    model, tokenizer = load_generator(options.model)
+    model = open_generator(options.model, options.device, options.batch_size, options.endpoint)
     results = {}
     for name, data in splits.items():
-        answers = generate(model, tokenizer, build_prompts(data, prompt), device, options.batch_size)
+        answers = generate(model, build_prompts(data, prompt))
         scores, invalid = scores_from_answers(answers, prompt.seed)
         metrics = {**correlations(scores, data.labels() if data.labelled else None)}
         metrics["invalid_share"] = round(float(invalid.mean()), 4)

@@ -1,5 +1,5 @@
-"""Prompting baselines (the paper's Section 4.2, Tables 4 and 11): a local Hugging Face generative model, causal or
-sequence-to-sequence, asked to rate each row 1-5.
+"""Prompting baselines (the paper's Section 4.2, Tables 4 and 11): a generative model, causal or sequence-to-sequence,
+local or behind an OpenAI-compatible server (pipeline.language_model), asked to rate each row 1-5.
 
 The prompt: optional instructions (none, the paper's short one, or a long one read from a file), then 0, 2 or 4
 examples, then the query, each laid out as `Input: Sentence 1: ... Sentence 2: ... Condition: ...` and
@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.packaged_models import hub_source, load_failure, resolve_model_path
+from csts_pipeline.frame.language_model import LanguageModel, ModelSpec, open_model
 from csts_pipeline.stages.train.data import PairData, quad_pairs
-from tqdm import tqdm
 
 SHORT_INSTRUCTIONS = (
     "On a scale between 1 and 5, how similar are the following two sentences with respect to the condition "
@@ -101,46 +99,15 @@ def build_prompts(data: PairData, options: PromptOptions) -> list[str]:
     return prompts
 
 
-def load_generator(name: str):
-    """A causal or sequence-to-sequence model and its tokenizer, by hub name or folder (no remote code)."""
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-
-    path = resolve_model_path(name)
-    source = hub_source(path, "model", "give that local folder as the model") if path == name else path
-    try:
-        config = AutoConfig.from_pretrained(source)
-        kind = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = kind.from_pretrained(source)
-    except (OSError, ValueError) as exc:
-        raise load_failure("model", name, exc, "give a local folder") from None
-    if not (config.is_encoder_decoder or model.can_generate()):
-        raise UserError(f"{name}: not a generative model (causal or sequence-to-sequence)")
-    transformers.logging.set_verbosity_error()
-    return model, tokenizer
+def open_generator(name: str, device: str, batch_size: int, endpoint: str | None = None) -> LanguageModel:
+    """The model through pipeline.language_model: a local causal or sequence-to-sequence model (hub name, folder or
+    .gguf file), or with `endpoint` an OpenAI-compatible server serving `name` (its /v1/completions)."""
+    return open_model(ModelSpec(model=name, endpoint=endpoint, batch_size=batch_size, device=device))
 
 
-def generate(model, tokenizer, prompts: list[str], device: torch.device, batch_size: int) -> list[str]:
-    """Greedy answers of at most 20 new tokens; causal models are left-padded and only new tokens decoded."""
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    pad = tokenizer.pad_token_id
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
-    answers = []
-    model.to(device).eval()
-    with torch.inference_mode():
-        for start in tqdm(range(0, len(prompts), batch_size), desc="prompt", unit="batch", dynamic_ncols=True):
-            batch = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True, truncation=True)
-            batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-            out = model.generate(
-                **batch, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=pad, eos_token_id=eos
-            )
-            if not model.config.is_encoder_decoder:
-                out = out[:, batch["input_ids"].shape[1] :]
-            answers.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
-    return answers
+def generate(model: LanguageModel, prompts: list[str]) -> list[str]:
+    """Greedy answers of at most 20 new tokens, each prompt continued as raw text (the paper's layout)."""
+    return model.generate(prompts, MAX_NEW_TOKENS)
 
 
 def scores_from_answers(answers: list[str], seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -679,7 +679,7 @@ def test_annotate_commands_document_every_option():
     import typer.main
 
     group = typer.main.get_command(app).commands["annotate"]
-    assert set(group.commands) == {"export", "import", "split", "audit"}
+    assert set(group.commands) == {"export", "import", "split", "audit", "rate", "draft", "check-conditions"}
     for name, command in group.commands.items():
         assert command.help, name
         for param in command.params:

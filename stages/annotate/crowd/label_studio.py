@@ -66,7 +66,7 @@ def write_project(tasks_dir: Path, stage: str, repeats: dict[str, int] | None = 
     missing = data_fields(config) - set(rows[0] if rows else {})
     if missing:
         raise UserError(f"{hits}: no column(s) {', '.join(sorted(missing))} that the Label Studio config shows")
-    tasks = json.dumps([{"data": row} for row in rows], ensure_ascii=False, indent=1).encode()
+    tasks = json.dumps([_task(row, config) for row in rows], ensure_ascii=False, indent=1).encode()
     folder = tasks_dir / FOLDER
     folder.mkdir(exist_ok=True)
     for name, blob in ((CONFIG, config.encode()), (TASKS_JSON, tasks)):
@@ -74,6 +74,22 @@ def write_project(tasks_dir: Path, stage: str, repeats: dict[str, int] | None = 
         if not path.is_file() or path.read_bytes() != blob:
             write_atomic(path, lambda handle, blob=blob: handle.write(blob))
     return {"config": str(folder / CONFIG), "tasks": str(folder / TASKS_JSON)}
+
+
+def _task(row: dict[str, str], config: str) -> dict[str, Any]:
+    """One Label Studio task: the row as its data, and each drafted condition (the `draft_high`/`draft_low` columns
+    `annotate draft` adds) as a prediction in its answer's text area, which the annotator accepts or edits."""
+    task: dict[str, Any] = {"data": row}
+    result = []
+    for area in ElementTree.fromstring(config).iter("TextArea"):
+        name = area.get("name", "")
+        drafted = row.get(name.replace("condition_", "draft_", 1)) if name.startswith("condition_") else None
+        if drafted:
+            value = {"text": [drafted]}
+            result.append({"from_name": name, "to_name": area.get("toName"), "type": "textarea", "value": value})
+    if result:
+        task["predictions"] = [{"model_version": "annotate draft", "result": result}]
+    return task
 
 
 # --------------------------------------------------------------------------------------------- reading an export

@@ -18,9 +18,13 @@ from csts_pipeline.stages.annotate.layout import HITS, TASKS, condition_task_id
 
 
 def guard_tasks(out: OutputFolder, force: bool) -> None:
-    """Task files may already be out with workers: replacing them with different tasks needs --force."""
+    """Task files may already be out with workers: replacing them with different tasks needs --force (new drafted
+    conditions for the same tasks do not: they only prefill the page)."""
     record = out.record()
-    if record is not None and record.get("fingerprint") != out.fingerprint and not force:
+    if record is None or record.get("fingerprint") == out.fingerprint or force:
+        return
+    inputs = {k: v for k, v in (record.get("inputs") or {}).items() if k != "drafts"}
+    if record.get("params") != out.params or inputs != {k: v for k, v in out.inputs.items() if k != "drafts"}:
         raise UserError(
             f"{out.folder}: tasks were already exported from other inputs or parameters ({record.get('params')}); "
             "answers collected for them may not match new ones; --force replaces them"
@@ -52,6 +56,20 @@ def rating_tasks(triplets: pa.Table) -> list[dict[str, Any]]:
         }
         for row in triplets.to_pylist()
     ]
+
+
+def with_drafts(
+    records: list[dict[str, Any]], drafted: dict[str, dict[str, str]] | None
+) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The conditions hits.csv columns and the page's repeated blocks: with drafts (`drafted`, by task id), each
+    task carries `draft_high` and `draft_low` (empty where no draft passed) and the page prefills its fields."""
+    columns = ("task_id", "sentence1", "sentence2")
+    if drafted is None:
+        return columns, {"drafts": 0}
+    for record in records:
+        found = drafted.get(record["task_id"], {})
+        record["draft_high"], record["draft_low"] = found.get("high", ""), found.get("low", "")
+    return (*columns, "draft_high", "draft_low"), {"drafts": 1}
 
 
 def hits_table(tasks: list[dict[str, Any]], columns: tuple[str, ...]) -> pa.Table:

@@ -54,7 +54,7 @@ from csts_pipeline.stages.annotate.layout import (
     WORKERS,
     rating_item_id,
 )
-from csts_pipeline.stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.steps import drafts, model_ratings, qualification
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
         "annotate-export-conditions",
         annotate_dir / CONDITIONS_TASKS,
         {"n": n, "seed": seed, "bins": bins},
-        {"kept": source.fingerprint},
+        {"kept": source.fingerprint} | drafts.drafts_input(annotate_dir),
     ) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
@@ -93,13 +93,14 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
         pair_ids, cosine, iou = column("pair_id"), column("image_cosine"), column("iou")
         sample = stratified_sample(pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n, seed, bins)
         records = tasks.condition_tasks(source.take(offsets, candidates[sample.rows]), sample.strata[sample.rows], bins)
-        hits = tasks.hits_table(records, ("task_id", "sentence1", "sentence2"))
+        columns, repeats = tasks.with_drafts(records, drafts.drafts_for(annotate_dir, records))
+        hits = tasks.hits_table(records, columns)
         strata = strata_summary(sample, bins)
 
         out.begin(force=True)
         files = {
             key: str(out.folder / name)
-            for key, name in tasks.write_task_files(out.staging, hits, records, "conditions").items()
+            for key, name in tasks.write_task_files(out.staging, hits, records, "conditions", repeats).items()
         }
         counts = {"kept_rows": numeric.num_rows, "unique_pairs": len(candidates), "tasks": len(records)}
         return out.finish(
@@ -143,16 +144,20 @@ def import_conditions(annotate_dir: Path, results: list[Path], force: bool, work
             "unanswered_tasks": len(condition_tasks) - len(answers),
             "triplets": len(triplets),
         }
+        if any("draft_high" in task for task in condition_tasks):  # the export offered drafted conditions
+            counts |= {name: sum(t["origin"] == name for t in triplets) for name in drafts.ORIGINS}
         files = {"conditions": str(out.folder / TRIPLETS), "report": str(out.folder / REPORT)}
         return out.finish(counts, problems=screen.summary(), files=files)
 
 
 def _triplets(condition_tasks: list[dict], answers: dict[int, screening.ResultRow]) -> list[dict[str, Any]]:
-    """Two (s1, s2, c) rows per answered task, high then low, in task order, with the writer's ids."""
+    """Two (s1, s2, c) rows per answered task, high then low, in task order, with the writer's ids and whether the
+    condition was a drafted one accepted, edited, or written."""
     triplets = []
     for task_index in sorted(answers):
         task, row = condition_tasks[task_index], answers[task_index]
         for kind in CONDITION_TYPES:
+            origin, distance = drafts.origin(row.text(f"condition_{kind}"), task.get(f"draft_{kind}"))
             triplets.append(
                 {
                     "item_id": rating_item_id(task["pair_id"], kind),
@@ -162,6 +167,8 @@ def _triplets(condition_tasks: list[dict], answers: dict[int, screening.ResultRo
                     "condition_type": kind,
                     "worker_id": row.text("worker_id") or None,
                     "assignment_id": row.text("assignment_id") or None,
+                    "origin": origin,
+                    "edit_distance": distance,
                 }
             )
     return triplets
@@ -255,14 +262,19 @@ def import_ratings(
     qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
+    inputs |= model_ratings.model_input(annotate_dir)  # `annotate rate`'s worker, when it ran
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
         tasks_all = read_jsonl(tasks_dir / TASKS)
+        by_model = model_ratings.model_answers(annotate_dir, tasks_all)
         screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
         gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
         if gold is not None and gold.blocked:
             screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
+        if not accepted:
+            raise screen.nothing_valid(results, "ratings")
+        accepted = accepted + by_model.ratings
         parts = hidden_gold.separate(tasks_all, accepted)
         items, accepted = parts.items, parts.accepted
         if not accepted:
@@ -284,7 +296,7 @@ def import_ratings(
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
         write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), out.staging / ITEMS)
-        write_parquet(_individual_table(items, accepted), out.staging / INDIVIDUAL_RATINGS)
+        write_parquet(_individual_table(items, accepted, by_model.soft), out.staging / INDIVIDUAL_RATINGS)
         write_parquet(workers, out.staging / WORKERS)
         write_csv(checks.table, out.staging / INVERSIONS)
         write_json(out.staging / AGREEMENT, agreement)
@@ -335,8 +347,11 @@ def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, list]) -
     return pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)
 
 
-def _individual_table(items: list[dict], accepted: list[screening.Rating]) -> pa.Table:
-    """`ratings.parquet`: every accepted rating, so labels and agreement can be recomputed."""
+def _individual_table(
+    items: list[dict], accepted: list[screening.Rating], soft: dict[tuple[str, str], dict] | None = None
+) -> pa.Table:
+    """`ratings.parquet`: every accepted rating, so labels and agreement can be recomputed; a model worker's rows
+    (`soft`, by item and worker) also carry its most likely digit, distribution and P(not pertinent)."""
     rows = [
         {
             "item_id": items[a.item]["item_id"],
@@ -344,6 +359,7 @@ def _individual_table(items: list[dict], accepted: list[screening.Rating]) -> pa
             "assignment_id": a.assignment or None,
             "rating": a.rating,
             "not_pertinent": a.not_pertinent,
+            **(soft or {}).get((items[a.item]["item_id"], a.worker), {}),
         }
         for a in accepted
     ]
