@@ -98,41 +98,8 @@ MinRatingsOpt = Annotated[
     int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
 ]
 
-LmModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        help="A language model: a Hugging Face name, a local folder or a .gguf file (loaded with transformers); "
-        "with --endpoint, the served model's name (default: the first the server lists).",
-    ),
-]
-EndpointOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--endpoint",
-        help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API), e.g. "
-        "http://127.0.0.1:8000/v1, instead of a local model.",
-    ),
-]
-ApiKeyEnvOpt = Annotated[
-    str,
-    typer.Option(
-        "--api-key-env", help="Environment variable holding the endpoint's API key (never written to a record)."
-    ),
-]
-LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]
-LmDeviceOpt = Annotated[str, typer.Option("--device", help="Local model: auto, cpu, cuda or cuda:N.")]
 
-
-def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str):
-    from csts_pipeline.frame.language_model import ModelSpec
-
-    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device)
-    spec.check()
-    return spec
-
-
-def _annotate_dir(dataset: str | None, manifest: str | None, out: Path | None) -> tuple[Path, Path | None]:
+def annotate_folder(dataset: str | None, manifest: str | None, out: Path | None) -> tuple[Path, Path | None]:
     """The annotate folder and the manifest's work_dir (None when only --out is given). A URL work_dir is its
     local working cache, with the store's filter output pulled into it (docs/storage.md); annotate's own files
     stay in the cache."""
@@ -265,7 +232,7 @@ def annotate_export(
         raise UserError(f"--format {task_format!r}: expected mturk or label-studio")
     if task_format == "label-studio":
         annotate.label_studio_config(stage)  # a stage without a config fails before anything is written
-    folder, work_dir = _annotate_dir(dataset, manifest, out)
+    folder, work_dir = annotate_folder(dataset, manifest, out)
     if stage == "qualification":
         record = annotate.export_qualification(folder, gold, force)
     elif stage == "conditions":
@@ -329,7 +296,7 @@ def annotate_import(
     _only_for(stage, "qualification", max_rating_error=max_rating_error, qualification_name=qualification_name)
     if stage == "qualification" and workers is not None:
         raise UserError("--workers: not for --stage qualification (it writes the workers file)")
-    folder, _ = _annotate_dir(dataset, manifest, out)
+    folder, _ = annotate_folder(dataset, manifest, out)
     if stage == "qualification":
         error = 1.0 if max_rating_error is None else max_rating_error
         name = "C-STS annotator" if qualification_name is None else qualification_name
@@ -366,7 +333,7 @@ def annotate_split(
     """Train/validation/test C-STS files (Parquet and CSV) from the kept labelled items (<annotate>/csts/)."""
     from csts_pipeline.stages import annotate
 
-    folder, _ = _annotate_dir(dataset, manifest, out)
+    folder, _ = annotate_folder(dataset, manifest, out)
     _say(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels))
 
 
@@ -386,92 +353,3 @@ def annotate_audit(
     from csts_pipeline.stages.annotate.steps.audit import describe_audit, run_audit
 
     typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))
-
-
-@annotate_app.command("rate")
-@user_errors
-def annotate_rate(
-    dataset: DatasetOpt = None,
-    manifest: ManifestOpt = None,
-    model: LmModelOpt = None,
-    endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: LmBatchOpt = 8,
-    device: LmDeviceOpt = "auto",
-    out: AnnotateOutOpt = None,
-    force: ForceOpt = False,
-) -> None:
-    """A language model rates every item of the ratings export as one more worker, model:<name>
-    (<annotate>/model_ratings/); the ratings import takes its rows with the people's."""
-    from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
-
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
-    folder, _ = _annotate_dir(dataset, manifest, out)
-    record = rate(folder, spec, force)
-    if not say_up_to_date(record):
-        typer.echo(describe_rate(record))
-
-
-@annotate_app.command("draft")
-@user_errors
-def annotate_draft(
-    stage: AnnotateStageOpt,
-    dataset: DatasetOpt = None,
-    manifest: ManifestOpt = None,
-    model: LmModelOpt = None,
-    endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: LmBatchOpt = 8,
-    device: LmDeviceOpt = "auto",
-    min_applies: Annotated[
-        float,
-        typer.Option(
-            "--min-applies",
-            help="Keep a draft only when the model's P(it applies to both sentences) is at least this (0: keep "
-            "every draft that passes the page's checks).",
-        ),
-    ] = 0.5,
-    out: AnnotateOutOpt = None,
-    force: ForceOpt = False,
-) -> None:
-    """A language model drafts a high and a low condition per exported condition-writing task
-    (<annotate>/condition_drafts/); export conditions again to prefill the page with those that pass the checks."""
-    from csts_pipeline.stages.annotate.steps.drafts import describe_drafts, draft
-
-    if stage != "conditions":
-        raise UserError(f"--stage {stage!r}: only conditions can be drafted")
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
-    folder, _ = _annotate_dir(dataset, manifest, out)
-    record = draft(folder, spec, force, min_applies)
-    if not say_up_to_date(record):
-        typer.echo(describe_drafts(record))
-
-
-@annotate_app.command("check-conditions")
-@user_errors
-def annotate_check_conditions(
-    file: Annotated[
-        Path, typer.Argument(help="A C-STS file or conditions.parquet: sentence1, sentence2, condition columns.")
-    ],
-    model: LmModelOpt = None,
-    endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: LmBatchOpt = 8,
-    device: LmDeviceOpt = "auto",
-    below: Annotated[
-        float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")
-    ] = 0.5,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Folder for doubtful.csv and checked.parquet (default: FILE_check/).")
-    ] = None,
-    force: ForceOpt = False,
-) -> None:
-    """Ask the model whether each condition applies to both sentences and names an attribute, not a value; the
-    doubtful ones go to doubtful.csv for a manual verdict."""
-    from csts_pipeline.stages.annotate.steps.condition_check import check_conditions, describe_check
-
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
-    folder = out if out is not None else file.with_name(f"{file.stem}_check")
-    record = check_conditions(file, folder, spec, below, force)
-    if not say_up_to_date(record):
-        typer.echo(describe_check(record))

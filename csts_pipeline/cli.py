@@ -8,7 +8,7 @@ import logging
 
 import typer
 
-from csts_pipeline import embed_cli, filter_cli, mine_cli, stage_cli
+from csts_pipeline import annotate_model_cli, embed_cli, filter_cli, mine_cli, stage_cli
 from csts_pipeline.annotate_cli import annotate_app
 from csts_pipeline.publish_cli import register as register_publish_command
 from csts_pipeline.report_cli import register as register_report_command
@@ -33,6 +33,8 @@ stage_cli.register(
 register_train_commands(app)
 
 
+# annotate: the round trip (annotate_cli.py) and its language-model commands (annotate_model_cli.py)
+assert annotate_model_cli.annotate_app is annotate_app
 app.add_typer(annotate_app, name="annotate")
 # export: publish the C-STS splits as a Hugging Face dataset folder (csts_pipeline/publish_cli.py)
 register_publish_command(app)

@@ -1,25 +1,16 @@
-"""The five annotate steps, each a thin orchestration: check its inputs, compute everything in memory, and only
-then replace its folder under the annotate folder, one atomically written file at a time.
-
-export conditions -> crowd writes a high- and a low-similarity condition per pair -> import conditions ->
-export ratings -> crowd rates each (s1, s2, c) on 1-5 and may flag the condition not pertinent -> import ratings
-(aggregate, drop flagged items, agreement) -> split (train/validation/test in the C-STS format `train` reads).
-
-A step with the same inputs and parameters as its stage record is a no-op. An import whose results files are
-unreadable or hold no valid row fails before anything changes, so the previous output stays as it was."""
+"""The ratings round: export every triplet (with hidden controls) as rating tasks, and import the ratings:
+screened, merged with a language model's ratings as one more worker, aggregated (labels/aggregators.py), with
+agreement, the workers table and the high-against-low check. The previous output stays until all of it is written."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.records import file_fingerprint, require_current, require_record
+from csts_pipeline.frame.records import file_fingerprint, require_current
 from csts_pipeline.frame.shards import read_table
 from csts_pipeline.stages.annotate.crowd import controls, hidden_gold, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
@@ -27,154 +18,27 @@ from csts_pipeline.stages.annotate.crowd.kept import KeptSource
 from csts_pipeline.stages.annotate.labels import quality
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator
 from csts_pipeline.stages.annotate.labels.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
-from csts_pipeline.stages.annotate.labels.sampling import hash64, strata_summary, stratified_sample, unique_pairs
-from csts_pipeline.stages.annotate.labels.splits import complete_pairs, csts_table, label_description, label_metadata
+from csts_pipeline.stages.annotate.labels.sampling import hash64
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
-    BWS,
-    BWS_TASKS,
-    CONDITION_TYPES,
     CONDITIONS,
     CONDITIONS_TASKS,
-    CSTS,
     INDIVIDUAL_RATINGS,
     INVERSIONS,
     ITEM_SCHEMA,
     ITEMS,
-    LABEL_SOURCES,
     PROVENANCE,
     RATING_SCHEMA,
     RATINGS,
     RATINGS_TASKS,
     REPORT,
-    SPLITS,
     TASKS,
-    TRIPLET_SCHEMA,
     TRIPLETS,
     WORKERS,
-    rating_item_id,
 )
-from csts_pipeline.stages.annotate.steps import drafts, model_ratings, qualification
-
-log = logging.getLogger(__name__)
-
+from csts_pipeline.stages.annotate.steps import model_ratings, qualification
 
 # ---------------------------------------------------------------------------------------- 1: export conditions
-
-
-def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int, bins: int, force: bool) -> dict:
-    """Sample n kept pairs (seeded, stratified over image cosine x iou) and write the condition-writing tasks:
-    `hits.csv` (MTurk batch input, one HIT per pair) and `tasks.jsonl` (ids, provenance, strata)."""
-    if n <= 0:
-        raise UserError(f"--n must be positive (got {n})")
-    if bins <= 0:
-        raise UserError(f"--bins must be positive (got {bins})")
-    with OutputFolder(
-        "annotate-export-conditions",
-        annotate_dir / CONDITIONS_TASKS,
-        {"n": n, "seed": seed, "bins": bins},
-        {"kept": source.fingerprint} | drafts.drafts_input(annotate_dir),
-    ) as out:
-        if out.up_to_date() and not force:
-            return out.unchanged()
-        tasks.guard_tasks(out, force)
-
-        numeric, offsets = source.read(("pair_id", "caption_id_1", "caption_id_2", "image_cosine", "iou"))
-        for name in numeric.column_names:
-            if numeric.column(name).null_count:
-                raise UserError(f"{source.name}: {numeric.column(name).null_count} kept row(s) without {name}")
-        candidates = unique_pairs(numeric)
-        if len(candidates) == 0:
-            raise UserError(f"{source.name}: no kept pairs to sample from")
-
-        def column(name: str) -> np.ndarray:
-            return numeric.column(name).to_numpy()[candidates]
-
-        pair_ids, cosine, iou = column("pair_id"), column("image_cosine"), column("iou")
-        sample = stratified_sample(pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n, seed, bins)
-        records = tasks.condition_tasks(source.take(offsets, candidates[sample.rows]), sample.strata[sample.rows], bins)
-        columns, repeats = tasks.with_drafts(records, drafts.drafts_for(annotate_dir, records))
-        hits = tasks.hits_table(records, columns)
-        strata = strata_summary(sample, bins)
-
-        out.begin(force=True)
-        files = {
-            key: str(out.folder / name)
-            for key, name in tasks.write_task_files(out.staging, hits, records, "conditions", repeats).items()
-        }
-        counts = {"kept_rows": numeric.num_rows, "unique_pairs": len(candidates), "tasks": len(records)}
-        return out.finish(
-            counts | {"strata": len(strata)},
-            strata=strata,
-            cosine_edges=[round(float(e), 6) for e in sample.cosine_edges],
-            iou_edges=[round(float(e), 6) for e in sample.iou_edges],
-            files=files,
-        )
-
-
-# ---------------------------------------------------------------------------------------- 2: import conditions
-
-
-def import_conditions(annotate_dir: Path, results: list[Path], force: bool, workers: Path | None = None) -> dict:
-    """Validate condition-writing results against the exported tasks; write one (s1, s2, c) triplet per accepted
-    condition (`conditions.parquet`, high then low for each pair) and the per-row problems (`report.csv`).
-    Rows of workers not qualified (`workers`, or the qualification import's workers.csv) are left out."""
-    tasks_dir = annotate_dir / CONDITIONS_TASKS
-    upstream = require_record(tasks_dir, "annotate export --stage conditions")
-    qualified = qualification.qualified_workers(annotate_dir, workers)
-    inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
-    inputs |= qualification.workers_input(qualified)
-    with OutputFolder("annotate-import-conditions", annotate_dir / CONDITIONS, {}, inputs, reads=(tasks_dir,)) as out:
-        if out.up_to_date() and not force:
-            return out.unchanged()
-        condition_tasks = read_jsonl(tasks_dir / TASKS)
-        screen, answers = screening.screen_conditions(condition_tasks, results, tasks_dir / TASKS, qualified)
-        if not answers:
-            raise screen.nothing_valid(results, "condition answers")
-        triplets = _triplets(condition_tasks, answers)
-
-        out.begin(force=True)
-        screen.write_report(out.staging / REPORT)
-        write_parquet(pa.Table.from_pylist(triplets, schema=TRIPLET_SCHEMA), out.staging / TRIPLETS)
-        counts = {
-            "tasks": len(condition_tasks),
-            "rows_read": screen.rows_read,
-            "accepted": len(answers),
-            "excluded_rows": screen.excluded_rows(),
-            "unanswered_tasks": len(condition_tasks) - len(answers),
-            "triplets": len(triplets),
-        }
-        if any("draft_high" in task for task in condition_tasks):  # the export offered drafted conditions
-            counts |= {name: sum(t["origin"] == name for t in triplets) for name in drafts.ORIGINS}
-        files = {"conditions": str(out.folder / TRIPLETS), "report": str(out.folder / REPORT)}
-        return out.finish(counts, problems=screen.summary(), files=files)
-
-
-def _triplets(condition_tasks: list[dict], answers: dict[int, screening.ResultRow]) -> list[dict[str, Any]]:
-    """Two (s1, s2, c) rows per answered task, high then low, in task order, with the writer's ids and whether the
-    condition was a drafted one accepted, edited, or written."""
-    triplets = []
-    for task_index in sorted(answers):
-        task, row = condition_tasks[task_index], answers[task_index]
-        for kind in CONDITION_TYPES:
-            origin, distance = drafts.origin(row.text(f"condition_{kind}"), task.get(f"draft_{kind}"))
-            triplets.append(
-                {
-                    "item_id": rating_item_id(task["pair_id"], kind),
-                    "task_id": task["task_id"],
-                    **{name: task[name] for name in (*PROVENANCE, "sentence1", "sentence2")},
-                    "condition": row.text(f"condition_{kind}"),
-                    "condition_type": kind,
-                    "worker_id": row.text("worker_id") or None,
-                    "assignment_id": row.text("assignment_id") or None,
-                    "origin": origin,
-                    "edit_distance": distance,
-                }
-            )
-    return triplets
-
-
-# ------------------------------------------------------------------------------------------- 3: export ratings
 
 
 def export_ratings(
@@ -367,54 +231,3 @@ def _individual_table(
 
 
 # ----------------------------------------------------------------------------------------------------- 5: split
-
-
-def split(
-    annotate_dir: Path, seed: int, ratios: tuple[float, float, float], force: bool, labels: str = "likert"
-) -> dict:
-    """Train/validation/test from the kept labelled items (`labels`: likert ratings, or bws scores mapped to
-    1-5): only pairs whose high and low conditions were both kept, grouped by sentence pair; written as C-STS
-    Parquet and CSV (docs/schemas.md), the Parquet carrying the label scale and source in its metadata."""
-    if labels not in LABEL_SOURCES:
-        raise UserError(f"--labels must be likert or bws (got {labels!r})")
-    ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
-    step = "annotate import --stage ratings" if labels == "likert" else "annotate import --stage bws"
-    tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
-    upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
-    with OutputFolder(
-        "annotate-split",
-        annotate_dir / CSTS,
-        {"seed": seed, "ratios": [round(r, 6) for r in ratios], "labels": labels},
-        {labels: upstream["fingerprint"]},
-        reads=(ratings_dir,),
-    ) as out:
-        if out.up_to_date() and not force:
-            return out.unchanged()
-        items = read_table(ratings_dir / ITEMS)
-        kept = items.filter(pc.equal(items.column("status"), "kept"))
-        complete, complete_ids = complete_pairs(kept)
-        if complete.num_rows == 0:
-            raise UserError(
-                f"{ratings_dir / ITEMS}: no sentence pair has both its high and its low condition kept; "
-                "nothing to split"
-            )
-        table, sentence_pairs = csts_table(complete, seed, ratios)
-        described = label_description(labels, upstream["params"])
-        table = table.replace_schema_metadata(label_metadata(described))
-        parts = {name: table.filter(pc.equal(table.column("split"), name)) for name in SPLITS}
-
-        out.begin(force=True)
-        counts: dict[str, Any] = {
-            "kept_items": kept.num_rows,
-            "incomplete_pairs_dropped": len(np.setdiff1d(kept.column("pair_id").to_numpy(), complete_ids)),
-            "sentence_pairs": sentence_pairs,
-        }
-        for name, part in parts.items():
-            write_parquet(part, out.staging / f"{name}.parquet")
-            write_csv(part, out.staging / f"{name}.csv")
-            counts[f"{name}_rows"] = part.num_rows
-            counts[f"{name}_pairs"] = len(np.unique(part.column("pair_id").to_numpy()))
-            if part.num_rows == 0:
-                log.warning("annotate split: %s is empty (%d sentence pairs in all)", name, sentence_pairs)
-        files = {name: str(out.folder / f"{name}.parquet") for name in SPLITS}
-        return out.finish(counts, labels=described, files=files)

@@ -1,0 +1,136 @@
+"""`csts-pipeline annotate rate|draft|check-conditions`: a language model in the round trip, as one more worker
+that rates, a drafter of conditions and a checker of them (pipeline/language_model/, docs/annotate.md section
+11). The commands join `annotate_app` when cli.py imports this module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from csts_pipeline.annotate_cli import AnnotateOutOpt, AnnotateStageOpt, annotate_app, annotate_folder
+from csts_pipeline.frame.errors import UserError
+from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+
+LmModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A language model: a Hugging Face name, a local folder or a .gguf file (loaded with transformers); "
+        "with --endpoint, the served model's name (default: the first the server lists).",
+    ),
+]
+EndpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint",
+        help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API), e.g. "
+        "http://127.0.0.1:8000/v1, instead of a local model.",
+    ),
+]
+ApiKeyEnvOpt = Annotated[
+    str,
+    typer.Option(
+        "--api-key-env", help="Environment variable holding the endpoint's API key (never written to a record)."
+    ),
+]
+LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]
+LmDeviceOpt = Annotated[str, typer.Option("--device", help="Local model: auto, cpu, cuda or cuda:N.")]
+
+
+def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str):
+    from csts_pipeline.frame.language_model import ModelSpec
+
+    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device)
+    spec.check()
+    return spec
+
+
+@annotate_app.command("rate")
+@user_errors
+def annotate_rate(
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    model: LmModelOpt = None,
+    endpoint: EndpointOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    batch_size: LmBatchOpt = 8,
+    device: LmDeviceOpt = "auto",
+    out: AnnotateOutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """A language model rates every item of the ratings export as one more worker, model:<name>
+    (<annotate>/model_ratings/); the ratings import takes its rows with the people's."""
+    from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
+
+    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    folder, _ = annotate_folder(dataset, manifest, out)
+    record = rate(folder, spec, force)
+    if not say_up_to_date(record):
+        typer.echo(describe_rate(record))
+
+
+@annotate_app.command("draft")
+@user_errors
+def annotate_draft(
+    stage: AnnotateStageOpt,
+    dataset: DatasetOpt = None,
+    manifest: ManifestOpt = None,
+    model: LmModelOpt = None,
+    endpoint: EndpointOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    batch_size: LmBatchOpt = 8,
+    device: LmDeviceOpt = "auto",
+    min_applies: Annotated[
+        float,
+        typer.Option(
+            "--min-applies",
+            help="Keep a draft only when the model's P(it applies to both sentences) is at least this (0: keep "
+            "every draft that passes the page's checks).",
+        ),
+    ] = 0.5,
+    out: AnnotateOutOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """A language model drafts a high and a low condition per exported condition-writing task
+    (<annotate>/condition_drafts/); export conditions again to prefill the page with those that pass the checks."""
+    from csts_pipeline.stages.annotate.steps.drafts import describe_drafts, draft
+
+    if stage != "conditions":
+        raise UserError(f"--stage {stage!r}: only conditions can be drafted")
+    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    folder, _ = annotate_folder(dataset, manifest, out)
+    record = draft(folder, spec, force, min_applies)
+    if not say_up_to_date(record):
+        typer.echo(describe_drafts(record))
+
+
+@annotate_app.command("check-conditions")
+@user_errors
+def annotate_check_conditions(
+    file: Annotated[
+        Path, typer.Argument(help="A C-STS file or conditions.parquet: sentence1, sentence2, condition columns.")
+    ],
+    model: LmModelOpt = None,
+    endpoint: EndpointOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    batch_size: LmBatchOpt = 8,
+    device: LmDeviceOpt = "auto",
+    below: Annotated[
+        float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")
+    ] = 0.5,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Folder for doubtful.csv and checked.parquet (default: FILE_check/).")
+    ] = None,
+    force: ForceOpt = False,
+) -> None:
+    """Ask the model whether each condition applies to both sentences and names an attribute, not a value; the
+    doubtful ones go to doubtful.csv for a manual verdict."""
+    from csts_pipeline.stages.annotate.steps.condition_check import check_conditions, describe_check
+
+    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    folder = out if out is not None else file.with_name(f"{file.stem}_check")
+    record = check_conditions(file, folder, spec, below, force)
+    if not say_up_to_date(record):
+        typer.echo(describe_check(record))
