@@ -57,7 +57,9 @@ class AnswerCache:
 
     def save_unit(self, unit: int, answers: dict[str, dict[str, Any]]) -> None:
         """The answers of one finished unit, durable before the next unit starts."""
-        rows = [{"key": key, "probs": a.get("probs"), "text": a.get("text")} for key, a in answers.items()]
+        rows: list[dict[str, Any]] = [
+            {"key": key, "probs": a.get("probs"), "text": a.get("text")} for key, a in answers.items()
+        ]
         write_table(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), self.out.staging / UNITS / f"{unit:06d}.parquet")
         self.answers.update((row["key"], row) for row in rows)
         self.computed += len(rows)

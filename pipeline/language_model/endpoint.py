@@ -26,7 +26,7 @@ class EndpointModel(LanguageModel):
     """One model served at `spec.endpoint` (its base URL, with or without /v1)."""
 
     def __init__(self, spec: ModelSpec):
-        base = spec.endpoint.rstrip("/")
+        base = (spec.endpoint or "").rstrip("/")
         self.base = base if base.endswith("/v1") else base + "/v1"
         self.spec = spec
         self.cost = Cost()

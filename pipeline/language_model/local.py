@@ -59,20 +59,23 @@ class LocalModel(LanguageModel):
 
     @property
     def model(self) -> Any:
-        self.load()
-        return self._loaded[0]
+        return self._weights()[0]
 
     @property
     def tokenizer(self) -> Any:
+        return self._weights()[1]
+
+    def _weights(self) -> tuple[Any, Any]:
         self.load()
-        return self._loaded[1]
+        assert self._loaded is not None
+        return self._loaded
 
     @property
     def identity(self) -> dict[str, Any]:
         """Known without loading the weights: the file's hash, the folder's config hash or the hub revision."""
         return {"kind": "local", **self._identity}
 
-    def _texts(self, prompts: list[Messages | str]) -> list[str]:
+    def _texts(self, prompts: Sequence[Messages | str]) -> list[str]:
         """Chats through the model's chat template (the assistant's turn opened); strings as they are."""
         texts = []
         for prompt in prompts:
@@ -128,6 +131,8 @@ class LocalModel(LanguageModel):
         if probs is None:  # no option among the top 20: the whole vocabulary's option tokens
             ids = [self.tokenizer.encode(option, add_special_tokens=False)[0] for option in options]
             probs = option_distribution([(options[i], float(row[t])) for i, t in enumerate(ids)], options)
+        if probs is None:
+            raise UserError(f"model {self.name!r}: no probability for any of the answers {list(options)}")
         return probs
 
     def generate(self, prompts: list[Messages | str], max_tokens: int) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.language_model.base import LanguageModel, ModelSpec
 
 
@@ -14,4 +15,6 @@ def open_model(spec: ModelSpec) -> LanguageModel:
         return EndpointModel(spec)
     from csts_pipeline.frame.language_model.local import LocalModel
 
+    if spec.model is None:
+        raise UserError("give --model NAME_OR_PATH or --endpoint URL (the language model to ask)")
     return LocalModel(spec.model, spec.device, spec.batch_size)

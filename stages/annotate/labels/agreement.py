@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import krippendorff
 import numpy as np
@@ -53,7 +53,9 @@ def fleiss_kappa(counts: np.ndarray) -> FleissKappa:
     return FleissKappa(kappa, observed, expected)
 
 
-def krippendorff_alpha(counts: np.ndarray, values: np.ndarray, metric: str) -> float:
+def krippendorff_alpha(
+    counts: np.ndarray, values: np.ndarray, metric: Literal["nominal", "ordinal", "interval", "ratio"]
+) -> float:
     """Krippendorff's alpha of counts[unit, value] over the sorted `values` (nominal, ordinal or interval), by the
     `krippendorff` package; nan when nothing is pairable (no unit with two values) or nothing varies."""
     counts = np.asarray(counts)

@@ -138,7 +138,7 @@ def model_share(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> dict[str, Any
     human = rated.human
     information = answer_information(fit, ratings)
     per_rating = float(information[human].mean()) if human.any() else float("nan")
-    models = []
+    models: list[dict[str, Any]] = []
     for name in np.unique(rated.worker[~human].astype(str)):
         mine = rated.worker.astype(str) == name
         at = int(np.searchsorted(fit.workers, name))

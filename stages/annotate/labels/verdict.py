@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ FLAG, OK = "not_pertinent", "pertinent"
 CHOSEN = "dawid_skene"
 
 
-def _models() -> dict[str, Callable[[], object]]:
+def _models() -> dict[str, Callable[[], Any]]:
     """The crowd-kit models the bench compares, by name (imported on use: crowd-kit is slow to import)."""
     from crowdkit.aggregation import GLAD, MACE, DawidSkene, OneCoinDawidSkene
 
