@@ -103,3 +103,116 @@ def check_columns(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
         return table.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise UserError(f"{source}: columns of the wrong type ({exc})") from None
+
+
+# annotate/: the steps' tables (docs/annotate.md, docs/schemas.md)
+REPORT_SCHEMA = pa.schema(
+    [("file", pa.string()), ("row", pa.int64()), ("id", pa.string()), ("problem", pa.string()), ("detail", pa.string())]
+)
+TRIPLET_SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        ("task_id", pa.string()),
+        *((name, pa.int64()) for name in PROVENANCE),
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("condition", pa.string()),
+        ("condition_type", pa.string()),
+        ("worker_id", pa.string()),
+        ("assignment_id", pa.string()),
+        # drafted_accepted, drafted_edited (with the edit distance to the draft) or written (annotate draft)
+        ("origin", pa.string()),
+        ("edit_distance", pa.int64()),
+    ]
+)
+ITEM_SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        *((name, pa.int64()) for name in PROVENANCE),
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("condition", pa.string()),
+        ("condition_type", pa.string()),
+        ("label", pa.float64()),
+        ("ratings", pa.int64()),
+        ("not_pertinent", pa.int64()),
+        ("answers", pa.int64()),
+        ("status", pa.string()),
+        # --aggregate model only (null otherwise): posterior over 1..5, the 90% interval, P(not pertinent)
+        ("distribution", pa.list_(pa.float64())),
+        ("interval_low", pa.int64()),
+        ("interval_high", pa.int64()),
+        ("p_not_pertinent", pa.float64()),
+        # --aggregate model with a model worker (null otherwise): log10 of how many times less likely the models'
+        # answers make the people's label than the label they favour (stages/annotate/labels/quality.py, model_gap)
+        ("model_gap", pa.float64()),
+    ]
+)
+RATING_SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        ("worker_id", pa.string()),
+        ("assignment_id", pa.string()),
+        ("rating", pa.int8()),
+        ("not_pertinent", pa.bool_()),
+        # model workers only (null for people): P(rating = 1..5 | pertinent) and P(not pertinent)
+        ("distribution", pa.list_(pa.float64())),
+        ("p_not_pertinent", pa.float64()),
+    ]
+)
+BWS_ITEM_SCHEMA = pa.schema(
+    [
+        ("item_id", pa.string()),
+        *((name, pa.int64()) for name in PROVENANCE),
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("condition", pa.string()),
+        ("condition_type", pa.string()),
+        ("label", pa.float64()),  # the score mapped onto 1-5: 1 + 4 * score_unit
+        ("score", pa.float64()),  # (best - worst) / seen, in [-1, 1]
+        ("score_unit", pa.float64()),  # the score rescaled to [0, 1]
+        ("best", pa.int64()),
+        ("worst", pa.int64()),
+        ("seen", pa.int64()),
+        ("status", pa.string()),  # kept (seen in an annotated tuple) or unanswered
+    ]
+)
+ANNOTATION_SCHEMA = pa.schema(
+    [
+        ("tuple_id", pa.string()),
+        ("worker_id", pa.string()),
+        ("assignment_id", pa.string()),
+        ("best_item_id", pa.string()),
+        ("worst_item_id", pa.string()),
+    ]
+)
+INVERSION_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.int64()),
+        ("problem", pa.string()),  # inverted (high's label <= low's) or unsure (the model's P below UNSURE_BELOW)
+        ("label_high", pa.float64()),
+        ("label_low", pa.float64()),
+        ("p_high_above_low", pa.float64()),
+        ("item_id_high", pa.string()),
+        ("item_id_low", pa.string()),
+        ("sentence1", pa.string()),
+        ("sentence2", pa.string()),
+        ("condition_high", pa.string()),
+        ("condition_low", pa.string()),
+    ]
+)
+PUBLISHED_RATINGS = pa.schema(
+    [
+        ("item_id", pa.string()),
+        ("pair_id", pa.int64()),
+        ("condition_type", pa.string()),
+        ("worker", pa.string()),
+        ("rating", pa.int8()),
+        ("not_pertinent", pa.bool_()),
+        # a language model's answer (worker `model:<name>`, not pseudonymised): null for people
+        ("distribution", pa.list_(pa.float64())),
+        ("p_not_pertinent", pa.float64()),
+    ]
+)
+GOLD_SCHEMA = pa.schema([("item_id", pa.string()), ("gold_answer", pa.string()), ("source", pa.string())])
+BLOCK_SCHEMA = pa.schema([("WorkerId", pa.string()), ("Reason", pa.string())])

@@ -12,7 +12,7 @@ By subject (docs/architecture.md):
 - `labels/`: statistics on arrays, no files: `agreement`, `aggregators` (Mean, Median, RoundedMedian,
   OrdinalModel), `ordinal`, `verdict`, `quality`, `bws_scores`, `audit_stats`, `sampling`, `splits`;
 - `release/`: `card`, `soft_labels`, `licenses`;
-- `layout`: folder and file names, ids and the annotate tables' schemas.
+- `layout`: folder and file names and ids (the tables' schemas: pipeline/schemas.py).
 
 File formats and the answer fields a results file must carry: docs/annotate.md.
 """

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 
-import pyarrow as pa
 from csts_pipeline.frame.schemas import PROVENANCE
 
 # one folder per step under the annotate folder
@@ -57,85 +56,3 @@ def bws_tuple_id(index: int, item_ids: list[str]) -> str:
     unique within a design (even when, with very few items, two tuples show the same items in the same order),
     and results of another design name ids this one does not know."""
     return "b-" + hashlib.blake2b(f"{index}|{'|'.join(item_ids)}".encode(), digest_size=8).hexdigest()
-
-
-REPORT_SCHEMA = pa.schema(
-    [("file", pa.string()), ("row", pa.int64()), ("id", pa.string()), ("problem", pa.string()), ("detail", pa.string())]
-)
-TRIPLET_SCHEMA = pa.schema(
-    [
-        ("item_id", pa.string()),
-        ("task_id", pa.string()),
-        *((name, pa.int64()) for name in PROVENANCE),
-        ("sentence1", pa.string()),
-        ("sentence2", pa.string()),
-        ("condition", pa.string()),
-        ("condition_type", pa.string()),
-        ("worker_id", pa.string()),
-        ("assignment_id", pa.string()),
-        # drafted_accepted, drafted_edited (with the edit distance to the draft) or written (annotate draft)
-        ("origin", pa.string()),
-        ("edit_distance", pa.int64()),
-    ]
-)
-ITEM_SCHEMA = pa.schema(
-    [
-        ("item_id", pa.string()),
-        *((name, pa.int64()) for name in PROVENANCE),
-        ("sentence1", pa.string()),
-        ("sentence2", pa.string()),
-        ("condition", pa.string()),
-        ("condition_type", pa.string()),
-        ("label", pa.float64()),
-        ("ratings", pa.int64()),
-        ("not_pertinent", pa.int64()),
-        ("answers", pa.int64()),
-        ("status", pa.string()),
-        # --aggregate model only (null otherwise): posterior over 1..5, the 90% interval, P(not pertinent)
-        ("distribution", pa.list_(pa.float64())),
-        ("interval_low", pa.int64()),
-        ("interval_high", pa.int64()),
-        ("p_not_pertinent", pa.float64()),
-        # --aggregate model with a model worker (null otherwise): log10 of how many times less likely the models'
-        # answers make the people's label than the label they favour (stages/annotate/labels/quality.py, model_gap)
-        ("model_gap", pa.float64()),
-    ]
-)
-RATING_SCHEMA = pa.schema(
-    [
-        ("item_id", pa.string()),
-        ("worker_id", pa.string()),
-        ("assignment_id", pa.string()),
-        ("rating", pa.int8()),
-        ("not_pertinent", pa.bool_()),
-        # model workers only (null for people): P(rating = 1..5 | pertinent) and P(not pertinent)
-        ("distribution", pa.list_(pa.float64())),
-        ("p_not_pertinent", pa.float64()),
-    ]
-)
-BWS_ITEM_SCHEMA = pa.schema(
-    [
-        ("item_id", pa.string()),
-        *((name, pa.int64()) for name in PROVENANCE),
-        ("sentence1", pa.string()),
-        ("sentence2", pa.string()),
-        ("condition", pa.string()),
-        ("condition_type", pa.string()),
-        ("label", pa.float64()),  # the score mapped onto 1-5: 1 + 4 * score_unit
-        ("score", pa.float64()),  # (best - worst) / seen, in [-1, 1]
-        ("score_unit", pa.float64()),  # the score rescaled to [0, 1]
-        ("best", pa.int64()),
-        ("worst", pa.int64()),
-        ("seen", pa.int64()),
-        ("status", pa.string()),  # kept (seen in an annotated tuple) or unanswered
-    ]
-)
-ANNOTATION_SCHEMA = pa.schema(
-    [
-        ("tuple_id", pa.string()),
-        ("worker_id", pa.string()),
-        ("assignment_id", pa.string()),
-        ("best_item_id", pa.string()),
-        ("worst_item_id", pa.string()),
-    ]
-)

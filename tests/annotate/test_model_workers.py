@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from csts_pipeline.frame.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
 from csts_pipeline.report.annotations import _agreement
 from csts_pipeline.stages.annotate.labels import quality
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, label_items
-from csts_pipeline.stages.annotate.layout import RATING_SCHEMA
 from csts_pipeline.stages.annotate.release.card import _model_share
-from csts_pipeline.stages.annotate.release.soft_labels import PUBLISHED_RATINGS, pseudonyms
+from csts_pipeline.stages.annotate.release.soft_labels import pseudonyms
 from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
 from scipy.stats import spearmanr

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.frame.schemas import BLOCK_SCHEMA, GOLD_SCHEMA
 from csts_pipeline.stages.annotate.crowd import gold_set
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.screening import Rating, parse_rating
@@ -59,8 +60,6 @@ UNMENTIONED = (
     ("The breed of the cat.", ("cat", "kitten", "breed")),
     ("The number of pages in the book.", ("book", "page", "read")),
 )
-GOLD_SCHEMA = pa.schema([("item_id", pa.string()), ("gold_answer", pa.string()), ("source", pa.string())])
-BLOCK_SCHEMA = pa.schema([("WorkerId", pa.string()), ("Reason", pa.string())])
 
 
 def is_gold(task: dict[str, Any]) -> bool:

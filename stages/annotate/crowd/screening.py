@@ -18,11 +18,12 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import file_fingerprint, fingerprint
+from csts_pipeline.frame.schemas import REPORT_SCHEMA
 from csts_pipeline.stages.annotate.crowd import label_studio
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line, row_fields
 from csts_pipeline.stages.annotate.labels.agreement import Rating
-from csts_pipeline.stages.annotate.layout import RATING_SCALE, REPORT_SCHEMA
+from csts_pipeline.stages.annotate.layout import RATING_SCALE
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")

@@ -14,28 +14,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from csts_pipeline.frame.schemas import WORKERS_SCHEMA
+from csts_pipeline.frame.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
 from csts_pipeline.stages.annotate.labels import ordinal, verdict
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 
 MODEL = "model"
 UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random
 UNSURE_BELOW = 0.9  # P(high condition's true label > low's) below this: the order is not established
-INVERSION_SCHEMA = pa.schema(
-    [
-        ("pair_id", pa.int64()),
-        ("problem", pa.string()),  # inverted (high's label <= low's) or unsure (the model's P below UNSURE_BELOW)
-        ("label_high", pa.float64()),
-        ("label_low", pa.float64()),
-        ("p_high_above_low", pa.float64()),
-        ("item_id_high", pa.string()),
-        ("item_id_low", pa.string()),
-        ("sentence1", pa.string()),
-        ("sentence2", pa.string()),
-        ("condition_high", pa.string()),
-        ("condition_low", pa.string()),
-    ]
-)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from csts_pipeline.frame.schemas import PUBLISHED_RATINGS
 from csts_pipeline.frame.shards import read_table, write_atomic
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER
 from csts_pipeline.stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, rating_item_id
@@ -23,19 +24,6 @@ SALT = "publish_salt.txt"
 ANNOTATIONS = "annotations"  # the dataset folder's subfolder for these files
 RATINGS_FILE = "ratings.parquet"
 DISTRIBUTIONS_FILE = "distributions.parquet"
-PUBLISHED_RATINGS = pa.schema(
-    [
-        ("item_id", pa.string()),
-        ("pair_id", pa.int64()),
-        ("condition_type", pa.string()),
-        ("worker", pa.string()),
-        ("rating", pa.int8()),
-        ("not_pertinent", pa.bool_()),
-        # a language model's answer (worker `model:<name>`, not pseudonymised): null for people
-        ("distribution", pa.list_(pa.float64())),
-        ("p_not_pertinent", pa.float64()),
-    ]
-)
 DISTRIBUTION_COLUMNS = ("label", "distribution", "interval_low", "interval_high", "p_not_pertinent")
 
 

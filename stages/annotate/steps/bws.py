@@ -12,15 +12,14 @@ import pyarrow as pa
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import require_current
+from csts_pipeline.frame.schemas import ANNOTATION_SCHEMA, BWS_ITEM_SCHEMA
 from csts_pipeline.frame.shards import read_table
 from csts_pipeline.stages.annotate.crowd import screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_json, write_jsonl, write_parquet
 from csts_pipeline.stages.annotate.labels import bws_scores
 from csts_pipeline.stages.annotate.layout import (
-    ANNOTATION_SCHEMA,
     ANNOTATIONS,
     BWS,
-    BWS_ITEM_SCHEMA,
     BWS_ITEMS,
     BWS_TASKS,
     CONDITIONS,

@@ -14,6 +14,7 @@ import pyarrow as pa
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import require_record
+from csts_pipeline.frame.schemas import TRIPLET_SCHEMA
 from csts_pipeline.stages.annotate.crowd import screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
@@ -25,7 +26,6 @@ from csts_pipeline.stages.annotate.layout import (
     PROVENANCE,
     REPORT,
     TASKS,
-    TRIPLET_SCHEMA,
     TRIPLETS,
     rating_item_id,
 )

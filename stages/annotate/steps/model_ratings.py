@@ -28,17 +28,12 @@ from csts_pipeline.frame.language_model import (
     open_model,
 )
 from csts_pipeline.frame.records import read_record, require_current
+from csts_pipeline.frame.schemas import RATING_SCHEMA
 from csts_pipeline.frame.shards import read_table
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import write_parquet
 from csts_pipeline.stages.annotate.crowd.screening import Rating
-from csts_pipeline.stages.annotate.layout import (
-    CONDITIONS,
-    CONDITIONS_TASKS,
-    INDIVIDUAL_RATINGS,
-    RATING_SCHEMA,
-    TRIPLETS,
-)
+from csts_pipeline.stages.annotate.layout import CONDITIONS, CONDITIONS_TASKS, INDIVIDUAL_RATINGS, TRIPLETS
 
 MODEL_RATINGS = "model_ratings"  # <annotate>/model_ratings/: what `annotate rate` wrote
 UNIT_ITEMS = 8  # items per unit: the answers of a finished unit survive a killed run

@@ -11,6 +11,7 @@ import pyarrow as pa
 from csts_pipeline.frame.commit import OutputFolder
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import file_fingerprint, require_current
+from csts_pipeline.frame.schemas import ITEM_SCHEMA, RATING_SCHEMA
 from csts_pipeline.frame.shards import read_table
 from csts_pipeline.stages.annotate.crowd import controls, hidden_gold, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
@@ -25,10 +26,8 @@ from csts_pipeline.stages.annotate.layout import (
     CONDITIONS_TASKS,
     INDIVIDUAL_RATINGS,
     INVERSIONS,
-    ITEM_SCHEMA,
     ITEMS,
     PROVENANCE,
-    RATING_SCHEMA,
     RATINGS,
     RATINGS_TASKS,
     REPORT,
