@@ -178,3 +178,31 @@ def test_check_conditions_lists_the_doubtful_for_a_verdict(drafted: Path, tmp_pa
     for r in checked:
         assert (r["doubt"] is None) == (r["p_applies"] >= 0.5 and r["p_attribute"] >= 0.5)
     assert check_conditions(source, out, local_model())["status"] == "up-to-date"
+
+
+@pytest.mark.slow
+def test_a_worker_accepts_one_draft_and_edits_the_other_in_the_page(browser, drafted: Path, tmp_path: Path) -> None:
+    """In a real browser: the page shows both drafts in its fields; the worker keeps the high one, edits the low
+    one, submits; the import records one accepted and one edited draft with the edit's distance."""
+    from tests.annotate.test_pages import Hit, batch_results
+
+    folder = tmp_path / "annotate"
+    shutil.copytree(drafted, folder)
+    hits = rows_of(folder / "conditions_tasks" / "hits.csv")
+    at = next(i for i, row in enumerate(hits) if row["draft_high"] and row["draft_low"])
+    hit = Hit(browser, folder, "conditions", row=at)
+    assert hit.page.input_value("#condition_high") == hit.row["draft_high"]
+    assert hit.page.input_value("#condition_low") == hit.row["draft_low"]
+    assert hit.page.locator("[data-drafted]").is_visible()
+    edited = hit.row["draft_low"].rstrip(".") + " in winter."
+    hit.page.fill("#condition_low", edited)
+    answer = hit.submit_and_capture()
+    assert (answer["condition_high"], answer["condition_low"]) == (hit.row["draft_high"], edited)
+    results = batch_results(tmp_path / "batch.csv", [hit], [answer])
+    hit.close()
+    annotate.import_conditions(folder, [results], False)
+    triplets = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
+    assert [(t["condition_type"], t["origin"], t["edit_distance"]) for t in triplets] == [
+        ("high", "drafted_accepted", 0),
+        ("low", "drafted_edited", edit_distance(edited, hit.row["draft_low"])),
+    ]
