@@ -10,9 +10,8 @@ import re
 from xml.etree import ElementTree
 
 import pytest
-from csts_pipeline.stages.annotate.crowd import guide, label_studio, pages
+from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages
 from csts_pipeline.stages.annotate.crowd.screening import condition_key
-from csts_pipeline.stages.annotate.steps import qualification
 
 STOP = {"the", "a", "an", "of", "is", "are", "how", "what", "which", "in", "on", "at", "to"}
 # words that name an aspect of a scene, or a role any scene has, rather than a thing only some scenes hold
@@ -54,7 +53,7 @@ def contradictions(found: dict) -> list[str]:
     """Every way the examples contradict their own rules or the other texts."""
     problems = [p for good in good_conditions(found) for p in unreadable(*good)]
     bad = {condition_key(rule["bad"]): rule["bad"] for rule in found["conditions"]["rules"]}
-    items = qualification.read_gold(qualification.default_gold())
+    items = gold_set.read_gold(gold_set.default_gold())
     offered = {"placeholder": list(found["placeholders"].values())}
     offered["gold condition"] = [item["condition"] for item in items if item["kind"] == "rate"]
     offered["good example"] = [good[0] for good in good_conditions(found)]

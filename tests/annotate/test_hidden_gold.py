@@ -15,11 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from csts_pipeline.frame.shards import shard_name, write_table
-from csts_pipeline.stages.annotate.crowd import controls, hidden_gold
+from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.quality import anchored_fit
-from csts_pipeline.stages.annotate.steps import qualification
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import (  # noqa: F401
@@ -120,7 +119,7 @@ def test_gold_file_controls_leave_out_the_qualification_test(tmp_path: Path, rat
     """A --gold file's rate items become controls only where the workers have not seen them: not the pairs of
     the exported qualification test, never the package's public default set."""
     cli("annotate", "export", "--stage", "qualification", "--out", rated)
-    default = qualification.default_gold().read_text(encoding="utf-8")
+    default = gold_set.default_gold().read_text(encoding="utf-8")
     extra = (
         "x-r1,rate,A brown horse grazes in a fenced field.,A white horse stands in a muddy paddock.,"
         "The type of animal.,5,both horses\n"
@@ -135,7 +134,7 @@ def test_gold_file_controls_leave_out_the_qualification_test(tmp_path: Path, rat
         "A brown horse grazes in a fenced field.",
         "A red bus stops at a corner.",
     }
-    shown = set(qualification.read_gold(qualification.default_gold())[0].values())
+    shown = set(gold_set.read_gold(gold_set.default_gold())[0].values())
     assert not any(t["sentence1"] in shown or t["sentence2"] in shown for t in tasks if hidden_gold.is_control(t))
     answers = {t["condition"]: t["gold_answer"] for t in from_gold}
     assert answers["The type of animal."] == "5" and answers["The colour of the vehicle."] == "1"

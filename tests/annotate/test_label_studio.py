@@ -34,8 +34,7 @@ import pytest
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.shards import shard_name, write_table
 from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.crowd import guide, label_studio, pages, screening
-from csts_pipeline.stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
@@ -350,7 +349,7 @@ def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path
     config = (folder / "label_studio" / "config.xml").read_text()
     root = ElementTree.fromstring(config)
     assert {node.tag for node in root.iter()} <= LS_TAGS
-    items = qualification.read_gold(qualification.default_gold())
+    items = gold_set.read_gold(gold_set.default_gold())
     writes = sum(item["kind"] == "write" for item in items)
     rates = len(items) - writes
     expected = {f"condition_{kind}_{n}" for kind in ("high", "low") for n in range(1, writes + 1)}

@@ -23,8 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.shards import write_table
-from csts_pipeline.stages.annotate.crowd import pages
-from csts_pipeline.stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.crowd import gold_set, pages
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
@@ -220,7 +219,7 @@ def test_every_page_is_self_contained_and_shows_exactly_the_hits_columns(annotat
         assert "<!--#" not in page and "__N__" not in page, stage
         assert not re.search(r"""(src|href)\s*=|<link|@import|url\(""", page), stage
     script = pages.render("conditions")
-    assert f"var MAX_CONDITION_CHARS = {qualification.MAX_CONDITION_CHARS};" in script
+    assert f"var MAX_CONDITION_CHARS = {gold_set.MAX_CONDITION_CHARS};" in script
 
 
 def test_a_page_whose_placeholders_differ_from_hits_csv_is_refused(tmp_path: Path):

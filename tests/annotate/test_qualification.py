@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from csts_pipeline.frame.errors import UserError
+from csts_pipeline.stages.annotate.crowd import gold_set
 from csts_pipeline.stages.annotate.steps import qualification
 from csts_pipeline.stages.annotate.steps.qualification import condition_problems, read_gold
 from typer.testing import CliRunner
@@ -217,7 +218,7 @@ def test_condition_checks_match_the_page():
     ],
 )
 def test_a_bad_gold_file_is_refused_with_its_row(tmp_path: Path, row: str, message: str):
-    default = qualification.default_gold().read_text().splitlines()
+    default = gold_set.default_gold().read_text().splitlines()
     path = tmp_path / "gold.csv"
     path.write_text("\n".join([default[0], row, *default[1:]]) + "\n")
     with pytest.raises(UserError, match=message):
@@ -246,7 +247,7 @@ def test_the_threshold_and_the_qualification_name_are_options(tested: Path, tmp_
 
 def test_another_gold_file_replaces_an_exported_test_only_with_force(tested: Path, tmp_path: Path):
     gold = tmp_path / "gold.csv"
-    gold.write_text(qualification.default_gold().read_text().replace("The colour of the clothing.", "The colour."))
+    gold.write_text(gold_set.default_gold().read_text().replace("The colour of the clothing.", "The colour."))
     args = ["annotate", "export", "--stage", "qualification", "--gold", gold, "--out", tested]
     assert "--force replaces them" in cli(*args, code=2)
     assert f"from {gold}" in cli(*args, "--force")

@@ -13,7 +13,7 @@ from csts_pipeline.frame.errors import UserError
 from csts_pipeline.frame.records import file_fingerprint, require_current
 from csts_pipeline.frame.schemas import ITEM_SCHEMA, RATING_SCHEMA
 from csts_pipeline.frame.shards import read_table
-from csts_pipeline.stages.annotate.crowd import controls, hidden_gold, screening, tasks
+from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
 from csts_pipeline.stages.annotate.labels import quality
@@ -63,7 +63,7 @@ def export_ratings(
         if gold is not None and not gold.is_file():
             raise UserError(f"{gold}: gold file not found")
         params["gold_share"] = gold_share
-        inputs["gold"] = file_fingerprint(gold or qualification.default_gold())
+        inputs["gold"] = file_fingerprint(gold or gold_set.default_gold())
         inputs["kept"] = source.fingerprint
         test = annotate_dir / qualification.QUALIFICATION_TASKS / TASKS
         inputs["qualification_test"] = file_fingerprint(test) if test.is_file() else None
