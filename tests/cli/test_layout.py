@@ -1,0 +1,98 @@
+"""The house as docs/architecture.md draws it, kept so: imports only run downwards (the frame imports no stage,
+annotate's label statistics import no platform or step), no import circle among the installed modules, annotate's
+top folder holds its sub-packages and at most three modules, and no module passes 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+FOLDERS = {"csts_pipeline": "csts_pipeline", "pipeline": "csts_pipeline.frame", "stages": "csts_pipeline.stages"}
+FOLDERS["report"] = "csts_pipeline.report"
+
+
+def modules() -> dict[str, Path]:
+    """Installed module name -> file, for every module of the four folders (setup.py maps them)."""
+    found = {}
+    for folder, name in FOLDERS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(REPO / folder).with_suffix("").parts if p != "__init__"]
+            found[".".join([name, *parts])] = path
+    return found
+
+
+def module_imports(path: Path, known: set[str]) -> set[str]:
+    """The project modules `path` imports at module level (what runs when it is imported)."""
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found & known
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_import_circle_and_imports_run_downwards():
+    found = modules()
+    graph = {name: module_imports(path, set(found)) - {name} for name, path in found.items()}
+    assert cycles(graph) == []
+    frame = {n: g for n, g in graph.items() if n.startswith("csts_pipeline.frame")}
+    assert {n: sorted(i for i in g if not i.startswith("csts_pipeline.frame")) for n, g in frame.items()} == {
+        n: [] for n in frame
+    }
+    labels = "csts_pipeline.stages.annotate.labels"
+    upward = {n: sorted(i for i in g if ".annotate.crowd" in i or ".annotate.steps" in i) for n, g in graph.items()}
+    assert {n: up for n, up in upward.items() if n.startswith(labels) and up} == {}
+    crowd = {n: sorted(i for i in g if ".annotate.steps" in i) for n, g in graph.items() if ".annotate.crowd" in n}
+    assert {n: up for n, up in crowd.items() if up} == {}
+
+
+def test_annotate_is_split_by_subject_and_no_module_is_long():
+    top = sorted(p.name for p in (REPO / "stages" / "annotate").glob("*.py"))
+    assert len(top) <= 3, top
+    assert {"steps", "crowd", "labels", "release"} <= {p.name for p in (REPO / "stages" / "annotate").iterdir()}
+    long = {str(p.relative_to(REPO)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
