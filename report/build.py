@@ -124,7 +124,7 @@ def render(context: dict[str, Any]) -> str:
     """The one renderer: the packaged template with autoescaping (captions are data, never markup)."""
     import jinja2
 
-    template = resources.files("report").joinpath("templates/index.html").read_text(encoding="utf-8")
+    template = resources.files("csts_pipeline.report").joinpath("templates/index.html").read_text(encoding="utf-8")
     environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     environment.filters["n"] = lambda value: "-" if value is None else f"{value:,}"
     environment.filters["f3"] = lambda value: "-" if value is None or value != value else f"{value:.3f}"
