@@ -5,6 +5,7 @@ top folder holds its sub-packages and at most three modules, and no module passe
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -96,3 +97,24 @@ def test_annotate_is_split_by_subject_and_no_module_is_long():
     assert {"steps", "crowd", "labels", "release"} <= {p.name for p in (REPO / "stages" / "annotate").iterdir()}
     long = {str(p.relative_to(REPO)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
+
+
+def test_code_names_its_modules_by_the_installed_names_only():
+    """`pipeline`, `stages` and `report` exist as top-level names only in a source checkout (tests import from it
+    too), never in the installed wheel: code that imports or looks up a module by such a name works in the tests
+    and fails installed. Every import and every module named in a string goes through csts_pipeline."""
+    lookup = re.compile(r"""(files|import_module|find_spec)\(\s*["'](pipeline|stages|report)\b""")
+    dotted = re.compile(r"""["'](pipeline|stages|report)\.(\w+)[\w.]*(:\w+)?["']""")
+    found = []
+    for path in modules().values():
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            root = node.module.split(".")[0] if isinstance(node, ast.ImportFrom) and node.module else None
+            if root in FOLDERS and root != "csts_pipeline":
+                found.append(f"{path.relative_to(REPO)}: from {node.module} import")
+        found += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in lookup.finditer(text)]
+        for m in dotted.finditer(text):
+            root, first = m.group(1), m.group(2)
+            if (REPO / root / first).is_dir() or (REPO / root / f"{first}.py").is_file():
+                found.append(f"{path.relative_to(REPO)}: {m.group(0)}")
+    assert found == []
