@@ -23,9 +23,6 @@ COPY requirements/lock-py312.txt ./requirements/
 RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/lock-py312.txt
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY csts_pipeline ./csts_pipeline
-COPY pipeline ./pipeline
-COPY stages ./stages
-COPY report ./report
 COPY manifests ./manifests
 RUN pip install --no-cache-dir --no-deps --no-build-isolation .
 

@@ -25,8 +25,8 @@ import xxhash
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import csts_pipeline.frame.checksums as checksums
-import csts_pipeline.frame.shards as shards
+import csts_pipeline.pipeline.checksums as checksums
+import csts_pipeline.pipeline.shards as shards
 
 
 def candidates(rows: int) -> pa.Table:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import csts_pipeline.frame.checksums as checksums
-import csts_pipeline.frame.records as records
-import csts_pipeline.frame.shards as shards
 from typer.testing import CliRunner
 
+import csts_pipeline.pipeline.checksums as checksums
+import csts_pipeline.pipeline.records as records
+import csts_pipeline.pipeline.shards as shards
 from csts_pipeline.cli import app
 
 SPENT = [0.0]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from csts_pipeline.stages.mine.budget import QUANTIZER_EF_SEARCH, QUANTIZER_M
 from csts_pipeline.stages.mine.rerank import StoredRows
 

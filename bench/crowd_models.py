@@ -23,10 +23,10 @@ import argparse
 import time
 
 import numpy as np
-from csts_pipeline.stages.annotate.labels import ordinal, verdict
-from csts_pipeline.stages.annotate.labels.agreement import aggregate
 from scipy.stats import spearmanr
 
+from csts_pipeline.stages.annotate.labels import ordinal, verdict
+from csts_pipeline.stages.annotate.labels.agreement import aggregate
 from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 

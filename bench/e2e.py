@@ -94,8 +94,9 @@ def text_encoder_folder(folder: Path) -> Path:
     if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
         return folder
     import torch
-    from csts_pipeline.frame.packaged_models import resolve_model_path
     from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from csts_pipeline.pipeline.packaged_models import resolve_model_path
 
     minilm = Path(resolve_model_path("packaged:all-MiniLM-L6-v2"))
     tokenizer = AutoTokenizer.from_pretrained(minilm)
@@ -207,7 +208,7 @@ def main() -> None:
         f"({distinct:,} distinct), inputs ready in {time.perf_counter() - started:.0f}s; manifest {manifest}",
         flush=True,
     )
-    from csts_pipeline.frame.device import resolve_device
+    from csts_pipeline.pipeline.device import resolve_device
 
     device = resolve_device(args.device)
     results = {}

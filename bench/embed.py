@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from csts_pipeline.frame.device import resolve_device
-from csts_pipeline.frame.manifest import EmbedConfig
+from PIL import Image, ImageDraw, ImageFilter
+
+from csts_pipeline.pipeline.device import resolve_device
+from csts_pipeline.pipeline.manifest import EmbedConfig
 from csts_pipeline.stages.embed.encoder import ImageList, load_clip, write_embedding_shards
 from csts_pipeline.stages.embed.images import image_batches
-from PIL import Image, ImageDraw, ImageFilter
 
 
 def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:
@@ -86,7 +87,7 @@ def main() -> None:
             encoder.preprocess_config,
         )
     )[1]
-    from csts_pipeline.frame.device import autocast_dtype
+    from csts_pipeline.pipeline.device import autocast_dtype
 
     dtype = autocast_dtype(device, args.precision)
     with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):

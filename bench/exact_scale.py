@@ -26,10 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import csts_pipeline.stages.mine.knn as knn
-from csts_pipeline.frame.device import resolve_device
-from csts_pipeline.stages.mine.ann import recall_at_k
-
 from bench.hard_data import mixture_shard
+from csts_pipeline.pipeline.device import resolve_device
+from csts_pipeline.stages.mine.ann import recall_at_k
 
 SHARD = 100_000
 

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.pipeline.manifest import load_manifest
 from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
 from csts_pipeline.stages.filter.lookup import CaptionLookup
 from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures
@@ -82,6 +82,7 @@ def draw_pairs(k: int):
 def embed(texts: list[str], kind: str, dim: int) -> np.ndarray:
     if kind == "minilm":
         import torch
+
         from csts_pipeline.stages.filter.text import encode_texts, load_text_encoder
 
         return encode_texts(load_text_encoder("packaged:all-MiniLM-L6-v2", "model", torch.device("cpu")), texts, 128)

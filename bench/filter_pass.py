@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from csts_pipeline.frame.manifest import load_manifest
+from csts_pipeline.pipeline.manifest import load_manifest
 from csts_pipeline.stages.filter.stage import FilterStage
 
 

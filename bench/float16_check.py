@@ -17,9 +17,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.schemas import CANDIDATES
-from csts_pipeline.frame.shards import iter_shards
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.schemas import CANDIDATES
+from csts_pipeline.pipeline.shards import iter_shards
 from csts_pipeline.stages.filter.criteria import Criteria, score_pairs
 from csts_pipeline.stages.filter.stage import FilterStage
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from csts_pipeline.stages.mine.knn import exact_knn
 
 from bench.hard_data import mixture_shard
+from csts_pipeline.stages.mine.knn import exact_knn
 
 
 def main() -> None:

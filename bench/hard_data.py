@@ -61,6 +61,7 @@ def recall_curve(
     """recall@k of IVF-Flat (about sqrt(N) lists) at each nprobe of PROBES: on seeded rows of the base (self
     excluded), and on `held_out` queries that are not in the base (empty when none are given)."""
     import faiss
+
     from csts_pipeline.stages.mine.ann import exact_top_k, recall_at_k
     from csts_pipeline.stages.mine.knn import drop_self
 
@@ -100,10 +101,10 @@ class _InMemory:
 def coco_caption_vectors() -> np.ndarray:
     """MiniLM (the packaged all-MiniLM-L6-v2) embeddings of the COCO val2017 captions, normalised."""
     import torch
-    from csts_pipeline.frame.text_encoder import load_text_encoder
-    from csts_pipeline.stages.embed.readers.datasets import read_coco
 
     from bench.shared_data import COCO_VAL
+    from csts_pipeline.pipeline.text_encoder import load_text_encoder
+    from csts_pipeline.stages.embed.readers.datasets import read_coco
 
     captions = read_coco(COCO_VAL).captions
     model = load_text_encoder("packaged:all-MiniLM-L6-v2", "model", torch.device("cpu"))

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from csts_pipeline.frame.manifest import MineConfig
-from csts_pipeline.frame.shards import shard_name, write_table
+
+from bench.scale import clustered_shard
+from csts_pipeline.pipeline.manifest import MineConfig
+from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages.embed.encoder import embeddings_table
 from csts_pipeline.stages.mine.search import build_searcher, search_all
 from csts_pipeline.stages.mine.vectors import EmbeddingShards
-
-from bench.scale import clustered_shard
 
 
 def main() -> None:

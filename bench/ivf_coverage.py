@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.hard_data import HOLDOUT_SHARD, mixture_shard
 from csts_pipeline.stages.mine.ann import exact_top_k
 from csts_pipeline.stages.mine.budget import TRAIN_CAP
 from csts_pipeline.stages.mine.vectors import EmbeddingShards
-
-from bench.hard_data import HOLDOUT_SHARD, mixture_shard
 
 PROBES = (16, 32, 64, 128, 256, 512, 1024)
 

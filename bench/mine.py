@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 import torch
-from csts_pipeline.frame.device import resolve_device
+
+from csts_pipeline.pipeline.device import resolve_device
 from csts_pipeline.stages.mine.knn import exact_knn
 
 

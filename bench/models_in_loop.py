@@ -26,10 +26,10 @@ import argparse
 from collections.abc import Callable
 
 import numpy as np
-from csts_pipeline.stages.annotate.labels import quality
-from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from scipy.stats import spearmanr
 
+from csts_pipeline.stages.annotate.labels import quality
+from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from tests.support.simulate import Crowd, simulate_crowd
 from tests.support.simulate_models import MODEL_KINDS, model_answers, routed_rounds, with_models
 

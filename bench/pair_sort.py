@@ -13,6 +13,7 @@ import argparse
 import time
 
 import numpy as np
+
 from csts_pipeline.stages.mine.rerank import pairs_by_row
 
 

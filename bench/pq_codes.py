@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.hard_data import HOLDOUT_SHARD, mixture_shard
 from csts_pipeline.stages.mine.ann import recall_at_k
 from csts_pipeline.stages.mine.budget import ivf_lists
 from csts_pipeline.stages.mine.rerank import rerank
-
-from bench.hard_data import HOLDOUT_SHARD, mixture_shard
 
 SHARD = 100_000
 VARIANTS = (("PQ256x4fs", 256, False), ("PQ256x4fsr", 256, True), ("PQ128x4fsr", 128, True))

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from csts_pipeline.frame.records import read_json
+
+from csts_pipeline.pipeline.records import read_json
 from csts_pipeline.stages.mine.ann import rows_by_list, set_tuned
 from csts_pipeline.stages.mine.rerank import StoredRows, rerank
 

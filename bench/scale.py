@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import yaml
-from csts_pipeline.frame.commit import OutputFolder
-from csts_pipeline.frame.schemas import CAPTIONS, EMBEDDINGS
-from csts_pipeline.frame.shards import shard_name, write_table
+
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.schemas import CAPTIONS, EMBEDDINGS
+from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages.embed.encoder import embeddings_table
 from csts_pipeline.stages.embed.readers.datasets import read_coco
 
@@ -129,7 +130,7 @@ def _run_stage(
 ) -> None:
     from importlib import import_module
 
-    from csts_pipeline.frame.manifest import load_manifest
+    from csts_pipeline.pipeline.manifest import load_manifest
 
     if holdout is not None:
         measure_holdout(holdout)

@@ -20,7 +20,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.pipeline.packaged_models import resolve_model_path
 
 
 def build(

@@ -23,14 +23,13 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from csts_pipeline.frame.device import resolve_device
-from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.pipeline.device import resolve_device
+from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train import train
 from csts_pipeline.stages.train.data import read_csts
 from csts_pipeline.stages.train.models import ModelSpec, load_model, model_pooling
 from csts_pipeline.stages.train.presets import train_config
 from csts_pipeline.stages.train.scoring import half_precision, score_split
-
 from tests.support.train_sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"

@@ -13,10 +13,10 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from csts_pipeline.frame.shards import write_atomic
+
+from csts_pipeline.pipeline.shards import write_atomic
 from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
-
 from tests.support.simulate import KINDS, simulate_crowd
 
 COLOURS = {"careful": "tab:green", "lenient": "tab:orange", "harsh": "tab:blue", "spammer": "tab:red"}

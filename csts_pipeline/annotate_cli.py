@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import open_manifest
-from csts_pipeline.frame.storage import pull, remote_of
 from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import open_manifest
+from csts_pipeline.pipeline.storage import pull, remote_of
 
 annotate_app = typer.Typer(
     help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",
@@ -120,7 +120,7 @@ def _require_current_filter(dataset: str | None, manifest: str | None, input_pat
     record is read (`status` checks them there)."""
     if input_path is not None or (dataset is None and manifest is None):
         return
-    from csts_pipeline.frame.executor import require_as_asked
+    from csts_pipeline.pipeline.executor import require_as_asked
     from csts_pipeline.stages import spec
 
     loaded = open_manifest(dataset, manifest)

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from csts_pipeline.annotate_cli import AnnotateOutOpt, AnnotateStageOpt, annotate_app, annotate_folder
-from csts_pipeline.frame.errors import UserError
 from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+from csts_pipeline.pipeline.errors import UserError
 
 LmModelOpt = Annotated[
     str | None,
@@ -40,7 +40,7 @@ LmDeviceOpt = Annotated[str, typer.Option("--device", help="Local model: auto, c
 
 
 def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str):
-    from csts_pipeline.frame.language_model import ModelSpec
+    from csts_pipeline.pipeline.language_model import ModelSpec
 
     spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device)
     spec.check()

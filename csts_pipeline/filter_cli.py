@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from csts_pipeline.frame.errors import UserError
+from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.stage_cli import Option, manifest_for, run_stage
 from csts_pipeline.stages import StageSpec
 

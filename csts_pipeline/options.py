@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from csts_pipeline.frame.errors import UserError, environment_line
-from csts_pipeline.frame.manifest import PRECISION_HELP
+from csts_pipeline.pipeline.errors import UserError, environment_line
+from csts_pipeline.pipeline.manifest import PRECISION_HELP
 
 DatasetOpt = Annotated[
     str | None,

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import open_manifest
 from csts_pipeline.options import DatasetOpt, ManifestOpt, user_errors
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import open_manifest
 
 
 def export(

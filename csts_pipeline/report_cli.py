@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import open_manifest
-from csts_pipeline.frame.urls import location
 from csts_pipeline.options import DatasetOpt, ManifestOpt, user_errors
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import open_manifest
+from csts_pipeline.pipeline.urls import location
 
 
 def report(

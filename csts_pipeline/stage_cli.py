@@ -12,12 +12,12 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import Manifest, open_manifest
-from csts_pipeline.frame.records import read_record
-from csts_pipeline.frame.storage import remote_of, remote_record
-from csts_pipeline.frame.urls import is_url, location
 from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import Manifest, open_manifest
+from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.storage import remote_of, remote_record
+from csts_pipeline.pipeline.urls import is_url, location
 from csts_pipeline.stages import REGISTRY, StageSpec
 from csts_pipeline.stages import spec as stage_spec
 
@@ -68,10 +68,10 @@ def manifest_for(given: dict[str, Any], overrides: dict[str, Any]) -> Manifest:
 def executor_of(manifest: Manifest) -> Any:
     """The executor the manifest's `run.executor` names; Ray is imported only when asked for."""
     if manifest.run.executor == "ray":
-        from csts_pipeline.frame.ray_executor import RayExecutor
+        from csts_pipeline.pipeline.ray_executor import RayExecutor
 
         return RayExecutor(address=manifest.run.ray_address)
-    from csts_pipeline.frame.executor import LocalExecutor
+    from csts_pipeline.pipeline.executor import LocalExecutor
 
     return LocalExecutor()
 
@@ -155,7 +155,7 @@ def status(
 ) -> None:
     """Each data stage's state (done, stale, incomplete, partial or missing), counts and time, from its record;
     with --verify, `corrupt` for a stage whose files differ from their checksums (exit code 1)."""
-    from csts_pipeline.frame.executor import state
+    from csts_pipeline.pipeline.executor import state
 
     loaded = open_manifest(dataset, manifest, {"work_dir": location(out)})
     loaded.fetch_inputs()
@@ -184,8 +184,8 @@ def status(
 def _verified(folder: Path, record: dict[str, Any], found: str, detail: str) -> tuple[str, str]:
     """The state after reading every listed file against its checksum, and the record against its own checksum and
     the files' row counts."""
-    from csts_pipeline.frame.checksums import verify_outputs
-    from csts_pipeline.frame.records import record_problems
+    from csts_pipeline.pipeline.checksums import verify_outputs
+    from csts_pipeline.pipeline.records import record_problems
 
     problems, unhashed = verify_outputs(folder, record)
     problems += record_problems(folder, record)

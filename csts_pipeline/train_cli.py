@@ -14,12 +14,12 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import typer
 from pydantic.fields import FieldInfo
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import TrainConfig, open_manifest
-from csts_pipeline.frame.records import read_record
-from csts_pipeline.frame.storage import output_cache
-from csts_pipeline.frame.urls import is_url
 from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_errors
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import TrainConfig, open_manifest
+from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.storage import output_cache
+from csts_pipeline.pipeline.urls import is_url
 from csts_pipeline.stages.train.presets import train_config
 
 ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = REPO / "tests" / "data"  # trimmed from the full files by tests/data/make_fixtures.py
 COCO_SAMPLE = TEST_DATA / "coco" / "captions_val2017_sample.json"
 STSB_SAMPLE = TEST_DATA / "stsb"
-TINY_CLIP = REPO / "stages" / "embed" / "resources" / "open_clip" / "csts-tiny-clip.json"
+TINY_CLIP = REPO / "csts_pipeline" / "stages" / "embed" / "resources" / "open_clip" / "csts-tiny-clip.json"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -113,7 +113,7 @@ def write_manifest(folder: Path, captions: Path, images: Path, **sections: dict)
 
 def reseal(folder: Path) -> None:
     """Let a stage record list the files of an output edited by hand, as if its stage had written them."""
-    from csts_pipeline.frame.records import describe_files, read_record, sealed, write_json
+    from csts_pipeline.pipeline.records import describe_files, read_record, sealed, write_json
 
     write_json(folder / "_stage.json", sealed(read_record(folder) | {"output_files": describe_files(folder)}))
 
@@ -141,7 +141,7 @@ def contents(work: Path, stages: tuple[str, ...] = STAGES) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def ray_session():
     """A local Ray of 2 CPUs on loopback, for one test module."""
-    from csts_pipeline.frame.ray_executor import LOOPBACK_ONLY
+    from csts_pipeline.pipeline.ray_executor import LOOPBACK_ONLY
 
     for name, value in LOOPBACK_ONLY.items():  # before Ray is imported: a local Ray on loopback only
         os.environ.setdefault(name, value)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from csts_pipeline.frame.errors import UserError
+
+from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.stages.annotate.labels.aggregators import (
     AGGREGATORS,
     Mean,

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.labels.agreement import (
     FLAG_BELOW,

@@ -15,22 +15,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.records import write_json
-from csts_pipeline.frame.schemas import KEPT_SCHEMA
-from csts_pipeline.frame.shards import shard_name, write_atomic, write_table
+from typer.testing import CliRunner
+
+from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.records import write_json
+from csts_pipeline.pipeline.schemas import KEPT_SCHEMA
+from csts_pipeline.pipeline.shards import shard_name, write_atomic, write_table
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.labels.agreement import aggregate, fleiss_kappa
 from csts_pipeline.stages.annotate.labels.sampling import allocate, quantile_bins, stratified_sample
 from csts_pipeline.stages.annotate.labels.splits import sentence_pair_groups, split_sizes
-from typer.testing import CliRunner
-
-from csts_pipeline.cli import app
 from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[2]
 COCO_CAPTIONS = REPO / "tests" / "data" / "coco" / "captions_val2017_sample.json"
-STOPWORDS = REPO / "stages" / "filter" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
+STOPWORDS = (
+    REPO / "csts_pipeline" / "stages" / "filter" / "resources" / "nltk_data" / "corpora" / "stopwords" / "english"
+)
 
 CONDITIONS = ["The type of animal.", "The color of the vehicle.", "The number of people.", "The location."]
 CONDITIONS += ["The activity being performed.", "The weather.", "The food on the table.", "The time of day."]

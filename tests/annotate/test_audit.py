@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.stages.annotate.labels.audit_stats import audit, condition_kind
 from scipy.stats import pearsonr, spearmanr
 
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.stages.annotate.labels.audit_stats import audit, condition_kind
 from tests.annotate.test_annotate import cli, cli_error
 
 REPO = Path(__file__).resolve().parents[2]

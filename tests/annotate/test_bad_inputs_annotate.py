@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.records import write_json
+
+from csts_pipeline.pipeline.records import write_json
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.gold_set import default_gold
 from csts_pipeline.stages.annotate.release.licenses import hub_license, hub_licenses
-
 from tests.annotate.test_annotate import (  # noqa: F401
     cli,
     cli_error,

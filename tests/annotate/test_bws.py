@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.labels import bws_scores
 from scipy.stats import spearmanr
 
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.labels import bws_scores
 from tests.annotate.test_annotate import cli, cli_error, kept_table, read_report, read_tasks, simulated_conditions
 from tests.annotate.test_annotate import write_results as write_condition_results
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import pages
 from csts_pipeline.stages.annotate.steps.condition_check import check_conditions
 from csts_pipeline.stages.annotate.steps.drafts import DRAFTS, draft, edit_distance, origin, page_problem
-
 from tests.support.smollm2 import local_model
 
 REPO = Path(__file__).resolve().parents[2]

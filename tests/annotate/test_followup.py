@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from scipy.stats import spearmanr
+
 from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.steps import followup
-from scipy.stats import spearmanr
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401

@@ -10,6 +10,7 @@ import re
 from xml.etree import ElementTree
 
 import pytest
+
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages
 from csts_pipeline.stages.annotate.crowd.screening import condition_key
 

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.shards import shard_name, write_table
+
+from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels import ordinal

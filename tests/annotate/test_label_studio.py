@@ -31,13 +31,13 @@ from xml.etree import ElementTree
 
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.shards import shard_name, write_table
-from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.shards import shard_name, write_table
+from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
 from tests.annotate.test_annotate import kept_table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.failpoints import FAILPOINT
-from csts_pipeline.frame.language_model import ModelSpec, load_prompt, open_model, option_distribution
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.failpoints import FAILPOINT
+from csts_pipeline.pipeline.language_model import ModelSpec, load_prompt, open_model, option_distribution
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.steps.model_ratings import MODEL_RATINGS, rate
-
 from tests.support.smollm2 import SERVED_NAME, local_model, served
 
 pytestmark = pytest.mark.slow  # a real model: loading it and asking ~80 questions takes minutes on 2 shared cores
@@ -180,7 +180,6 @@ def test_the_prompting_baseline_runs_through_the_same_server(tmp_path: Path) -> 
     parsed by the paper's rule, as the local path does."""
     from csts_pipeline.stages.train.data import read_csts
     from csts_pipeline.stages.train.prompting import PromptOptions, build_prompts, open_generator, parse_answer
-
     from tests.support.train_sample import write_sample_csv
 
     url, server = served()

@@ -14,7 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
+from scipy.stats import spearmanr
+
+from csts_pipeline.pipeline.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
 from csts_pipeline.report.annotations import _agreement
 from csts_pipeline.stages.annotate.labels import quality
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, label_items
@@ -22,7 +24,6 @@ from csts_pipeline.stages.annotate.release.card import _model_share
 from csts_pipeline.stages.annotate.release.soft_labels import pseudonyms
 from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
-from scipy.stats import spearmanr
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401

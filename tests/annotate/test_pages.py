@@ -21,12 +21,12 @@ from urllib.parse import parse_qsl, urlencode
 
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.shards import write_table
-from csts_pipeline.stages.annotate.crowd import gold_set, pages
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.shards import write_table
+from csts_pipeline.stages.annotate.crowd import gold_set, pages
 from tests.annotate.test_annotate import kept_table
 from tests.conftest import REPO
 

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from csts_pipeline.frame.records import write_json
-from csts_pipeline.stages import annotate
 from PIL import Image
 
+from csts_pipeline.pipeline.records import write_json
+from csts_pipeline.stages import annotate
 from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated  # noqa: F401
 from tests.conftest import reseal
 

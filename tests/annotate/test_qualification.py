@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.stages.annotate.crowd import gold_set
-from csts_pipeline.stages.annotate.steps import qualification
-from csts_pipeline.stages.annotate.steps.qualification import condition_problems, read_gold
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.stages.annotate.crowd import gold_set
+from csts_pipeline.stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.steps.qualification import condition_problems, read_gold
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"

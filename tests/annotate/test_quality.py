@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.schemas import WORKERS_SCHEMA
+from scipy.stats import spearmanr
+
+from csts_pipeline.pipeline.schemas import WORKERS_SCHEMA
 from csts_pipeline.stages.annotate.labels import ordinal, verdict
 from csts_pipeline.stages.annotate.labels.agreement import aggregate
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
-from scipy.stats import spearmanr
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401

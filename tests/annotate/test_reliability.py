@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
-from csts_pipeline.frame.failpoints import FAILPOINT
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.failpoints import FAILPOINT
 from tests.conftest import STAGES, contents
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.stages.embed.readers.datasets import read_dataset
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.stages.embed.readers.datasets import read_dataset
 from tests.conftest import first_images, write_manifest
 
 runner = CliRunner()
@@ -175,7 +175,7 @@ def test_nan_embeddings_from_clip_retrieval_are_refused(tmp_path: Path):
 
 
 def test_the_lock_message_names_no_stale_pid(tmp_path: Path):
-    from csts_pipeline.frame.locks import _holder, lock_path, stage_lock
+    from csts_pipeline.pipeline.locks import _holder, lock_path, stage_lock
 
     with stage_lock(tmp_path, "embed"):
         assert lock_path(tmp_path, "embed").read_text() == f"{os.getpid()}\n"
@@ -346,7 +346,7 @@ def test_a_pickle_as_embed_pretrained_is_refused(tmp_path: Path, small: tuple[di
 
 @pytest.mark.parametrize("damage", ["nan rows", "wrong width"])
 def test_a_bad_sentence_embedding_cache_is_not_used(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture):
-    from csts_pipeline.frame.manifest import FilterConfig
+    from csts_pipeline.pipeline.manifest import FilterConfig
     from csts_pipeline.stages.filter.scoring import sentence_embeddings
 
     config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", text_pooling="model")
@@ -366,7 +366,7 @@ def test_a_bad_sentence_embedding_cache_is_not_used(tmp_path: Path, damage: str,
 
 
 def test_nan_sentence_embeddings_never_reach_min_cosine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from csts_pipeline.frame.manifest import FilterConfig
+    from csts_pipeline.pipeline.manifest import FilterConfig
     from csts_pipeline.stages.filter import scoring
 
     monkeypatch.setattr(scoring, "load_text_encoder", lambda *args: None)

@@ -10,17 +10,16 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-FOLDERS = {"csts_pipeline": "csts_pipeline", "pipeline": "csts_pipeline.frame", "stages": "csts_pipeline.stages"}
-FOLDERS["report"] = "csts_pipeline.report"
+PACKAGE = REPO / "csts_pipeline"
+TOP_NAMES = {"pipeline", "stages", "report"}  # the package's floors; never top-level import names
 
 
 def modules() -> dict[str, Path]:
-    """Installed module name -> file, for every module of the four folders (setup.py maps them)."""
+    """Import name -> file for every module of the package: the folder path is the import name."""
     found = {}
-    for folder, name in FOLDERS.items():
-        for path in (REPO / folder).rglob("*.py"):
-            parts = [p for p in path.relative_to(REPO / folder).with_suffix("").parts if p != "__init__"]
-            found[".".join([name, *parts])] = path
+    for path in PACKAGE.rglob("*.py"):
+        parts = [p for p in path.relative_to(REPO).with_suffix("").parts if p != "__init__"]
+        found[".".join(parts)] = path
     return found
 
 
@@ -80,8 +79,8 @@ def test_no_import_circle_and_imports_run_downwards():
     found = modules()
     graph = {name: module_imports(path, set(found)) - {name} for name, path in found.items()}
     assert cycles(graph) == []
-    frame = {n: g for n, g in graph.items() if n.startswith("csts_pipeline.frame")}
-    assert {n: sorted(i for i in g if not i.startswith("csts_pipeline.frame")) for n, g in frame.items()} == {
+    frame = {n: g for n, g in graph.items() if n.startswith("csts_pipeline.pipeline")}
+    assert {n: sorted(i for i in g if not i.startswith("csts_pipeline.pipeline")) for n, g in frame.items()} == {
         n: [] for n in frame
     }
     labels = "csts_pipeline.stages.annotate.labels"
@@ -92,9 +91,9 @@ def test_no_import_circle_and_imports_run_downwards():
 
 
 def test_annotate_is_split_by_subject_and_no_module_is_long():
-    top = sorted(p.name for p in (REPO / "stages" / "annotate").glob("*.py"))
+    top = sorted(p.name for p in (PACKAGE / "stages" / "annotate").glob("*.py"))
     assert len(top) <= 3, top
-    assert {"steps", "crowd", "labels", "release"} <= {p.name for p in (REPO / "stages" / "annotate").iterdir()}
+    assert {"steps", "crowd", "labels", "release"} <= {p.name for p in (PACKAGE / "stages" / "annotate").iterdir()}
     long = {str(p.relative_to(REPO)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
 
@@ -110,11 +109,11 @@ def test_code_names_its_modules_by_the_installed_names_only():
         text = path.read_text(encoding="utf-8")
         for node in ast.walk(ast.parse(text)):
             root = node.module.split(".")[0] if isinstance(node, ast.ImportFrom) and node.module else None
-            if root in FOLDERS and root != "csts_pipeline":
+            if root in TOP_NAMES:
                 found.append(f"{path.relative_to(REPO)}: from {node.module} import")
         found += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in lookup.finditer(text)]
         for m in dotted.finditer(text):
             root, first = m.group(1), m.group(2)
-            if (REPO / root / first).is_dir() or (REPO / root / f"{first}.py").is_file():
+            if (PACKAGE / root / first).is_dir() or (PACKAGE / root / f"{first}.py").is_file():
                 found.append(f"{path.relative_to(REPO)}: {m.group(0)}")
     assert found == []

@@ -9,14 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.shards import read_shards
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.shards import read_shards
 from csts_pipeline.stages.embed import stage as embed
 from csts_pipeline.stages.embed.readers.datasets import read_dataset
 from csts_pipeline.stages.filter import stage as filter_stage
 from csts_pipeline.stages.mine import stage as mine
-
 from tests.conftest import write_manifest
 
 N_IMAGES = 60

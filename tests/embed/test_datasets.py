@@ -2,8 +2,9 @@ import json
 from pathlib import Path
 
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import DataConfig
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import DataConfig
 from csts_pipeline.stages.embed.readers.datasets import (
     read_coco,
     read_dataset,

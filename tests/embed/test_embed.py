@@ -7,15 +7,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.executor import staging_folder
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.records import read_record
-from csts_pipeline.frame.schemas import CAPTIONS, EMBEDDINGS
-from csts_pipeline.frame.shards import list_shards, read_shards
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.executor import staging_folder
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.schemas import CAPTIONS, EMBEDDINGS
+from csts_pipeline.pipeline.shards import list_shards, read_shards
 from csts_pipeline.stages.embed import encoder
 from csts_pipeline.stages.embed import stage as embed
-
 from tests.conftest import write_manifest
 
 

@@ -3,11 +3,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from csts_pipeline.frame.manifest import EmbedConfig
-from csts_pipeline.stages.embed.encoder import load_clip
-from csts_pipeline.stages.embed.images import DevicePreprocess, choose_decode, image_batches
 from PIL import Image
 
+from csts_pipeline.pipeline.manifest import EmbedConfig
+from csts_pipeline.stages.embed.encoder import load_clip
+from csts_pipeline.stages.embed.images import DevicePreprocess, choose_decode, image_batches
 from tests.conftest import TINY_CLIP
 
 

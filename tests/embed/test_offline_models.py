@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from csts_pipeline.frame import packaged_models
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.packaged_models import hub_source, resolve_model_path
+
+from csts_pipeline.pipeline import packaged_models
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.packaged_models import hub_source, resolve_model_path
 
 FAKE = "csts-pipeline-tests/no-such-model"
 
@@ -95,8 +96,9 @@ def test_the_probe_gives_up_quickly_on_an_unreachable_host():
 
 def test_a_model_in_the_local_cache_still_loads_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """A hub-cache layout (refs/main -> snapshots/<commit>/) holding the packaged MiniLM under a hub name."""
-    from csts_pipeline.stages.filter.text import encode_texts, load_text_encoder
     from huggingface_hub import constants
+
+    from csts_pipeline.stages.filter.text import encode_texts, load_text_encoder
 
     name = "csts-pipeline-tests/cached-minilm"
     repo = tmp_path / "models--csts-pipeline-tests--cached-minilm"

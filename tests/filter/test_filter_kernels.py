@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from csts_pipeline.frame.errors import UserError
+
+from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.stages.filter import kernels
 from csts_pipeline.stages.filter.criteria import (
     CRITERIA,
@@ -21,7 +22,6 @@ from csts_pipeline.stages.filter.criteria import (
 from csts_pipeline.stages.filter.kernels import histograms
 from csts_pipeline.stages.filter.lookup import CaptionLookup
 from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
-
 from tests.filter.test_pair_filter import EDGE_CAPTIONS
 
 SENTENCES = [

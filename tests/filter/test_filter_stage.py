@@ -9,26 +9,26 @@ import os
 import shutil
 from pathlib import Path
 
-import csts_pipeline.stages.filter.stage as stage
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from csts_pipeline.frame.commit import OutputFolder
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.executor import plan_fingerprint, staging_folder
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.records import read_record
-from csts_pipeline.frame.schemas import CAPTIONS, KEPT_SCHEMA, REJECTED_SCHEMA
-from csts_pipeline.frame.shards import shard_name, write_table
+from typer.testing import CliRunner
+
+import csts_pipeline.stages.filter.stage as stage
+from csts_pipeline.cli import app
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.executor import plan_fingerprint, staging_folder
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.schemas import CAPTIONS, KEPT_SCHEMA, REJECTED_SCHEMA
+from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages.filter import scoring
 from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics
 from csts_pipeline.stages.filter.pairs_file import score_file
-from typer.testing import CliRunner
-
-from csts_pipeline.cli import app
 from tests.conftest import reseal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import load_manifest
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import load_manifest
 from csts_pipeline.stages.filter.criteria import CRITERIA, Criteria, reference_pair_metrics, score_pairs
 from csts_pipeline.stages.filter.metrics import NumbaPairMetrics, TextFeatures, TorchPairMetrics
 from csts_pipeline.stages.filter.text import (
@@ -317,8 +318,9 @@ def test_cls_and_mean_pooling_build_an_encoder_over_the_raw_transformer():
 
 def test_cls_pooler_embeds_as_simcses_own_tool():
     """SimCSE's tool takes transformers' `pooler_output` (dense + tanh over CLS), normalised to unit length."""
-    from csts_pipeline.frame.packaged_models import resolve_model_path
     from transformers import AutoModel, AutoTokenizer
+
+    from csts_pipeline.pipeline.packaged_models import resolve_model_path
 
     texts = ["A dog runs on the beach.", "Two people ride bicycles down a city street."]
     ours = encode_texts(load_text_encoder(MINILM, "cls_pooler", torch.device("cpu")), texts, 8)

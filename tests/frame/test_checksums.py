@@ -9,11 +9,11 @@ import random
 from pathlib import Path
 
 import pytest
-from csts_pipeline.frame.checksums import HASH_KEY, file_digest, sidecar_of, written_digest
-from csts_pipeline.frame.shards import write_atomic
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.checksums import HASH_KEY, file_digest, sidecar_of, written_digest
+from csts_pipeline.pipeline.shards import write_atomic
 from tests.conftest import write_manifest
 
 runner = CliRunner()
@@ -83,7 +83,7 @@ def test_single_bit_flips_are_reported_corrupt_and_refused_downstream(embedded: 
 
 
 def test_a_file_is_read_once_per_process_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import csts_pipeline.frame.checksums as checksums
+    import csts_pipeline.pipeline.checksums as checksums
 
     path = tmp_path / "a.bin"
     path.write_bytes(b"abc" * 1000)

@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from csts_pipeline.frame import storage
-from csts_pipeline.frame.commit import OutputFolder
-from csts_pipeline.frame.failpoints import FAILPOINT
-from csts_pipeline.frame.locks import lock_path
-from csts_pipeline.frame.records import read_record
-from csts_pipeline.stages import annotate
 
+from csts_pipeline.pipeline import storage
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.failpoints import FAILPOINT
+from csts_pipeline.pipeline.locks import lock_path
+from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.stages import annotate
 from tests.annotate.test_annotate import kept, kept_dir, rated  # noqa: F401
 from tests.train.test_train import csts_files, tiny_bert  # noqa: F401
 

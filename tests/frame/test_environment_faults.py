@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from csts_pipeline.frame.failpoints import FAULT
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.failpoints import FAULT
 from tests.annotate.test_annotate import kept, kept_dir, rated  # noqa: F401
 from tests.cli.test_bad_inputs import cli_error, coco_manifest, small  # noqa: F401
 

@@ -2,9 +2,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.manifest_paths import manifest_path
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.manifest_paths import manifest_path
 
 
 @pytest.mark.parametrize(
@@ -100,8 +101,8 @@ def test_cli_path_overrides_resolve_against_the_current_folder(tmp_path: Path, m
 
 
 def test_the_bundled_manifests_resolve_against_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from csts_pipeline.frame.manifest import open_manifest
-    from csts_pipeline.frame.manifest_paths import bundled_manifest_dir, find_manifest
+    from csts_pipeline.pipeline.manifest import open_manifest
+    from csts_pipeline.pipeline.manifest_paths import bundled_manifest_dir, find_manifest
 
     monkeypatch.chdir(tmp_path)
     found, bundled = find_manifest("sample", None)
@@ -115,8 +116,8 @@ def test_the_bundled_manifests_resolve_against_the_current_folder(tmp_path: Path
 
 
 def test_a_manifest_in_the_current_folder_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from csts_pipeline.frame.manifest import open_manifest
-    from csts_pipeline.frame.manifest_paths import find_manifest
+    from csts_pipeline.pipeline.manifest import open_manifest
+    from csts_pipeline.pipeline.manifest_paths import find_manifest
 
     (tmp_path / "manifests").mkdir()
     (tmp_path / "manifests" / "sample.yaml").write_text(BASE.replace("name: x", "name: mine"))
@@ -131,7 +132,7 @@ def test_a_manifest_in_the_current_folder_wins(tmp_path: Path, monkeypatch: pyte
 
 
 def test_package_prefix_names_a_file_inside_an_installed_package(tmp_path: Path):
-    from csts_pipeline.frame.manifest_paths import package_file
+    from csts_pipeline.pipeline.manifest_paths import package_file
 
     tiny = package_file("package:csts_pipeline.stages.embed/resources/open_clip/csts-tiny-clip.json")
     assert tiny.is_file()

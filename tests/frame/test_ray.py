@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from csts_pipeline.frame.cluster import ClusterStage
-from csts_pipeline.frame.failpoints import FAILPOINT, FAILPOINT_ONCE
-from csts_pipeline.frame.stage import Stage
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.cluster import ClusterStage
+from csts_pipeline.pipeline.failpoints import FAILPOINT, FAILPOINT_ONCE
+from csts_pipeline.pipeline.stage import Stage
 from tests.conftest import STAGES, contents
 
 
@@ -111,8 +111,8 @@ def test_an_actor_dying_in_a_unit_resumes_to_the_same_tables(local_run: Path, tm
 
 
 def test_pool_size_follows_the_stage_resources(ray_session):
-    from csts_pipeline.frame.ray_executor import RayExecutor
-    from csts_pipeline.frame.stage import Resources
+    from csts_pipeline.pipeline.ray_executor import RayExecutor
+    from csts_pipeline.pipeline.stage import Resources
 
     class Heavy(Stage):
         resources = Resources(cpus=2, gpus=1)
@@ -156,8 +156,9 @@ def test_filter_encodes_its_sentences_as_ray_tasks(ray_session, tmp_path: Path, 
     batches, same thread count); several blocks the same vectors up to float rounding. The cache is filled."""
     import numpy as np
     import torch
-    from csts_pipeline.frame.manifest import FilterConfig
-    from csts_pipeline.frame.ray_executor import RayExecutor, RayTasks
+
+    from csts_pipeline.pipeline.manifest import FilterConfig
+    from csts_pipeline.pipeline.ray_executor import RayExecutor, RayTasks
     from csts_pipeline.stages.filter import scoring
 
     config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", text_pooling="model")

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.executor import LocalExecutor
-from csts_pipeline.frame.records import read_record
-from csts_pipeline.frame.stage import Stage, StagePlan, StageResult, Unit
-from csts_pipeline.stages import annotate
 
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.executor import LocalExecutor
+from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.stage import Stage, StagePlan, StageResult, Unit
+from csts_pipeline.stages import annotate
 from tests.annotate.test_annotate import kept, kept_dir, rated, read_tasks, simulated_conditions, write_results  # noqa: F401
 from tests.cli.test_bad_inputs import cli_error, coco_manifest, small  # noqa: F401
 
@@ -71,10 +71,10 @@ def test_the_commands_are_the_registry() -> None:
     """Every registered stage is a command with the common options, in the registry's order, and its class has the
     registry's name and upstream; `run` and `status` go through the same list."""
     import typer.main
-    from csts_pipeline.stages import REGISTRY
 
     from csts_pipeline.cli import app
     from csts_pipeline.stage_cli import COMMON
+    from csts_pipeline.stages import REGISTRY
 
     commands = {info.name: info for info in app.registered_commands}
     names = [info.name for info in app.registered_commands]

@@ -16,12 +16,12 @@ from pathlib import Path
 import fsspec
 import pytest
 import yaml
-from csts_pipeline.frame.failpoints import FAILPOINT
-from csts_pipeline.frame.storage import CACHE_ENV, mirror_folder, remote_problems, remote_record
-from csts_pipeline.frame.urls import filesystem
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.pipeline.failpoints import FAILPOINT
+from csts_pipeline.pipeline.storage import CACHE_ENV, mirror_folder, remote_problems, remote_record
+from csts_pipeline.pipeline.urls import filesystem
 from tests.conftest import REPO, STAGES, contents, first_images, write_manifest
 
 runner = CliRunner()
@@ -196,7 +196,7 @@ def test_a_publish_cut_after_its_first_file_leaves_the_store_output_whole(
         if name == "embed:publish-after-first-file":
             raise Crash(name)
 
-    monkeypatch.setattr("csts_pipeline.frame.storage.failpoint", crash)
+    monkeypatch.setattr("csts_pipeline.pipeline.storage.failpoint", crash)
     cut = runner.invoke(app, ["embed", "--manifest", str(other), "--out", url])
     assert isinstance(cut.exception, Crash)
     generations = [

@@ -6,18 +6,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from csts_pipeline.frame.cluster import SerialTasks
-from csts_pipeline.frame.commit import OutputFolder
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.executor import LocalExecutor
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.schemas import CAPTIONS, EMBEDDINGS
-from csts_pipeline.frame.shards import list_shards, read_shards, write_table
+
+from csts_pipeline.pipeline.cluster import SerialTasks
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.executor import LocalExecutor
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.schemas import CAPTIONS, EMBEDDINGS
+from csts_pipeline.pipeline.shards import list_shards, read_shards, write_table
 from csts_pipeline.stages.embed.encoder import embeddings_table
 from csts_pipeline.stages.mine import knn
 from csts_pipeline.stages.mine import pairs as mine_pairs
 from csts_pipeline.stages.mine import stage as mine
-
 from tests.conftest import contents, write_manifest
 
 

@@ -6,16 +6,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from csts_pipeline.frame.commit import OutputFolder
-from csts_pipeline.frame.manifest import MineConfig, load_manifest
-from csts_pipeline.frame.schemas import CAPTIONS, EMBEDDINGS
-from csts_pipeline.frame.shards import read_shards, write_table
+
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.manifest import MineConfig, load_manifest
+from csts_pipeline.pipeline.schemas import CAPTIONS, EMBEDDINGS
+from csts_pipeline.pipeline.shards import read_shards, write_table
 from csts_pipeline.stages.embed.encoder import embeddings_table
 from csts_pipeline.stages.mine import ann, knn
 from csts_pipeline.stages.mine import pairs as mine_pairs
 from csts_pipeline.stages.mine import stage as mine
 from csts_pipeline.stages.mine.vectors import EmbeddingShards
-
 from tests.conftest import write_manifest
 
 

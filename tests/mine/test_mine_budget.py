@@ -5,10 +5,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import MineConfig
-from csts_pipeline.frame.schemas import EMBEDDINGS
-from csts_pipeline.frame.shards import read_shards, write_table
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import MineConfig
+from csts_pipeline.pipeline.schemas import EMBEDDINGS
+from csts_pipeline.pipeline.shards import read_shards, write_table
 from csts_pipeline.stages.embed.encoder import embeddings_table
 from csts_pipeline.stages.mine import ann, knn
 from csts_pipeline.stages.mine import budget as budget_module
@@ -16,7 +17,6 @@ from csts_pipeline.stages.mine import rerank as rerank_module
 from csts_pipeline.stages.mine.budget import GIB, estimate, ivf_lists, plan_index, training_rows
 from csts_pipeline.stages.mine.rerank import StoredRows, VectorFile, rerank
 from csts_pipeline.stages.mine.vectors import EmbeddingShards
-
 from tests.mine.test_mine_ann import _clustered, _embed_folder, _mine
 
 

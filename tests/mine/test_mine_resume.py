@@ -5,10 +5,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.shards import list_shards, read_shards
-from csts_pipeline.stages.mine import ann, search, stage
 
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.shards import list_shards, read_shards
+from csts_pipeline.stages.mine import ann, search, stage
 from tests.conftest import write_manifest
 from tests.frame.test_commit import cli
 from tests.mine.test_mine_ann import _clustered, _embed_folder, _rows

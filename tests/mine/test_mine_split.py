@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from csts_pipeline.frame.manifest import load_manifest
-from csts_pipeline.frame.shards import read_shards
+
+from csts_pipeline.pipeline.manifest import load_manifest
+from csts_pipeline.pipeline.shards import read_shards
 from csts_pipeline.stages.mine import stage as mine
 from csts_pipeline.stages.mine.base_split import merge_top_k
-
 from tests.conftest import write_manifest
 from tests.mine.test_mine_ann import _clustered, _embed_folder, _rows
 
@@ -57,7 +57,7 @@ def test_split_ivf_pq_re_ranks_in_every_part_and_loses_no_recall(tmp_path: Path,
 
 def _local_and_split(tmp_path: Path, vectors: np.ndarray, config: dict) -> list[tuple[dict, pa.Table]]:
     """(record, image pairs) of mine over `vectors` in one process, then split in 2 parts on the local Ray cluster."""
-    from csts_pipeline.frame.ray_executor import RayExecutor
+    from csts_pipeline.pipeline.ray_executor import RayExecutor
 
     runs = []
     for name, parts in (("local", 1), ("split", 2)):

@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from csts_pipeline.stages.annotate.layout import condition_task_id
 from PIL import Image
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
+from csts_pipeline.stages.annotate.layout import condition_task_id
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples" / "annotate"
@@ -241,7 +241,7 @@ def test_compare_shows_two_runs_with_different_thresholds_side_by_side(work, bro
 def test_near_misses_from_a_candidate_sample_match_the_filters_rejected_pairs(work, tmp_path):
     """The default path (a sample of mine's candidates scored with the filter's functions) finds, for each
     criterion, the same nearest distances as the filter's own rejected pairs (--keep-rejected)."""
-    from csts_pipeline.frame.manifest import open_manifest
+    from csts_pipeline.pipeline.manifest import open_manifest
     from csts_pipeline.report.funnel import read_records
     from csts_pipeline.report.samples import criteria_of, near_misses
 
@@ -335,7 +335,7 @@ def _picture(width: int = 600, height: int = 400) -> bytes:
 
 
 def test_thumbnails_from_a_folder_a_webdataset_tar_and_a_parquet_column(tmp_path):
-    from csts_pipeline.frame.manifest import DataConfig
+    from csts_pipeline.pipeline.manifest import DataConfig
     from csts_pipeline.report.thumbnails import image_sources, make_thumbnail
 
     data = _picture()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 KINDS = ("careful", "lenient", "harsh", "spammer")

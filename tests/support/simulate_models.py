@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, RatingArrays
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
-
 from tests.support.simulate import Crowd, follow_up_rounds, more_ratings, simulate_crowd
 
 MODEL_KINDS = ("strong", "weak", "confident_wrong")

@@ -27,7 +27,7 @@ def gguf_file() -> Path:
 @functools.cache
 def local_model():
     """The GGUF file through pipeline.language_model's local path, weights loaded."""
-    from csts_pipeline.frame.language_model.local import LocalModel
+    from csts_pipeline.pipeline.language_model.local import LocalModel
 
     model = LocalModel(str(gguf_file()), "cpu", batch_size=8)
     model.load()

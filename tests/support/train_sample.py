@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-from csts_pipeline.frame.shards import write_table
+
+from csts_pipeline.pipeline.shards import write_table
 
 _ATTRIBUTES = {
     "colour": ["black", "white", "brown", "grey", "golden", "spotted"],

@@ -16,12 +16,11 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.packaged_models import resolve_model_path
+from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train.data import read_csts
 from csts_pipeline.stages.train.prompting import PromptOptions, build_prompts, parse_answer, scores_from_answers
-
-from csts_pipeline.cli import app
 from tests.support.train_sample import write_sample_splits
 
 

@@ -21,10 +21,11 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from csts_pipeline.frame.errors import UserError
-from csts_pipeline.frame.manifest import TrainConfig, load_manifest
-from csts_pipeline.frame.packaged_models import resolve_model_path
-from csts_pipeline.frame.records import output_problems, read_record
+from csts_pipeline.cli import app
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import TrainConfig, load_manifest
+from csts_pipeline.pipeline.packaged_models import resolve_model_path
+from csts_pipeline.pipeline.records import output_problems, read_record
 from csts_pipeline.stages.train import evaluate as evaluate_stage
 from csts_pipeline.stages.train import loop
 from csts_pipeline.stages.train import train as train_stage
@@ -34,8 +35,6 @@ from csts_pipeline.stages.train.data import label_scale, quad_pairs, read_csts, 
 from csts_pipeline.stages.train.models import ModelSpec, load_model
 from csts_pipeline.stages.train.presets import train_config
 from csts_pipeline.stages.train.scoring import correlations, pearson, spearman
-
-from csts_pipeline.cli import app
 from tests.support.train_sample import sample_rows, write_sample_parquet, write_sample_splits
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,295 @@
+"""From individual ratings to item labels, and how far the raters agree (docs/annotate.md, step 5).
+
+An item's label is the mean or median of its ratings; an item is dropped when too many raters flag its
+condition as not pertinent or it has too few ratings. Agreement is Fleiss' kappa over the kept items, plus each
+worker against the others, so unreliable workers stand out."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import krippendorff
+import numpy as np
+from scipy.stats import spearmanr
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.stages.annotate.layout import RATING_SCALE
+
+
+class Rating(NamedTuple):
+    """One accepted rating: the item's index in the rating tasks, and `rating` None when flagged."""
+
+    item: int
+    worker: str
+    assignment: str
+    rating: int | None
+    not_pertinent: bool
+
+
+AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/labels/quality.py
+# a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
+FLAG_BELOW = 0.3
+
+
+class FleissKappa(NamedTuple):
+    kappa: float
+    observed: float  # mean per-item agreement, P-bar
+    expected: float  # chance agreement, P_e
+
+
+def fleiss_kappa(counts: np.ndarray) -> FleissKappa:
+    """Fleiss' kappa from counts[item, category] (raters who chose the category). Items may have different
+    numbers of raters (each >= 2): per-item agreement uses the item's own count, category shares pool all
+    ratings; with a constant count this is Fleiss (1971) exactly."""
+    counts = np.asarray(counts, dtype=np.float64)
+    raters = counts.sum(axis=1)
+    if counts.shape[0] == 0 or (raters < 2).any():
+        raise ValueError("Fleiss' kappa needs at least one item and at least 2 ratings per item")
+    observed = float((((counts**2).sum(axis=1) - raters) / (raters * (raters - 1))).mean())
+    shares = counts.sum(axis=0) / raters.sum()
+    expected = float((shares**2).sum())
+    kappa = (observed - expected) / (1 - expected) if expected < 1 else float("nan")
+    return FleissKappa(kappa, observed, expected)
+
+
+def krippendorff_alpha(
+    counts: np.ndarray, values: np.ndarray, metric: Literal["nominal", "ordinal", "interval", "ratio"]
+) -> float:
+    """Krippendorff's alpha of counts[unit, value] over the sorted `values` (nominal, ordinal or interval), by the
+    `krippendorff` package; nan when nothing is pairable (no unit with two values) or nothing varies."""
+    counts = np.asarray(counts)
+    if counts.size == 0 or (counts.sum(axis=1) >= 2).sum() == 0:
+        return float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = krippendorff.alpha(value_counts=counts, value_domain=list(values), level_of_measurement=metric)
+    return float(value)
+
+
+def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-item label and number of ratings: the mean or median of its ratings, or `round`, the median rounded to
+    an integer with halves up (3.5 -> 4), as the paper's released integer labels; nan without any rating."""
+    count = np.bincount(item, minlength=n_items)
+    label = np.full(n_items, np.nan)
+    has = count > 0
+    if how == "mean":
+        label[has] = np.bincount(item, weights=rating, minlength=n_items)[has] / count[has]
+    elif how in ("median", "round"):
+        ordered = rating[np.lexsort((rating, item))]
+        starts = np.cumsum(count) - count
+        label[has] = (ordered[(starts + (count - 1) // 2)[has]] + ordered[(starts + count // 2)[has]]) / 2
+        if how == "round":
+            label = np.floor(label + 0.5)
+    else:
+        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
+    return label, count
+
+
+MODEL_WORKER = "model:"  # worker ids of language models start with this (annotate rate)
+
+
+def is_model_worker(worker: np.ndarray) -> np.ndarray:
+    """Per row: the worker is a language model (`model:<name>`), not a person."""
+    return np.char.startswith(np.asarray(worker).astype(str), MODEL_WORKER)
+
+
+@dataclass
+class RatingArrays:
+    """The accepted ratings as columns; `rated` marks those with a rating (not flagged not pertinent). A model
+    worker's rows also carry `distribution` (P(rating = 1..5 | pertinent); rows of nan for people) and `p_flag`
+    (P(not pertinent); nan for people); both None when no row has them."""
+
+    item: np.ndarray
+    worker: np.ndarray
+    rating: np.ndarray
+    flagged: np.ndarray
+    distribution: np.ndarray | None = None
+    p_flag: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, accepted: list[Rating]) -> RatingArrays:
+        soft = [getattr(a, "distribution", None) for a in accepted]
+        p_flag = [getattr(a, "p_not_pertinent", None) for a in accepted]
+        has = any(d is not None for d in soft)
+        return cls(
+            np.array([a.item for a in accepted], np.int64),
+            np.array([a.worker for a in accepted]),
+            np.array([a.rating if a.rating is not None else 0 for a in accepted], np.float64),
+            np.array([a.not_pertinent for a in accepted], bool),
+            np.array([[np.nan] * 5 if d is None else list(d) for d in soft], np.float64).reshape(-1, 5)
+            if has
+            else None,
+            np.array([np.nan if p is None else p for p in p_flag], np.float64) if has else None,
+        )
+
+    @property
+    def soft(self) -> np.ndarray:
+        """Per row: it carries a model's distribution."""
+        if self.distribution is None:
+            return np.zeros(len(self.item), bool)
+        return ~np.isnan(self.distribution).any(axis=1)
+
+    @property
+    def rated(self) -> np.ndarray:
+        """Rows that enter the rater model: people's ratings, and every model answer (its distribution is over
+        the ratings given the condition pertinent, so it counts whatever its flag)."""
+        return ~self.flagged | self.soft
+
+    @property
+    def human(self) -> np.ndarray:
+        return ~is_model_worker(self.worker)
+
+    def subset(self, rows: np.ndarray) -> RatingArrays:
+        """The rows selected by a mask or an index."""
+        pick = None if self.distribution is None else self.distribution[rows]
+        flag = None if self.p_flag is None else self.p_flag[rows]
+        return RatingArrays(self.item[rows], self.worker[rows], self.rating[rows], self.flagged[rows], pick, flag)
+
+    @staticmethod
+    def concat(parts: list[RatingArrays]) -> RatingArrays:
+        """The rows of every part, in order (distributions of nan for parts without them)."""
+        soft = any(p.distribution is not None for p in parts)
+
+        def dist(p: RatingArrays) -> np.ndarray:
+            return p.distribution if p.distribution is not None else np.full((len(p.item), 5), np.nan)
+
+        def flag(p: RatingArrays) -> np.ndarray:
+            return p.p_flag if p.p_flag is not None else np.full(len(p.item), np.nan)
+
+        return RatingArrays(
+            np.concatenate([p.item for p in parts]),
+            np.concatenate([p.worker.astype(str) for p in parts]),
+            np.concatenate([p.rating for p in parts]),
+            np.concatenate([p.flagged for p in parts]),
+            np.concatenate([dist(p) for p in parts]) if soft else None,
+            np.concatenate([flag(p) for p in parts]) if soft else None,
+        )
+
+
+@dataclass
+class ItemLabels:
+    """Per rating item: label (nan without ratings), ratings, answers (ratings and flags), flags, status."""
+
+    label: np.ndarray
+    ratings: np.ndarray
+    answers: np.ndarray
+    flags: np.ndarray
+    status: np.ndarray
+
+
+def label_items(
+    ratings: RatingArrays, n_items: int, how: str, not_pertinent_share: float, min_ratings: int
+) -> ItemLabels:
+    """Each item's label and status: kept, not_pertinent (more than the share of answers flag it),
+    too_few_ratings or unanswered (the later ones win). A model worker's rows are left out: only the rater model
+    (quality.py) can weigh a model against people."""
+    ratings = ratings.subset(ratings.human)
+    rated = ratings.rated
+    label, n_ratings = aggregate(ratings.item[rated], ratings.rating[rated], n_items, how)
+    answers = np.bincount(ratings.item, minlength=n_items)
+    flags = np.bincount(ratings.item, weights=ratings.flagged, minlength=n_items).astype(np.int64)
+    status = np.full(n_items, "kept", dtype=object)
+    status[n_ratings < min_ratings] = "too_few_ratings"
+    with np.errstate(invalid="ignore", divide="ignore"):
+        status[flags / answers > not_pertinent_share] = "not_pertinent"
+    status[answers == 0] = "unanswered"
+    return ItemLabels(label, n_ratings, answers, flags, status)
+
+
+def agreement_summary(
+    ratings: RatingArrays, status: np.ndarray, sample: int | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Fleiss' kappa (categories 1-5), Krippendorff's alpha (ordinal, interval) and per-worker agreement over
+    the kept items with two or more ratings; with `sample`, also the paper's protocol: the same figures on a
+    seeded random sample of `sample` kept items with three or more ratings, three (seeded) ratings each. Among
+    people only: a model worker's rows are left out."""
+    rated = ratings.rated & ratings.human
+    item, worker, rating = ratings.item[rated], ratings.worker[rated], ratings.rating[rated]
+    kept = status[item] == "kept"
+    item, worker, rating = item[kept], worker[kept], rating[kept]
+    shared = np.bincount(item)[item] >= 2
+    result = agreement_figures(item[shared], rating[shared])
+    result["scope"] = "kept items with two or more ratings; Fleiss' kappa with per-item rater counts"
+    result["workers"] = worker_agreement(item, worker, rating)
+    result["flag_below"] = FLAG_BELOW
+    if sample is not None:
+        result["sample"] = sample_agreement(item, rating, sample, seed)
+    return result
+
+
+def agreement_figures(item: np.ndarray, rating: np.ndarray) -> dict[str, Any]:
+    """Kappa and alpha of ratings (item codes may have gaps; every item is expected to have 2+ ratings)."""
+    low, high = RATING_SCALE
+    codes, rows = np.unique(item, return_inverse=True)
+    counts = np.zeros((len(codes), high - low + 1), np.int64)
+    np.add.at(counts, (rows, rating.astype(np.int64) - low), 1)
+    result: dict[str, Any] = {
+        "fleiss_kappa": None,
+        "alpha_ordinal": None,
+        "alpha_interval": None,
+        "observed_agreement": None,
+        "chance_agreement": None,
+        "items": len(codes),
+        "ratings": len(rating),
+        "ratings_per_item": {str(k): int(v) for k, v in sorted(Counter(counts.sum(axis=1).tolist()).items())},
+        "categories": list(range(low, high + 1)),
+    }
+    if len(codes):
+        kappa = fleiss_kappa(counts)
+        result["fleiss_kappa"] = None if np.isnan(kappa.kappa) else round(kappa.kappa, 4)
+        result["observed_agreement"] = round(kappa.observed, 4)
+        result["chance_agreement"] = round(kappa.expected, 4)
+        for metric in ("ordinal", "interval"):
+            value = krippendorff_alpha(counts, np.arange(low, high + 1), metric)
+            result[f"alpha_{metric}"] = None if np.isnan(value) else round(value, 4)
+    return result
+
+
+def sample_agreement(item: np.ndarray, rating: np.ndarray, sample: int, seed: int, per_item: int = 3) -> dict:
+    """The paper's protocol (agreement on 100 instances with three ratings each): `sample` kept items drawn at
+    random among those with `per_item` or more ratings, `per_item` of each item's ratings drawn at random."""
+    if sample < 1:
+        raise UserError(f"--agreement-sample must be at least 1 (got {sample})")
+    rng = np.random.default_rng(seed)
+    count = np.bincount(item)
+    eligible = np.flatnonzero(count >= per_item)
+    chosen = rng.choice(eligible, min(sample, len(eligible)), replace=False)
+    rows = np.flatnonzero(np.isin(item, chosen))
+    order = rows[np.lexsort((rng.random(len(rows)), item[rows]))]
+    rank = np.arange(len(order)) - np.searchsorted(item[order], item[order])  # position within the item
+    take = order[rank < per_item]
+    result = agreement_figures(item[take], rating[take])
+    result |= {"asked": sample, "seed": seed, "ratings_each": per_item, "eligible_items": len(eligible)}
+    result["scope"] = f"{len(chosen)} random kept items with {per_item}+ ratings, {per_item} random ratings each"
+    return result
+
+
+def worker_agreement(item: np.ndarray, worker: np.ndarray, rating: np.ndarray) -> list[dict[str, Any]]:
+    """Each worker against the others on the items they share: Spearman's rho of the worker's ratings with the
+    mean of the other raters' ratings on the same items, mean |difference|, and the share within 1 point. Only
+    items with two or more ratings count; least agreeing workers first."""
+    count = np.bincount(item)
+    total = np.bincount(item, weights=rating)
+    shared = count[item] >= 2
+    item, worker, rating = item[shared], worker[shared], rating[shared]
+    others = (total[item] - rating) / (count[item] - 1)
+    names, codes = np.unique(worker, return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=len(names)))[:-1]
+    rows = []
+    for name, own, rest in zip(names, np.split(rating[order], bounds), np.split(others[order], bounds)):
+        varies = len(own) >= 3 and np.ptp(own) > 0 and np.ptp(rest) > 0
+        rho = float(spearmanr(own, rest).statistic) if varies else None
+        difference = np.abs(own - rest)
+        rows.append(
+            {
+                "worker_id": str(name),
+                "items": len(own),
+                "spearman": None if rho is None else round(rho, 4),
+                "mean_abs_diff": round(float(difference.mean()), 4),
+                "within_1": round(float((difference <= 1).mean()), 4),
+                "flagged": rho is not None and rho < FLAG_BELOW,
+            }
+        )
+    return sorted(rows, key=lambda r: (r["spearman"] is not None, r["spearman"] or 0.0, -r["items"]))

@@ -1,0 +1,270 @@
+"""Label quality at the ratings import: the ordinal model's labels (`--aggregate model`), the workers' table and
+the high-against-low check (docs/annotate.md, "Label quality").
+
+With `--aggregate model` each item's label is the posterior mean of the ordinal rater model (stages/annotate/
+ordinal.py) with its distribution over 1-5 and a 90% interval, and the not-pertinent verdict comes from a
+crowd-kit worker-skill model (stages/annotate/labels/verdict.py) instead of the plain share of flags. Every policy gets
+the high-against-low check: a pair whose high condition's label is not above its low condition's is inverted;
+with the model, a pair whose order the model holds less likely than UNSURE_BELOW is unsure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
+from csts_pipeline.stages.annotate.labels import ordinal, verdict
+from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
+
+MODEL = "model"
+UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random
+UNSURE_BELOW = 0.9  # P(high condition's true label > low's) below this: the order is not established
+
+
+@dataclass
+class ModelResult:
+    """The fitted ordinal model, the not-pertinent verdict, and each item's 90% interval."""
+
+    fit: ordinal.OrdinalFit
+    verdict: verdict.Verdict
+    low: np.ndarray
+    high: np.ndarray
+    models: dict[str, Any] | None = None  # model_share: the human ratings bought and what the models' answers gave
+    gap: np.ndarray | None = None  # model_gap per item
+
+
+Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
+
+
+def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> ordinal.OrdinalFit:
+    """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
+    known labels fixed (ordinal.fit's `known`); the posterior returned is the items' only."""
+    rated = ratings.subset(ratings.rated)
+    if anchor is None:
+        return ordinal.fit(rated.item, rated.worker, rated.rating, n_items, soft=rated.distribution)
+    gold, truth = anchor
+    shifted = gold.subset(gold.rated)
+    shifted = RatingArrays(shifted.item + n_items, shifted.worker, shifted.rating, shifted.flagged)
+    both = RatingArrays.concat([rated, shifted])
+    known = np.concatenate([np.zeros(n_items, np.int64), truth])
+    fit = ordinal.fit(both.item, both.worker, both.rating, n_items + len(truth), known=known, soft=both.distribution)
+    return replace(fit, posterior=fit.posterior[:n_items])
+
+
+def model_labels(
+    ratings: RatingArrays, n_items: int, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None
+) -> tuple[ItemLabels, ModelResult]:
+    """Labels, counts and status as agreement.label_items gives them, with the label the model's posterior mean
+    and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`."""
+    fit = anchored_fit(ratings, n_items, anchor)
+    found = verdict.infer(ratings.item, ratings.worker, ratings.flagged, n_items, p_flag=ratings.p_flag)
+    people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
+    n_ratings = np.bincount(people.item[people.rated], minlength=n_items)
+    answers = np.bincount(people.item, minlength=n_items)
+    flags = np.bincount(people.item, weights=people.flagged, minlength=n_items).astype(np.int64)
+    label = np.where(n_ratings > 0, fit.label, np.nan)
+    status = np.full(n_items, "kept", dtype=object)
+    status[n_ratings < min_ratings] = "too_few_ratings"
+    status[np.nan_to_num(found.p_flag) > not_pertinent_share] = "not_pertinent"
+    status[answers == 0] = "unanswered"
+    low, high = fit.interval()
+    result = ModelResult(fit, found, low, high, model_share(fit, ratings), model_gap(fit, ratings, n_items))
+    return ItemLabels(label, n_ratings, answers, flags, status), result
+
+
+def model_gap(fit: ordinal.OrdinalFit, ratings: RatingArrays, n_items: int) -> np.ndarray:
+    """Per item, how far the models' answers disagree with the people's: log10 of how many times less likely the
+    models' answers make the people's label (the people-only posterior mean, rounded) than the label the models'
+    answers favour most; 0 for a flat answer (no opinion), nan without a model's or a person's answer. Why,
+    beside the posterior's width: the posterior takes a model's errors as independent from item to item, but
+    they repeat (a kind of condition it gets wrong), so a model that outvotes a person must not settle the
+    item; routing asks people there (followup.route)."""
+    rated = ratings.subset(ratings.rated)
+    code = np.searchsorted(fit.workers, rated.worker.astype(str))
+    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    like = ordinal.answer_likelihood(ordinal.answer_matrix(rated.rating, rated.distribution), code, table)
+    log_like = np.log(np.maximum(like, 1e-300))
+    sums = []
+    for side in (rated.human, ~rated.human):
+        total = np.zeros((n_items, len(ordinal.SCALE)))
+        for t in range(len(ordinal.SCALE)):
+            total[:, t] = np.bincount(rated.item[side], weights=log_like[side, t], minlength=n_items)
+        sums.append(np.where((np.bincount(rated.item[side], minlength=n_items) > 0)[:, None], total, np.nan))
+    heard = np.nan_to_num(sums[0])  # items no person rated: the prior's label, nan at the end
+    people = np.exp(heard - heard.max(axis=1, keepdims=True)) * fit.prior
+    label = np.rint((people / people.sum(axis=1, keepdims=True)) @ ordinal.SCALE).astype(np.int64)
+    models = sums[1]
+    at_people = models[np.arange(n_items), np.clip(label, 1, 5) - 1]
+    gap = (np.max(models, axis=1) - at_people) / np.log(10)
+    return np.where(np.isnan(sums[0][:, 0]), np.nan, gap)
+
+
+def answer_information(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> np.ndarray:
+    """Per row of `ratings.subset(ratings.rated)`: how much the answer moved its item's label, the KL divergence
+    of the item's posterior from the posterior without that answer (nats)."""
+    rated = ratings.subset(ratings.rated)
+    code = np.searchsorted(fit.workers, rated.worker.astype(str))
+    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    like = ordinal.answer_likelihood(ordinal.answer_matrix(rated.rating, rated.distribution), code, table)
+    post = fit.posterior[rated.item]
+    without = post / np.maximum(like, 1e-300)
+    without /= without.sum(axis=1, keepdims=True)
+    ratio = np.where(post > 0, post / np.maximum(without, 1e-300), 1.0)
+    return (post * np.log(ratio)).sum(axis=1)
+
+
+def model_share(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> dict[str, Any]:
+    """The human ratings bought, the model workers' answers, and how many human ratings those answers replaced:
+    their information about the labels (answer_information) in units of the mean human rating's. A model whose
+    reliability is low moves the labels little and so replaces few ratings, however many answers it gave."""
+    rated = ratings.subset(ratings.rated)
+    human = rated.human
+    information = answer_information(fit, ratings)
+    per_rating = float(information[human].mean()) if human.any() else float("nan")
+    models: list[dict[str, Any]] = []
+    for name in np.unique(rated.worker[~human].astype(str)):
+        mine = rated.worker.astype(str) == name
+        at = int(np.searchsorted(fit.workers, name))
+        worth = float(information[mine].sum() / per_rating) if per_rating > 0 else None
+        models.append(
+            {
+                "worker_id": str(name),
+                "answers": int(mine.sum()),
+                "reliability": round(float(fit.reliability[at]), 4),
+                "replaced_ratings": None if worth is None else round(worth, 1),
+            }
+        )
+    replaced = sum(m["replaced_ratings"] or 0.0 for m in models)
+    bought = int(ratings.human.sum())  # every human answer, flags included
+    return {"human_ratings": bought, "models": models, "replaced_ratings": round(replaced, 1)}
+
+
+def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, list[Any]]:
+    """The items table's model columns (null for items without ratings, and for the other policies)."""
+    n = len(n_ratings)
+    if model is None:
+        names = ("distribution", "interval_low", "interval_high", "p_not_pertinent", "model_gap")
+        return {name: [None] * n for name in names}
+    has = n_ratings > 0
+    p_flag = model.verdict.p_flag
+    return {
+        "distribution": [[round(float(p), 6) for p in row] if h else None for row, h in zip(model.fit.posterior, has)],
+        "interval_low": [int(v) if h else None for v, h in zip(model.low, has)],
+        "interval_high": [int(v) if h else None for v, h in zip(model.high, has)],
+        "p_not_pertinent": [None if np.isnan(p) else round(float(p), 6) for p in p_flag],
+        "model_gap": [None if g is None or np.isnan(g) else round(float(g), 4) for g in _or_nans(model.gap, n)],
+    }
+
+
+def _or_nans(values: np.ndarray | None, n: int) -> np.ndarray:
+    return np.full(n, np.nan) if values is None else values
+
+
+def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[str, Any] | None = None) -> pa.Table:
+    """`workers.parquet`: every worker with accepted answers; reliability, bias and noise from the ordinal model
+    (null for one who only flagged, and for the other policies); gold accuracy and answers from the hidden gold
+    (`gold`: worker -> hidden_gold.WorkerGold; null and 0 without gold in the batch)."""
+    names, codes = np.unique(ratings.worker.astype(str), return_inverse=True)
+    answers = np.bincount(codes, minlength=len(names))
+    rated = np.bincount(codes[ratings.rated], minlength=len(names))
+    columns: dict[str, Any] = {"worker_id": names, "answers": answers, "ratings": rated}
+    for name in ("reliability", "bias", "noise", "flag_skill"):
+        columns[name] = [None] * len(names)
+    if model is not None:
+        fitted = {w: i for i, w in enumerate(model.fit.workers)}
+        at = [fitted.get(w) for w in names]
+        for name in ("reliability", "bias", "noise"):
+            values = getattr(model.fit, name)
+            columns[name] = [None if i is None else round(float(values[i]), 4) for i in at]
+        skill = dict(zip(model.verdict.workers, model.verdict.skill))
+        columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
+    columns["unreliable"] = [r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
+    scored = [(gold or {}).get(w) for w in names]
+    columns["gold_accuracy"] = [None if g is None or g.accuracy is None else round(g.accuracy, 4) for g in scored]
+    columns["gold_answers"] = [0 if g is None else g.answers for g in scored]
+    return pa.table(columns, schema=WORKERS_SCHEMA)
+
+
+def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
+    """What agreement.json says about the model and the workers: how many, how many unreliable, the threshold,
+    the EM iterations and the fitted prior over the labels."""
+    return {
+        "workers": table.num_rows,
+        "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
+        "unreliable_below": UNRELIABLE_BELOW,
+        "gold_accuracy": _mean_gold_accuracy(table),
+        "em_iterations": model.fit.iterations,
+        "converged": model.fit.converged,
+        "label_prior": [round(float(p), 4) for p in model.fit.prior],
+        "model_share": model.models,
+    }
+
+
+def _mean_gold_accuracy(table: pa.Table) -> float | None:
+    """The share of right gold answers over the workers in the table (None without gold answers)."""
+    answers = table.column("gold_answers").to_numpy()
+    accuracy = np.array([np.nan if a is None else a for a in table.column("gold_accuracy").to_pylist()], float)
+    if answers.sum() == 0:
+        return None
+    return round(float(np.nansum(accuracy * answers) / answers.sum()), 4)
+
+
+@dataclass
+class HighLow:
+    """Pairs with both conditions kept, and the ones that fail the check."""
+
+    table: pa.Table
+    summary: dict[str, Any]
+
+
+def high_low(items: list[dict], labels: ItemLabels, model: ModelResult | None) -> HighLow:
+    """Each pair with its high and its low condition kept: `inverted` when the high label is not above the low
+    one, else `unsure` when the model gives the order a probability below UNSURE_BELOW."""
+    kept = np.flatnonzero(labels.status == "kept")
+    pair = np.array([items[i]["pair_id"] for i in kept], np.int64)
+    is_high = np.array([items[i]["condition_type"] == "high" for i in kept], bool)
+    highs, lows = _partners(kept, pair, is_high)
+    label_high, label_low = labels.label[highs], labels.label[lows]
+    p_order = model.fit.p_higher(highs, lows) if model is not None else np.full(len(highs), np.nan)
+    inverted = label_high <= label_low
+    unsure = ~inverted & (p_order < UNSURE_BELOW)
+    rows = []
+    for h, lo, lh, ll, p, inv in zip(highs, lows, label_high, label_low, p_order, inverted):
+        if not inv and not (p < UNSURE_BELOW):
+            continue
+        task_h, task_l = items[h], items[lo]
+        rows.append(
+            {
+                "pair_id": task_h["pair_id"],
+                "problem": "inverted" if inv else "unsure",
+                "label_high": float(lh),
+                "label_low": float(ll),
+                "p_high_above_low": None if np.isnan(p) else round(float(p), 4),
+                "item_id_high": task_h["item_id"],
+                "item_id_low": task_l["item_id"],
+                "sentence1": task_h["sentence1"],
+                "sentence2": task_h["sentence2"],
+                "condition_high": task_h["condition"],
+                "condition_low": task_l["condition"],
+            }
+        )
+    n = len(highs)
+    summary = {
+        "pairs": n,
+        "inverted": int(inverted.sum()),
+        "unsure": int(unsure.sum()),
+        "unsure_below": UNSURE_BELOW if model is not None else None,
+        "rate": round(float((inverted | unsure).sum()) / n, 4) if n else None,
+    }
+    return HighLow(pa.Table.from_pylist(rows, schema=INVERSION_SCHEMA), summary)
+
+
+def _partners(kept: np.ndarray, pair: np.ndarray, is_high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Item indexes (into the tasks) of the high and low condition of every pair that has both among `kept`."""
+    high_pairs, high_at = np.unique(pair[is_high], return_index=True)
+    low_pairs, low_at = np.unique(pair[~is_high], return_index=True)
+    _, in_high, in_low = np.intersect1d(high_pairs, low_pairs, return_indices=True)
+    return kept[is_high][high_at[in_high]], kept[~is_high][low_at[in_low]]

@@ -1,0 +1,84 @@
+"""The C-STS split: the rated items into train/validation/test in the C-STS format `train` reads, keeping a pair's
+high and low conditions in one split."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.records import require_current
+from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.crowd.files import write_csv, write_parquet
+from csts_pipeline.stages.annotate.labels.splits import complete_pairs, csts_table, label_description, label_metadata
+from csts_pipeline.stages.annotate.layout import (
+    BWS,
+    BWS_TASKS,
+    CSTS,
+    ITEMS,
+    LABEL_SOURCES,
+    RATINGS,
+    RATINGS_TASKS,
+    SPLITS,
+)
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------- 1: export conditions
+
+
+def split(
+    annotate_dir: Path, seed: int, ratios: tuple[float, float, float], force: bool, labels: str = "likert"
+) -> dict:
+    """Train/validation/test from the kept labelled items (`labels`: likert ratings, or bws scores mapped to
+    1-5): only pairs whose high and low conditions were both kept, grouped by sentence pair; written as C-STS
+    Parquet and CSV (docs/schemas.md), the Parquet carrying the label scale and source in its metadata."""
+    if labels not in LABEL_SOURCES:
+        raise UserError(f"--labels must be likert or bws (got {labels!r})")
+    ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
+    step = "annotate import --stage ratings" if labels == "likert" else "annotate import --stage bws"
+    tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
+    upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
+    with OutputFolder(
+        "annotate-split",
+        annotate_dir / CSTS,
+        {"seed": seed, "ratios": [round(r, 6) for r in ratios], "labels": labels},
+        {labels: upstream["fingerprint"]},
+        reads=(ratings_dir,),
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        items = read_table(ratings_dir / ITEMS)
+        kept = items.filter(pc.equal(items.column("status"), "kept"))
+        complete, complete_ids = complete_pairs(kept)
+        if complete.num_rows == 0:
+            raise UserError(
+                f"{ratings_dir / ITEMS}: no sentence pair has both its high and its low condition kept; "
+                "nothing to split"
+            )
+        table, sentence_pairs = csts_table(complete, seed, ratios)
+        described = label_description(labels, upstream["params"])
+        table = table.replace_schema_metadata(label_metadata(described))
+        parts = {name: table.filter(pc.equal(table.column("split"), name)) for name in SPLITS}
+
+        out.begin(force=True)
+        counts: dict[str, Any] = {
+            "kept_items": kept.num_rows,
+            "incomplete_pairs_dropped": len(np.setdiff1d(kept.column("pair_id").to_numpy(), complete_ids)),
+            "sentence_pairs": sentence_pairs,
+        }
+        for name, part in parts.items():
+            write_parquet(part, out.staging / f"{name}.parquet")
+            write_csv(part, out.staging / f"{name}.csv")
+            counts[f"{name}_rows"] = part.num_rows
+            counts[f"{name}_pairs"] = len(np.unique(part.column("pair_id").to_numpy()))
+            if part.num_rows == 0:
+                log.warning("annotate split: %s is empty (%d sentence pairs in all)", name, sentence_pairs)
+        files = {name: str(out.folder / f"{name}.parquet") for name in SPLITS}
+        return out.finish(counts, labels=described, files=files)

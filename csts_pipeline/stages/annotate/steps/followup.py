@@ -1,0 +1,186 @@
+"""`annotate export --stage ratings --more`: a follow-up batch for the items whose label is still uncertain, so a
+requester pays for a third or fourth rating only where it can change something (docs/annotate.md, "Label
+quality").
+
+An item needs more ratings when it is kept (or has too few ratings, or none) and has fewer than MAX_ANSWERS
+answers, and, with `--aggregate model`, the standard deviation of its posterior over 1-5 is above MORE_ABOVE_SD;
+with the other policies, when its raters disagree (their ratings span DISAGREE_SPAN points or more) or it has
+fewer than two ratings. The batch is closed to the workers the model found unreliable (`exclude_workers.csv`, for
+a qualification or block list on the platform). Its items keep their ids, so the next import takes the first
+batch's results and the follow-up's together (`--results first.csv --results more.csv`) and merges them.
+
+With a language model among the raters (worker `model:<name>`) its answers are in the posterior routed by, an
+item whose model and people disagree (`model_gap` above GAP_ABOVE) is asked again however narrow its posterior,
+and only people's answers count towards MAX_ANSWERS; `--budget N` keeps the N most needed items (route)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.records import require_current
+from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.crowd import tasks
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
+from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER
+from csts_pipeline.stages.annotate.labels.ordinal import SCALE
+from csts_pipeline.stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, RATINGS_TASKS, TASKS, WORKERS
+
+log = logging.getLogger(__name__)
+RATINGS_MORE = "ratings_more"
+EXCLUDE = "exclude_workers.csv"
+MORE_ABOVE_SD = 0.5
+GAP_ABOVE = 1.0  # a model's expected label and the people's this far apart: ask people, however narrow
+DISAGREE_SPAN = 2
+MAX_ANSWERS = 8
+OPEN = ("kept", "too_few_ratings", "unanswered")
+
+
+def posterior_sd(distribution: np.ndarray) -> np.ndarray:
+    """Standard deviation of each posterior row over 1..5 (nan rows stay nan)."""
+    mean = distribution @ SCALE
+    return np.sqrt(np.maximum(distribution @ SCALE**2 - mean**2, 0.0))
+
+
+def needs_more(
+    distribution: np.ndarray, answers: np.ndarray, status: np.ndarray, gap: np.ndarray | None = None
+) -> np.ndarray:
+    """Model labels: items open for ratings, under the answer cap, without ratings or with a posterior sd above
+    MORE_ABOVE_SD (`distribution` rows of nan for items without ratings), or where a model's answers and the
+    people's expected labels are more than GAP_ABOVE apart (`gap`, quality.model_gap; nan: no model)."""
+    sd = posterior_sd(np.nan_to_num(distribution, nan=0.0))
+    unrated = np.isnan(distribution).any(axis=1)
+    apart = np.zeros(len(sd), bool) if gap is None else np.nan_to_num(gap, nan=0.0) > GAP_ABOVE
+    return np.isin(status, OPEN) & (answers < MAX_ANSWERS) & (unrated | (sd > MORE_ABOVE_SD) | apart)
+
+
+def route(
+    distribution: np.ndarray,
+    answers: np.ndarray,
+    status: np.ndarray,
+    budget: int | None = None,
+    gap: np.ndarray | None = None,
+) -> np.ndarray:
+    """The items of the next batch, most needed first: those needs_more picks, the ones without a human rating
+    first, then those where a model and the people disagree (`gap`), then by posterior sd, widest first (a
+    model's answers are in the posterior: where people and the model agree tightly it is narrow, where the
+    model is unsure it is wide); with `budget`, only the first `budget` of them (one human rating each)."""
+    chosen = np.flatnonzero(needs_more(distribution, answers, status, gap))
+    sd = posterior_sd(np.nan_to_num(distribution[chosen], nan=0.0))
+    if gap is not None:
+        sd[np.nan_to_num(gap[chosen], nan=0.0) > GAP_ABOVE] += 10.0  # after the unrated, before the rest
+    sd[np.isnan(distribution[chosen]).any(axis=1)] = np.inf
+    ordered = chosen[np.argsort(-sd, kind="stable")]
+    return ordered if budget is None else ordered[:budget]
+
+
+def disagreeing(item: np.ndarray, rating: np.ndarray, answers: np.ndarray, status: np.ndarray) -> np.ndarray:
+    """Other policies: items open for ratings, under the cap, with fewer than two ratings or a span of
+    DISAGREE_SPAN points or more among them (`item`, `rating`: the 1-5 ratings)."""
+    n = len(status)
+    count = np.bincount(item, minlength=n)
+    high = np.full(n, -np.inf)
+    low = np.full(n, np.inf)
+    np.maximum.at(high, item, rating)
+    np.minimum.at(low, item, rating)
+    wide = (count >= 2) & (high - low >= DISAGREE_SPAN)
+    return np.isin(status, OPEN) & (answers < MAX_ANSWERS) & ((count < 2) | wide)
+
+
+def human_ratings(ratings_dir: Path) -> pa.Table:
+    """`ratings.parquet` without the model workers' rows (a table written before the model columns reads too)."""
+    ratings = read_table(ratings_dir / INDIVIDUAL_RATINGS)
+    return ratings.filter(pc.invert(pc.starts_with(ratings.column("worker_id"), MODEL_WORKER)))
+
+
+def _selection(ratings_dir: Path, budget: int | None) -> tuple[np.ndarray, str]:
+    """The item ids that need more ratings, most needed first, and the rule used."""
+    items = read_table(ratings_dir / ITEMS)
+    ids = items.column("item_id").to_numpy(zero_copy_only=False)
+    status = items.column("status").to_numpy(zero_copy_only=False)
+    answers = items.column("answers").to_numpy()  # people's answers (model workers are not counted there)
+    distribution = items.column("distribution")
+    if distribution.null_count < items.num_rows:
+        rows = np.array([[np.nan] * len(SCALE) if d is None else d for d in distribution.to_pylist()])
+        gap = None
+        if "model_gap" in items.column_names:  # items written before the column have none
+            gap = np.array([np.nan if g is None else g for g in items.column("model_gap").to_pylist()], float)
+        return ids[route(rows, answers, status, budget, gap)], "model"
+    ratings = human_ratings(ratings_dir).filter(pc.invert(pc.field("not_pertinent")))
+    index = pc.index_in(ratings.column("item_id"), items.column("item_id")).to_numpy(zero_copy_only=False)
+    values = ratings.column("rating").to_numpy(zero_copy_only=False).astype(np.float64)
+    chosen = np.flatnonzero(disagreeing(index.astype(np.int64), values, answers, status))
+    return ids[chosen if budget is None else chosen[:budget]], "disagreement"
+
+
+def excluded_workers(ratings_dir: Path) -> pa.Table:
+    """The workers the model found unreliable, with their reliability (empty without the model)."""
+    workers = read_table(ratings_dir / WORKERS)
+    people = pc.invert(pc.starts_with(workers.column("worker_id"), MODEL_WORKER))  # a model takes no HITs
+    unreliable = workers.filter(pc.and_(workers.column("unreliable"), people))
+    return unreliable.select(["worker_id", "reliability", "ratings"])
+
+
+def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> dict[str, Any]:
+    """Write `ratings_more/`: hits.csv and tasks.jsonl for the items that need more ratings (at most `budget`,
+    the widest posteriors first), exclude_workers.csv."""
+    if budget is not None and budget < 1:
+        raise UserError(f"--budget must be at least 1 (got {budget})")
+    ratings_dir = annotate_dir / RATINGS
+    upstream = require_current(ratings_dir, "annotate import --stage ratings", {"tasks": annotate_dir / RATINGS_TASKS})
+    params = {"more_above_sd": MORE_ABOVE_SD, "disagree_span": DISAGREE_SPAN, "max_answers": MAX_ANSWERS}
+    params["budget"] = budget
+    with OutputFolder(
+        "annotate-export-more",
+        annotate_dir / RATINGS_MORE,
+        params,
+        {"ratings": upstream["fingerprint"]},
+        reads=(ratings_dir,),
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        wanted, rule = _selection(ratings_dir, budget)
+        if len(wanted) == 0:
+            raise UserError(f"{ratings_dir / ITEMS}: no item needs more ratings (rule: {rule}); nothing was written")
+        order = {item_id: n for n, item_id in enumerate(wanted.tolist())}
+        records = [task for task in read_jsonl(annotate_dir / RATINGS_TASKS / TASKS) if task["item_id"] in order]
+        records.sort(key=lambda task: order[task["item_id"]])
+        exclude = excluded_workers(ratings_dir)
+
+        out.begin(force=True)
+        hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
+        files = {
+            key: str(out.folder / name)
+            for key, name in tasks.write_task_files(out.staging, hits, records, "ratings").items()
+        }
+        write_csv(exclude, out.staging / EXCLUDE)
+        files["exclude"] = str(out.folder / EXCLUDE)
+        counts = {"items": len(records), "exclude_workers": exclude.num_rows}
+        return out.finish(counts, rule=rule, budget=budget, files=files)
+
+
+def describe_more(record: dict[str, Any]) -> str:
+    """What the command prints."""
+    if record.get("status") == "up-to-date":
+        return f"up to date: {record['folder']} (nothing to do; --force recomputes)"
+    counts, files = record["counts"], record["files"]
+    rule = (
+        f"posterior sd above {MORE_ABOVE_SD}"
+        if record["rule"] == "model"
+        else f"ratings {DISAGREE_SPAN}+ points apart or fewer than 2"
+    )
+    if record.get("budget") is not None:
+        rule += f"; the {record['budget']} widest first (--budget)"
+    return (
+        f"{counts['items']} items need more ratings ({rule}; at most {MAX_ANSWERS} answers each)\n"
+        f"  upload: {files['hits']} (1 assignment per HIT)\n  ids:    {files['tasks']}\n"
+        f"  close the batch to {counts['exclude_workers']} unreliable worker(s): {files['exclude']}\n"
+        "then import the first batch's results and this one's together"
+    )

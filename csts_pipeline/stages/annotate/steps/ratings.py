@@ -1,0 +1,233 @@
+"""The ratings round: export every triplet (with hidden controls) as rating tasks, and import the ratings:
+screened, merged with a language model's ratings as one more worker, aggregated (labels/aggregators.py), with
+agreement, the workers table and the high-against-low check. The previous output stays until all of it is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from csts_pipeline.pipeline.commit import OutputFolder
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.records import file_fingerprint, require_current
+from csts_pipeline.pipeline.schemas import ITEM_SCHEMA, RATING_SCHEMA
+from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, screening, tasks
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
+from csts_pipeline.stages.annotate.crowd.kept import KeptSource
+from csts_pipeline.stages.annotate.labels import quality
+from csts_pipeline.stages.annotate.labels.aggregators import aggregator
+from csts_pipeline.stages.annotate.labels.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
+from csts_pipeline.stages.annotate.labels.sampling import hash64
+from csts_pipeline.stages.annotate.layout import (
+    AGREEMENT,
+    CONDITIONS,
+    CONDITIONS_TASKS,
+    INDIVIDUAL_RATINGS,
+    INVERSIONS,
+    ITEMS,
+    PROVENANCE,
+    RATINGS,
+    RATINGS_TASKS,
+    REPORT,
+    TASKS,
+    TRIPLETS,
+    WORKERS,
+)
+from csts_pipeline.stages.annotate.steps import model_ratings, qualification
+
+# ---------------------------------------------------------------------------------------- 1: export conditions
+
+
+def export_ratings(
+    annotate_dir: Path,
+    seed: int,
+    force: bool,
+    gold_share: float = 0.0,
+    gold: Path | None = None,
+    source: KeptSource | None = None,
+) -> dict:
+    """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
+    hides which condition was meant to be high or low. With `gold_share`, hidden control pairs make up that
+    share of the rows, made from the kept pairs of `source` outside the batch (stages/annotate/crowd/controls.py;
+    `gold`: a gold file whose rate items not in the qualification test are controls too)."""
+    hidden_gold.check_share(gold_share)
+    controls.require_source(source, gold_share)
+    conditions_dir = annotate_dir / CONDITIONS
+    upstream = require_current(
+        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
+    )
+    params, inputs = {"seed": seed}, {"conditions": upstream["fingerprint"]}
+    if gold_share > 0:
+        if gold is not None and not gold.is_file():
+            raise UserError(f"{gold}: gold file not found")
+        params["gold_share"] = gold_share
+        inputs["gold"] = file_fingerprint(gold or gold_set.default_gold())
+        inputs["kept"] = source.fingerprint
+        test = annotate_dir / qualification.QUALIFICATION_TASKS / TASKS
+        inputs["qualification_test"] = file_fingerprint(test) if test.is_file() else None
+    with OutputFolder(
+        "annotate-export-ratings", annotate_dir / RATINGS_TASKS, params, inputs, reads=(conditions_dir,)
+    ) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tasks.guard_tasks(out, force)
+        triplets = read_table(conditions_dir / TRIPLETS)
+        is_low = triplets.column("condition_type").to_numpy(zero_copy_only=False) == "low"
+        key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
+        triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
+        real = tasks.rating_tasks(triplets)
+        made = controls.make(source, annotate_dir, real, gold, hidden_gold.gold_count(len(real), gold_share), seed)
+        records, n_gold = controls.mix(real, made, seed), len(made)
+
+        out.begin(force=True)
+        hits = tasks.hits_table(records, ("item_id", "sentence1", "sentence2", "condition"))
+        files = {
+            key: str(out.folder / name)
+            for key, name in tasks.write_task_files(out.staging, hits, records, "ratings").items()
+        }
+        counts = {"items": len(real), "pairs": len({r["pair_id"] for r in real})}
+        if n_gold:
+            hidden_gold.write_gold_file(records, out.staging / hidden_gold.GOLD_FILE)
+            files["gold"] = str(out.folder / hidden_gold.GOLD_FILE)
+            counts |= {"gold_items": n_gold, "gold_share": round(n_gold / len(records), 4)}
+        return out.finish(counts, files=files)
+
+
+# ------------------------------------------------------------------------------------------- 4: import ratings
+
+
+def import_ratings(
+    annotate_dir: Path,
+    results: list[Path],
+    how: str = "mean",
+    not_pertinent_share: float = 0.5,
+    min_ratings: int = 1,
+    force: bool = False,
+    agreement_sample: int | None = None,
+    seed: int = 0,
+    workers: Path | None = None,
+) -> dict:
+    """Validate rating results; label each item by the policy `how` (mean, median, or round: the median rounded
+    to an integer); drop items that more than `not_pertinent_share` of their raters flag as not pertinent, or
+    that have fewer than `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker
+    agreement over the kept items with two or more ratings, and with `agreement_sample` on a seeded sample of
+    that many items with three ratings each (the paper's protocol). Rows of workers not qualified are left out
+    (`workers`, as for the conditions import)."""
+    _check_rating_options(how, not_pertinent_share, min_ratings)
+    if agreement_sample is not None and agreement_sample < 1:
+        raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
+    tasks_dir = annotate_dir / RATINGS_TASKS
+    upstream = require_current(tasks_dir, "annotate export --stage ratings", {"conditions": annotate_dir / CONDITIONS})
+    params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
+    params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
+    qualified = qualification.qualified_workers(annotate_dir, workers)
+    inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
+    inputs |= qualification.workers_input(qualified)
+    inputs |= model_ratings.model_input(annotate_dir)  # `annotate rate`'s worker, when it ran
+    with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
+        if out.up_to_date() and not force:
+            return out.unchanged()
+        tasks_all = read_jsonl(tasks_dir / TASKS)
+        by_model = model_ratings.model_answers(annotate_dir, tasks_all)
+        screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
+        gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
+        if gold is not None and gold.blocked:
+            screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
+        if not accepted:
+            raise screen.nothing_valid(results, "ratings")
+        accepted = accepted + by_model.ratings
+        parts = hidden_gold.separate(tasks_all, accepted)
+        items, accepted = parts.items, parts.accepted
+        if not accepted:
+            raise screen.nothing_valid(results, "ratings")
+        ratings = RatingArrays.of(accepted)
+        anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
+        policy = aggregator(how, not_pertinent_share, min_ratings, anchor)
+        labels = policy.fit(ratings, len(items))
+        model = policy.result
+        agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
+        checks = quality.high_low(items, labels, model)
+        workers = quality.workers_table(model, ratings, gold.workers if gold else None)
+        agreement |= {
+            "high_low": checks.summary,
+            "model_workers": quality.workers_summary(model, workers) if model else None,
+            "gold": gold.summary() if gold else None,
+        }
+
+        out.begin(force=True)
+        screen.write_report(out.staging / REPORT)
+        write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), out.staging / ITEMS)
+        write_parquet(_individual_table(items, accepted, by_model.soft), out.staging / INDIVIDUAL_RATINGS)
+        write_parquet(workers, out.staging / WORKERS)
+        write_csv(checks.table, out.staging / INVERSIONS)
+        write_json(out.staging / AGREEMENT, agreement)
+        if gold is not None:
+            write_csv(gold.blocklist(), out.staging / hidden_gold.BLOCKLIST)
+        status = labels.status
+        counts = {
+            "items": len(items),
+            "rows_read": screen.rows_read,
+            "ratings_accepted": len(accepted),
+            "excluded_rows": screen.excluded_rows(),
+            **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
+            "items_unanswered": int((status == "unanswered").sum()),
+        }
+        files = {name: str(out.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
+        files["report"] = str(out.folder / REPORT)
+        if gold is not None:
+            files["blocklist"] = str(out.folder / hidden_gold.BLOCKLIST)
+            counts |= {"gold_answers": agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
+        figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
+        return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
+
+
+def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
+    if how not in AGGREGATES:
+        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
+    if not 0 <= not_pertinent_share < 1:
+        raise UserError(f"--not-pertinent-share must be in [0, 1) (got {not_pertinent_share})")
+    if min_ratings < 1:
+        raise UserError(f"--min-ratings must be at least 1 (got {min_ratings})")
+
+
+def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, list]) -> pa.Table:
+    """`items.parquet`: every rating item with its label, counts and status (and the model's `extra` columns)."""
+    rows = [
+        {
+            **{name: task[name] for name in ("item_id", *PROVENANCE, "sentence1", "sentence2", "condition")},
+            "condition_type": task["condition_type"],
+            "label": None if np.isnan(labels.label[i]) else float(labels.label[i]),
+            "ratings": int(labels.ratings[i]),
+            "not_pertinent": int(labels.flags[i]),
+            "answers": int(labels.answers[i]),
+            "status": labels.status[i],
+            **{name: values[i] for name, values in extra.items()},
+        }
+        for i, task in enumerate(items)
+    ]
+    return pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)
+
+
+def _individual_table(
+    items: list[dict], accepted: list[screening.Rating], soft: dict[tuple[str, str], dict] | None = None
+) -> pa.Table:
+    """`ratings.parquet`: every accepted rating, so labels and agreement can be recomputed; a model worker's rows
+    (`soft`, by item and worker) also carry its most likely digit, distribution and P(not pertinent)."""
+    rows = [
+        {
+            "item_id": items[a.item]["item_id"],
+            "worker_id": a.worker,
+            "assignment_id": a.assignment or None,
+            "rating": a.rating,
+            "not_pertinent": a.not_pertinent,
+            **(soft or {}).get((items[a.item]["item_id"], a.worker), {}),
+        }
+        for a in accepted
+    ]
+    return pa.Table.from_pylist(rows, schema=RATING_SCHEMA)
+
+
+# ----------------------------------------------------------------------------------------------------- 5: split

@@ -1,0 +1,182 @@
+"""Which index fits `mine.memory_budget`: the most accurate one whose estimated peak memory fits, as autofaiss
+chooses under a memory budget (exact, IVF-Flat, IVF-SQ8, then IVF-PQ with fewer bytes per vector). IVF-PQ uses
+FAISS's 4-bit fast-scan codes (FAISS's advice with a re-ranking step): training them took 15 s where 8-bit codes
+took 214 s (65,536 x 512-d on 2 cores), and the re-ranking makes up for the coarser codes. They code each vector's
+residual from its list's centroid (`PQ{m}x4fsr`), which ranks the candidates better at the same scan cost
+(bench/pq_codes.py). OPQ is not used: its rotation's training costs minutes more on 2 cores for a gain that the
+re-ranking already gives.
+
+The estimate is the whole process's peak, not only the index: the interpreter with torch, FAISS and Arrow
+(measured 562 MiB on import), the O(N) ids and caption index, the k-means training sample, one query block with
+its candidate lists and their re-ranking, and the pages of the neighbour-list memory maps a pair block touches.
+Compressed indexes search `mine.rerank` x k candidates and re-rank them exactly from the full vectors
+(stages.mine.rerank), so their recall is measured after re-ranking, as for every approximate run (stages.mine.ann).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.manifest import MineConfig
+
+GIB = 1024**3
+# python + torch + faiss + pyarrow: 562 MiB on import, but a 200k-image IVF-PQ run peaked 0.46 GiB over the sum of
+# the other parts with 640 MiB here (Arrow's pool, FAISS's search buffers): so counted as 1.1 GiB
+PROCESS_BYTES = int(1.1 * GIB)
+LIST_GROWTH = 1.5  # inverted lists grow by doubling: 1M x 512-d IVF-Flat peaked at 4.17 GiB, 1.43x its codes
+CAPTION_BYTES = 5 * 16 + 32  # per image: about five captions (id + owner) and the image-id arrays
+READ_ROWS = 1 << 13  # distinct rows a re-ranking read brings in (stages.mine.rerank)
+RERANK_PAIRS = 1 << 24  # (query, candidate) pairs re-ranked at once (about 1 GiB): a block in parts of this many
+RERANK_PAIR_BYTES = 64  # a (query, candidate) pair of a block's re-ranking: sort keys, order, rows, scores, temporaries
+COMPRESSED = ("ivf_sq8", "ivf_pq")
+APPROXIMATE = ("ivf", *COMPRESSED, "hnsw")
+# FAISS's guideline for millions of vectors: 4 sqrt(N) to 16 sqrt(N) lists; below a million about sqrt(N) as before
+MANY_FROM = 1_000_000
+MANY_LISTS_PER_ROOT = 4
+# from this many lists the coarse quantiser is an HNSW graph (IndexHNSWFlat), so assigning a vector to its lists
+# (training, adding and every query's probe) costs a graph walk, not a distance to every list. Below it a batch of
+# queries against every centroid is one matrix product, quicker and exact: at 12,649 lists (10M images) 0.086 ms a
+# query for nprobe 256 where the graph took 0.116 and found 97% of the lists (bench/coarse_quantizer.py, 2 cores)
+HNSW_QUANTIZER_FROM = 32_768
+QUANTIZER_M = 32
+QUANTIZER_EF_SEARCH = 128
+PIECE_ROWS = 1 << 16  # mine.knn=torch joins shards into pieces of this many rows on their way to the device
+TRAIN_CAP = 262_144  # training points: 64 a list up to this cap, then 32 a list (FAISS warns below 39; k-means cost)
+
+
+@dataclass
+class IndexPlan:
+    """The index mine builds, its parameters and why: what goes into the stage record under `search.budget`."""
+
+    kind: str
+    lists: int
+    pq_m: int | None = None
+    candidates: int = 0  # per query, re-ranked exactly; 0: no re-ranking
+    estimate: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def quantizer(self) -> str:
+        """The coarse quantiser: `flat` (a distance to every list) or `hnsw` (a graph over the lists)."""
+        return "hnsw" if self.lists >= HNSW_QUANTIZER_FROM else "flat"
+
+    @property
+    def factory(self) -> str:
+        """The FAISS index_factory string of an IVF index."""
+        codes = {"ivf": "Flat", "ivf_sq8": "SQ8", "ivf_pq": f"PQ{self.pq_m}x4fsr"}[self.kind]
+        coarse = f"_HNSW{QUANTIZER_M}" if self.quantizer == "hnsw" else ""
+        return f"IVF{self.lists}{coarse},{codes}"
+
+    def record(self, budget_gib: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"memory_budget_gib": budget_gib, "chosen": self.kind, "reason": self.reason}
+        out["estimated_gib"] = {name: round(value / GIB, 3) for name, value in self.estimate.items()}
+        if self.kind in COMPRESSED:
+            out |= {"factory": self.factory, "rerank_candidates": self.candidates}
+        if self.kind in ("ivf", *COMPRESSED) and self.quantizer == "hnsw":
+            out |= {"factory": self.factory, "quantizer": f"HNSW{QUANTIZER_M}"}
+        return out
+
+
+def ivf_lists(n_images: int, configured: int | None) -> int:
+    """About sqrt(N) inverted lists (FAISS's rule of thumb) below a million images, 4 sqrt(N) from there (FAISS's
+    guideline for millions: fewer codes scanned a query, 25,000 at nprobe 32 of 10M rather than 101,000), with at
+    least 39 training points each."""
+    if configured is not None:
+        return max(1, min(configured, n_images // 39 or 1))
+    per_root = MANY_LISTS_PER_ROOT if n_images >= MANY_FROM else 1
+    return max(1, min(round(per_root * math.sqrt(n_images)), n_images // 39 or 1))
+
+
+def training_rows(kind: str, n_images: int, lists: int) -> int:
+    """Up to 64 points per list (32 a list past TRAIN_CAP points, as k-means costs points x lists), and at least
+    16,384 for the product quantiser's codebooks."""
+    wanted = 64 * lists if 64 * lists <= TRAIN_CAP else max(TRAIN_CAP, 32 * lists)
+    return min(n_images, wanted if kind != "ivf_pq" else max(wanted, 16_384))
+
+
+def quantizer_bytes(lists: int, dim: int) -> int:
+    """The coarse quantiser: the lists' centroids, and an HNSW graph's links (2 M on the base level) over them."""
+    links = QUANTIZER_M * 2 * 4 * 1.2 if lists >= HNSW_QUANTIZER_FROM else 0
+    return int(lists * (dim * 4 + links))
+
+
+def pq_splits(dim: int) -> list[int]:
+    """Sub-quantisers for IVF-PQ (4 bits each), most first: sub-vectors of 2, 4, 8 or 16 dimensions. (At 50,000
+    mixture vectors, nprobe 64, 256 candidates re-ranked: PQ256x4fs recall@64 0.994, PQ128x4fs 0.940.)"""
+    return [m for m in (dim // 2, dim // 4, dim // 8, dim // 16) if m >= 2 and m % 2 == 0 and dim % m == 0] or [2]
+
+
+def index_bytes(
+    kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
+) -> int:
+    """The index's own memory in this process: codes, ids and the coarse quantiser. An exact base kept on a GPU
+    (`gpu`) costs the host only a piece in transit, as float32 and as the shards' copy."""
+    coarse = quantizer_bytes(lists, dim)
+    if kind == "exact":
+        return min(n, PIECE_ROWS) * dim * 4 * 2 if gpu else n * dim * 4
+    if kind == "hnsw":
+        return int(n * (dim * 4 + config.hnsw_m * 2 * 4) * LIST_GROWTH)
+    per_vector = {"ivf": dim * 4, "ivf_sq8": dim, "ivf_pq": (pq_m or 0) // 2}[kind] + 8
+    return int(n * per_vector * LIST_GROWTH) + coarse
+
+
+def estimate(
+    kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
+) -> dict[str, int]:
+    """Peak bytes of the mine process by part, with `total` (host memory: an exact base on a GPU is not in it)."""
+    k, batch = config.k, config.query_batch
+    candidates = config.rerank * k if kind in COMPRESSED else 0
+    parts = {
+        "process": PROCESS_BYTES,
+        "index": index_bytes(kind, n, dim, lists, pq_m, config, gpu),
+        "ids_and_captions": n * CAPTION_BYTES,
+        "training_sample": training_rows(kind, n, lists) * dim * 4 if kind in APPROXIMATE else 0,
+        "query_block": batch * (dim * 4 + (k + 1 + candidates) * 12 * 2),
+        "rerank": min(batch * candidates, RERANK_PAIRS) * RERANK_PAIR_BYTES + READ_ROWS * dim * 4,
+        # one pair block looks up its neighbours' lists: at most a page per looked-up row stays mapped
+        "neighbour_maps": min(n * k * 8, batch * k * 4096 // 2),
+    }
+    return parts | {"total": sum(parts.values())}
+
+
+def base_on_gpu(config: MineConfig, device: str) -> bool:
+    """Whether an exact search keeps its base in GPU memory: `mine.knn: torch` on a CUDA device (`run.device`)."""
+    if config.knn != "torch" or device == "cpu":
+        return False
+    if device.startswith("cuda"):
+        return True
+    import torch  # `auto`: only here, so that planning a FAISS or CPU run does not load torch
+
+    return torch.cuda.is_available()
+
+
+def plan_index(config: MineConfig, n: int, dim: int, gpu: bool = False) -> IndexPlan:
+    """The index for N vectors of `dim` under the budget: the first of exact (below `exact_below`), IVF-Flat,
+    IVF-SQ8 and IVF-PQ (largest code first) whose estimate fits; an explicit `mine.index` is kept as asked, and
+    fails with a one-line error when it cannot fit. `gpu` (`base_on_gpu`): an exact base lives on the GPU, so the
+    budget, which is the host's, does not hold it."""
+    budget = config.memory_budget * GIB
+    lists = ivf_lists(n, config.ivf_lists)
+    if config.index == "auto":
+        kinds = (["exact"] if n < config.exact_below else []) + ["ivf", "ivf_sq8", "ivf_pq"]
+    else:
+        kinds = [config.index]
+    tried = []
+    for kind in kinds:
+        for pq_m in pq_splits(dim) if kind == "ivf_pq" else [None]:
+            parts = estimate(kind, n, dim, lists, pq_m, config, gpu)
+            name = f"{kind} (PQ{pq_m})" if pq_m else kind
+            name += " (base on the GPU)" if gpu and kind == "exact" else ""
+            if parts["total"] <= budget:
+                reason = f"{name}: estimated {parts['total'] / GIB:.2f} GiB of {config.memory_budget:g} GiB"
+                reason += "".join(f"; {other} does not fit" for other in tried)
+                candidates = config.rerank * config.k if kind in COMPRESSED else 0
+                return IndexPlan(kind, lists, pq_m, candidates, parts, reason)
+            tried.append(f"{name} ({parts['total'] / GIB:.2f} GiB)")
+    raise UserError(
+        f"mine.memory_budget={config.memory_budget:g} GiB is too small for {n:,} images of {dim} dimensions: "
+        f"{', '.join(tried)}; raise the budget or use a smaller mine.query_batch"
+    )
