@@ -117,6 +117,12 @@ class MineConfig(_Section):
     memory_budget: float = Field(
         8.0, gt=0, description="GiB the mine process may use: auto picks its index to fit (docs/mine.md)"
     )
+    gpu_memory_budget: float | None = Field(
+        None,
+        gt=0,
+        description="GiB the search may take on a CUDA device (an exact base, an IVF index there); default 90% of "
+        "the device's memory (docs/mine.md)",
+    )
     parts: int = Field(
         1, ge=1, description="Ray executor: the base split into this many parts, each indexed by its own Ray actor"
     )
