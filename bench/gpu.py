@@ -35,7 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.e2e import SMALL_TEXT_ENCODER, case_variant, text_encoder_folder  # noqa: E402
+from bench.e2e import case_variant, text_encoder_folder  # noqa: E402
 from bench.embed import make_jpegs  # noqa: E402
 from csts_pipeline.pipeline.device import autocast_dtype, resolve_device  # noqa: E402
 from csts_pipeline.pipeline.manifest import EmbedConfig  # noqa: E402
@@ -146,11 +146,15 @@ def text_section(
     device: torch.device, size: dict, work: Path, captions: Path, tokenizer: Path | None, dry: bool
 ) -> dict:
     """Today's encoding (fp16 on CUDA, sentence-transformers' batches) against the new one (bf16, sorted, the
-    largest batch that fits), on the same encoder folder e2e uses."""
-    name, shape = ("small", SMALL_TEXT_ENCODER) if dry else ("simcse-large-shaped", None)
-    folder = text_encoder_folder(work / "e2e" / "models" / name, tokenizer, shape)
+    largest batch that fits), on the encoder folder e2e uses (the dry run: the packaged MiniLM, whose sentences
+    differ enough that a wrong order shows)."""
     texts = caption_texts(captions, size["texts"])
-    model = load_text_encoder(str(folder), "cls_pooler", device)
+    if dry:
+        name, model = "packaged MiniLM", load_text_encoder("packaged:all-MiniLM-L6-v2", "model", device)
+    else:
+        name = "simcse-large-shaped"
+        folder = text_encoder_folder(work / "e2e" / "models" / name, tokenizer)
+        model = load_text_encoder(str(folder), "cls_pooler", device)
     out: dict = {"texts": len(texts), "encoder": name}
     if device.type == "cuda":
         model.half()  # today's path
@@ -176,6 +180,7 @@ def text_section(
     first, second = rng.integers(0, len(texts), (2, 2000))
     cosines = [np.einsum("ij,ij->i", vectors[first], vectors[second]) for vectors in (before, after)]
     out["mean_abs_cosine_change"] = round(float(np.abs(cosines[0] - cosines[1]).mean()), 5)
+    out["max_abs_embedding_change"] = round(float(np.abs(before - after).max()), 5)
     return out
 
 

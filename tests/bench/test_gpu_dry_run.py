@@ -28,7 +28,8 @@ def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_figures(tmp_pa
     assert embed["nvimgcodec"] == {"skipped": "nvImageCodec is not installed"} or embed["nvimgcodec"]["pipeline"] > 0
     text = figures["text"]
     assert text["texts"] == 200 and text["new"]["sentences_per_s"] > 0
-    assert text["mean_abs_cosine_change"] < 1e-4  # on the CPU both paths compute in float32
+    # on the CPU both paths compute in float32: each sentence's embedding comes back in its place
+    assert text["mean_abs_cosine_change"] < 1e-4 and text["max_abs_embedding_change"] < 1e-3
     mine = figures["mine-2000"]
     assert mine["exact_baseline"]["queries_timed"] == 1000
     approximate = mine["approximate"]

@@ -74,6 +74,8 @@ def test_too_few_probed_rows_are_padded_and_read_returns_the_stored_rows():
     rows = np.array([399, 0, 17])
     np.testing.assert_array_equal(ivf.read(rows), base[rows])
     assert sorted(ivf.rows_by_list()) == list(range(400))
+    with pytest.raises(ValueError, match="add after search"):  # the sorted base would lose the rows before
+        ivf.add(base[:3])
 
 
 def test_recall_on_held_out_queries_rises_with_nprobe_to_the_target():

@@ -88,10 +88,11 @@ class TorchIVF:
         sorts the base by list."""
         if self.centroids is None:
             raise ValueError("add before train")
+        if self.base is not None:  # the sorted base holds the earlier rows; mine adds every row before searching
+            raise ValueError("add after search")
         # Arrow buffers are read-only, hence the copy of those
         piece = torch.from_numpy(np.require(vectors, requirements="W")).to(self.device, self.dtype)
         self.pieces.append((piece, self._nearest(piece, self.centroids)))
-        self.base = None
 
     def _sort(self) -> None:
         """The base sorted by list (stable: rows of a list in the order they were added), its ids, the list
