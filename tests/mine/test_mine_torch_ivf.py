@@ -138,3 +138,17 @@ def test_mine_runs_through_the_torch_ivf_and_records_it(tmp_path: Path, monkeypa
     assert record["params"]["ivf_backend"] == "torch"
     pairs = read_shards(folder / "image_pairs")
     assert pairs.num_rows > 2500 * 8 / 2
+
+
+def test_candidates_scored_in_chunks_give_the_same_top_k(monkeypatch):
+    """A group whose scores (or gathered vectors) pass SCORE_BYTES goes in chunks of candidates, merged by score."""
+    from csts_pipeline.stages.mine import torch_ivf
+
+    base, queries = _mixture(3000), _mixture(150, seed=7)
+    ivf = _ivf(base, lists=24)
+    ivf.set_parameter("nprobe", 6)
+    whole = ivf.search(queries, 10)
+    monkeypatch.setattr(torch_ivf, "SCORE_BYTES", 64 * 32 * 4 * 5)  # about 160 rows a chunk
+    chunked = ivf.search(queries, 10)
+    np.testing.assert_array_equal(chunked[1], whole[1])
+    np.testing.assert_allclose(chunked[0], whole[0], rtol=1e-6)

@@ -165,12 +165,13 @@ class TorchIVF:
         self, queries: torch.Tensor, probes: torch.Tensor, lists: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k of `queries` over the rows of `lists` (sorted), each query's scores masked to its own probes;
-        in chunks of candidates when the scores would pass SCORE_BYTES."""
+        in chunks of candidates when their scores or their gathered vectors would pass SCORE_BYTES."""
         local = torch.from_numpy(lists).to(self.device)
         candidates, owner = list_rows(self.offsets, local)
         member = torch.zeros((len(queries), len(lists)), dtype=torch.bool, device=self.device)
         member.scatter_(1, torch.searchsorted(local, probes), True)
-        chunk = max(k, SCORE_BYTES // 4 // max(1, len(queries)))
+        row_bytes = self.dim * self.base.element_size()  # the gathered candidates stay under SCORE_BYTES too
+        chunk = max(k, min(SCORE_BYTES // 4 // max(1, len(queries)), SCORE_BYTES // row_bytes))
         best: tuple[torch.Tensor, torch.Tensor] | None = None
         for lo in range(0, len(candidates), chunk):
             rows = candidates[lo : lo + chunk]
