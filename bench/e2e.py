@@ -43,6 +43,7 @@ CAPTIONS_PER_IMAGE = 5
 STAGES = ("embed", "mine", "filter")
 TEXT_ENCODER_SHAPE = {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16}
 TEXT_ENCODER_SHAPE["intermediate_size"] = 4096
+SMALL_TEXT_ENCODER = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}
 
 
 def case_variant(text: str, repeat: int) -> str:
@@ -58,9 +59,10 @@ def case_variant(text: str, repeat: int) -> str:
     return "".join(chars)
 
 
-def write_captions(path: Path, n_images: int) -> int:
-    """A COCO captions JSON for `n_images` images (ids 1..n), 5 captions each from the val2017 captions."""
-    annotations = json.loads(COCO_VAL.read_text())["annotations"]
+def write_captions(path: Path, n_images: int, source: Path = COCO_VAL) -> int:
+    """A COCO captions JSON for `n_images` images (ids 1..n), 5 captions each from the val2017 captions (or
+    another COCO captions JSON, `source`)."""
+    annotations = json.loads(source.read_text())["annotations"]
     by_image: dict[int, list[str]] = {}
     for entry in sorted(annotations, key=lambda a: a["id"]):
         by_image.setdefault(entry["image_id"], []).append(entry["caption"].strip())
@@ -81,7 +83,7 @@ def link_images(folder: Path, pool: Path, n_images: int, distinct: int) -> None:
     """One hard link per image name to a pool of `distinct` synthetic JPEGs (bench/embed.py's generator)."""
     from bench.embed import make_jpegs
 
-    jpegs = make_jpegs(pool, min(distinct, n_images))
+    jpegs = make_jpegs(pool, min(distinct, n_images), workers=os.cpu_count() or 1)
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -89,8 +91,9 @@ def link_images(folder: Path, pool: Path, n_images: int, distinct: int) -> None:
         os.link(jpegs[index % len(jpegs)], folder / f"{index + 1:012d}.jpg")
 
 
-def text_encoder_folder(folder: Path) -> Path:
-    """SimCSE-large's shape from a BERT config, random weights, MiniLM's uncased tokenizer; built once."""
+def text_encoder_folder(folder: Path, tokenizer_folder: Path | None = None, shape: dict | None = None) -> Path:
+    """SimCSE-large's shape (or `shape`) from a BERT config, random weights, MiniLM's uncased tokenizer (from the
+    packaged model, or `tokenizer_folder` holding its files); built once."""
     if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
         return folder
     import torch
@@ -98,9 +101,9 @@ def text_encoder_folder(folder: Path) -> Path:
 
     from csts_pipeline.pipeline.packaged_models import resolve_model_path
 
-    minilm = Path(resolve_model_path("packaged:all-MiniLM-L6-v2"))
-    tokenizer = AutoTokenizer.from_pretrained(minilm)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=514, **TEXT_ENCODER_SHAPE)
+    source = tokenizer_folder or Path(resolve_model_path("packaged:all-MiniLM-L6-v2"))
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=514, **(shape or TEXT_ENCODER_SHAPE))
     torch.manual_seed(0)
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -116,6 +119,10 @@ def write_manifest(work: Path, args: argparse.Namespace, encoder: Path) -> Path:
     manifest["mine"] = manifest.get("mine") or {}
     manifest["mine"]["knn"] = args.knn
     manifest["embed"] |= {"model": "ViT-B-32", "pretrained": None, "num_workers": args.workers}
+    if args.clip_config:
+        manifest["embed"] |= {"model_config_path": str(args.clip_config.resolve())}
+    if args.decode:
+        manifest["embed"]["decode"] = args.decode
     manifest["filter"] |= {"text_encoder": str(encoder), "text_pooling": "cls_pooler"}
     if args.text_batch_size:
         manifest["filter"]["text_batch_size"] = args.text_batch_size
@@ -189,19 +196,26 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="embed.num_workers")
     parser.add_argument("--image-batch-size", type=int, default=None, help="embed.batch_size (default: coco's)")
     parser.add_argument("--text-batch-size", type=int, default=None, help="filter.text_batch_size (coco's)")
+    parser.add_argument("--decode", default=None, help="embed.decode (default: coco's)")
+    parser.add_argument("--captions", type=Path, default=COCO_VAL, help="COCO captions JSON the captions come from")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="MiniLM's tokenizer files (default: packaged)")
+    parser.add_argument("--clip-config", type=Path, default=None, help="an open_clip config JSON instead of ViT-B/32")
+    parser.add_argument("--small-text-encoder", action="store_true", help="a 2-layer encoder (dry runs)")
     args = parser.parse_args()
     if args.scale:
         args.fraction = 1.0
-    if not COCO_VAL.is_file():
-        sys.exit(f"shared data missing: {COCO_VAL}")
+    if not args.captions.is_file():
+        sys.exit(f"captions missing: {args.captions}")
     n_images = max(65, round(COCO_TRAIN_IMAGES * args.fraction))  # mine needs k + 1 = 65 images
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
-    distinct = write_captions(work / "captions.json", n_images)
+    distinct = write_captions(work / "captions.json", n_images, args.captions)
     link_images(work / "images", work / "jpeg-pool", n_images, args.distinct_jpegs)
-    encoder = text_encoder_folder(work / "models" / "simcse-large-shaped")
+    shape = SMALL_TEXT_ENCODER if args.small_text_encoder else None
+    name = "small" if args.small_text_encoder else "simcse-large-shaped"
+    encoder = text_encoder_folder(work / "models" / name, args.tokenizer, shape)
     manifest = write_manifest(work, args, encoder)
     print(
         f"{n_images:,} images ({args.fraction:.2%} of COCO), {n_images * CAPTIONS_PER_IMAGE:,} captions "

@@ -28,25 +28,35 @@ from csts_pipeline.stages.embed.encoder import ImageList, load_clip, write_embed
 from csts_pipeline.stages.embed.images import image_batches
 
 
-def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:
-    """Photo-like 640x480 JPEGs: smooth colour fields, shapes and sensor noise (about 100-150 KB each)."""
+def make_jpegs(folder: Path, count: int, seed: int = 0, workers: int = 1) -> list[Path]:
+    """Photo-like 640x480 JPEGs: smooth colour fields, shapes and sensor noise (about 100-150 KB each), each from
+    its own seeded generator, so `workers` processes make the same files as one."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{i:06d}.jpg" for i in range(count)]
-    if all(p.is_file() for p in paths):
-        return paths
-    rng = np.random.default_rng(seed)
-    for path in paths:
-        field = rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)
-        image = Image.fromarray(field).resize((640, 480), Image.Resampling.BICUBIC)
-        draw = ImageDraw.Draw(image)
-        for _ in range(int(rng.integers(3, 9))):
-            x, y = int(rng.integers(0, 560)), int(rng.integers(0, 400))
-            colour = tuple(int(c) for c in rng.integers(0, 255, 3))
-            draw.ellipse((x, y, x + int(rng.integers(20, 160)), y + int(rng.integers(20, 160))), fill=colour)
-        image = image.filter(ImageFilter.GaussianBlur(1.2))
-        noisy = np.asarray(image, np.int16) + rng.integers(-12, 12, (480, 640, 3))
-        Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(path, quality=90)
+    missing = [i for i, path in enumerate(paths) if not path.is_file()]
+    if workers > 1 and len(missing) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(_write_jpeg, [paths[i] for i in missing], [seed] * len(missing), missing, chunksize=16))
+    else:
+        for i in missing:
+            _write_jpeg(paths[i], seed, i)
     return paths
+
+
+def _write_jpeg(path: Path, seed: int, index: int) -> None:
+    rng = np.random.default_rng([seed, index])
+    field = rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)
+    image = Image.fromarray(field).resize((640, 480), Image.Resampling.BICUBIC)
+    draw = ImageDraw.Draw(image)
+    for _ in range(int(rng.integers(3, 9))):
+        x, y = int(rng.integers(0, 560)), int(rng.integers(0, 400))
+        colour = tuple(int(c) for c in rng.integers(0, 255, 3))
+        draw.ellipse((x, y, x + int(rng.integers(20, 160)), y + int(rng.integers(20, 160))), fill=colour)
+    image = image.filter(ImageFilter.GaussianBlur(1.2))
+    noisy = np.asarray(image, np.int16) + rng.integers(-12, 12, (480, 640, 3))
+    Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(path, quality=90)
 
 
 def _rate(count: int, seconds: float) -> float:

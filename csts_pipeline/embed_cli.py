@@ -11,7 +11,10 @@ from csts_pipeline.stage_cli import Option
 BatchOpt = Annotated[int | None, typer.Option(help="Images per batch for embed (overrides embed.batch_size).")]
 DecodeOpt = Annotated[
     str | None,
-    typer.Option(help="JPEG decode: workers (PIL in DataLoader workers), device (nvJPEG on CUDA) or auto."),
+    typer.Option(
+        help="JPEG decode: workers (PIL in DataLoader workers), device (on the model's device: nvImageCodec where "
+        "installed, else torchvision), nvimgcodec, torchvision or auto."
+    ),
 ]
 WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (overrides embed.num_workers).")]
 

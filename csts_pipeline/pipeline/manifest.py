@@ -84,10 +84,11 @@ class EmbedConfig(_Section):
     )
     batch_size: int = Field(256, gt=0)
     num_workers: int = Field(8, ge=0)
-    decode: Literal["auto", "workers", "device"] = Field(
+    decode: Literal["auto", "workers", "device", "nvimgcodec", "torchvision"] = Field(
         "auto",
-        description="workers: PIL in DataLoader workers; device: batched decode_jpeg on the model's device "
-        "(nvJPEG on CUDA); auto: device on CUDA, else workers",
+        description="workers: PIL in DataLoader workers; device: batched decoding on the model's device, by "
+        "nvImageCodec (hardware JPEG decoders) on CUDA where installed, else torchvision's decode_jpeg (nvJPEG on "
+        "CUDA); nvimgcodec / torchvision: that device decoder; auto: device on CUDA, else workers",
     )
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     images_per_shard: int = Field(10_000, gt=0)
@@ -115,6 +116,12 @@ class MineConfig(_Section):
     )
     memory_budget: float = Field(
         8.0, gt=0, description="GiB the mine process may use: auto picks its index to fit (docs/mine.md)"
+    )
+    gpu_memory_budget: float | None = Field(
+        None,
+        gt=0,
+        description="GiB the search may take on a CUDA device (an exact base, an IVF index there); default 90% of "
+        "the device's memory (docs/mine.md)",
     )
     parts: int = Field(
         1, ge=1, description="Ray executor: the base split into this many parts, each indexed by its own Ray actor"

@@ -64,6 +64,8 @@ def test_auto_decode_uses_the_device_only_on_cuda():
     assert choose_decode("auto", torch.device("cuda")) == "device"
     assert choose_decode("device", torch.device("cpu")) == "device"
     assert choose_decode("workers", torch.device("cuda")) == "workers"
+    assert choose_decode("nvimgcodec", torch.device("cuda")) == choose_decode("torchvision", torch.device("cpu"))
+    assert choose_decode("torchvision", torch.device("cpu")) == "device"  # a named decoder decodes on the device
 
 
 def test_batched_resize_keeps_order_across_size_groups(encoder):

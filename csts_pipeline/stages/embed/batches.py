@@ -4,7 +4,8 @@
 - `Decode`, stateless CPU tasks: PIL and open_clip's preprocess up to its to-tensor step, shipping uint8 pixels
   (stages.embed.images.split_preprocess); with `embed.decode: device`, only the file bytes (decoded in the actor).
 - `ClipActor`, an actor pool: each actor runs the stage's `setup()` once (CLIP on its device), finishes the
-  preprocess (to float, normalise; or nvJPEG decode on its GPU) and embeds (stages.embed.encoder.encode).
+  preprocess (to float, normalise; or decodes on its GPU: stages.embed.decoders) and embeds
+  (stages.embed.encoder.encode).
 - `collect`, on the driver: one unit's rows, in position order, written as the local executor's shard.
 
 Same images, same operations, same model: the shards equal the local executor's (tests/frame/test_ray.py). An image
@@ -23,6 +24,7 @@ import torch
 from csts_pipeline.pipeline.cluster import BatchPipeline, BatchStep
 from csts_pipeline.pipeline.shards import write_table
 from csts_pipeline.pipeline.stage import Resources, Unit
+from csts_pipeline.stages.embed.decoders import device_decoder
 from csts_pipeline.stages.embed.encoder import ImageList, _shard_table, encode
 from csts_pipeline.stages.embed.images import (
     DevicePreprocess,
@@ -88,7 +90,10 @@ class ClipActor:
         self.encoder, self.device = stage.encoder, stage.device
         self.dtype = autocast_dtype(stage.device, stage.config.precision)
         self.finish = split_preprocess(stage.encoder.preprocess)[1]
-        self.on_device = DevicePreprocess(stage.encoder.preprocess_config, stage.device) if mode == "device" else None
+        self.on_device = None
+        if mode == "device":
+            decoder = device_decoder(stage.config.decode, stage.device)
+            self.on_device = DevicePreprocess(stage.encoder.preprocess_config, stage.device, decoder)
 
     def __call__(self, batch: Batch) -> Batch:
         error = batch["error"].astype(object)

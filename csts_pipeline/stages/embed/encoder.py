@@ -99,6 +99,7 @@ def embed_batches(
         num_workers,
         encoder.preprocess,
         encoder.preprocess_config,
+        decode,
     )
     for indices, batch, failed in batches:
         if batch is None:

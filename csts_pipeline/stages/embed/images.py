@@ -2,9 +2,10 @@
 
 - `workers`: DataLoader worker processes open each file with PIL and run open_clip's own preprocess; batches are
   pinned and copied to the device without blocking. The reference path, and the one for CPU runs.
-- `device`: workers only read the file bytes; JPEGs are decoded as a batch by `torchvision.io.decode_jpeg` on the
-  model's device (nvJPEG on CUDA), then resized, cropped and normalised there, as open_clip's preprocess does.
-  Files that nvJPEG refuses (PNG, CMYK JPEG) fall back to PIL one by one.
+- `device`: workers only read the file bytes; JPEGs are decoded as a batch on the model's device by one of
+  stages.embed.decoders (nvImageCodec's hardware decoders on a GPU where it is installed, else
+  `torchvision.io.decode_jpeg`), then resized, cropped and normalised there, as open_clip's preprocess does.
+  Files the decoder refuses (PNG, CMYK JPEG) fall back to PIL one by one.
 
 Both yield (row indices, float batch on the device, [(row, reason)] for unreadable files), so an unreadable image
 is reported, never raised.
@@ -24,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
-from torchvision.io import ImageReadMode, decode_jpeg
+
+from csts_pipeline.stages.embed.decoders import JpegDecoder, TorchvisionDecoder, device_decoder
 
 Batch = tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]
 DecodeMode = Literal["workers", "device"]
@@ -43,13 +45,14 @@ def opened(source) -> Image.Image:
 
 
 def choose_decode(mode: str, device: torch.device) -> DecodeMode:
-    """`auto` decodes on the GPU when the model runs there, else in DataLoader workers."""
+    """`auto` decodes on the GPU when the model runs there, else in DataLoader workers; naming a device decoder
+    (`nvimgcodec`, `torchvision`) decodes on the device with it (stages.embed.decoders.device_decoder)."""
     if mode == "auto":
         return "device" if device.type == "cuda" else "workers"
-    return "device" if mode in ("device", "gpu") else "workers"
+    return "workers" if mode == "workers" else "device"
 
 
-def _unreadable(exc: BaseException) -> str:
+def unreadable(exc: BaseException) -> str:
     """The reason recorded for an image; without object addresses (PIL names the BytesIO it was given), so that
     two runs record the same reason."""
     return f"unreadable image ({exc.__class__.__name__}: {re.sub(r' at 0x[0-9a-fA-F]+', '', str(exc))[:120]})"
@@ -72,7 +75,7 @@ class _PreprocessedImages(Dataset):
             with opened(_openable(self.paths[index])) as image:
                 return index, self.preprocess(image.convert("RGB")), ""
         except _PIL_ERRORS as exc:
-            return index, None, _unreadable(exc)
+            return index, None, unreadable(exc)
 
 
 class _FileBytes(Dataset):
@@ -88,7 +91,7 @@ class _FileBytes(Dataset):
             raw = np.fromfile(path, np.uint8) if isinstance(path, Path) else np.frombuffer(path.read(), np.uint8)
             data = raw.copy() if not raw.flags.writeable else raw
         except OSError as exc:
-            return index, None, _unreadable(exc)
+            return index, None, unreadable(exc)
         return index, torch.from_numpy(data), ""
 
 
@@ -107,7 +110,7 @@ def _list_collate(items: list[tuple[int, torch.Tensor | None, str]]):
 class DevicePreprocess:
     """open_clip's eval preprocess (resize shortest side, centre crop, normalise) as tensor ops on a device."""
 
-    def __init__(self, config: dict, device: torch.device):
+    def __init__(self, config: dict, device: torch.device, decoder: JpegDecoder | None = None):
         height, width = config["size"] if isinstance(config["size"], tuple | list) else (config["size"],) * 2
         self.size = (int(height), int(width))
         self.mode = {"bicubic": "bicubic", "bilinear": "bilinear"}.get(
@@ -116,25 +119,21 @@ class DevicePreprocess:
         self.mean = torch.tensor(config["mean"], device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(config["std"], device=device).view(1, 3, 1, 1) * 255
         self.device = device
+        self.decoder = decoder if decoder is not None else TorchvisionDecoder(device)
 
     def decode(self, data: list[torch.Tensor]) -> list[torch.Tensor | str]:
-        """Batched decode on the device; a batch that fails is retried file by file, with PIL as last resort."""
-        try:
-            return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device))
-        except RuntimeError:
-            return [self._decode_one(item) for item in data]
+        """The batch through the device decoder; what it cannot decode goes through PIL one by one, and what PIL
+        cannot read either becomes the reason it is skipped."""
+        decoded = self.decoder.decode_batch(data)
+        return [image if image is not None else self._pil(item) for item, image in zip(data, decoded)]
 
-    def _decode_one(self, data: torch.Tensor) -> torch.Tensor | str:
-        try:
-            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
-        except RuntimeError:
-            pass
+    def _pil(self, data: torch.Tensor) -> torch.Tensor | str:
         try:
             with opened(io.BytesIO(data.numpy().tobytes())) as image:
                 array = np.asarray(image.convert("RGB"))
             return torch.from_numpy(array.copy()).permute(2, 0, 1).to(self.device)
         except _PIL_ERRORS as exc:
-            return _unreadable(exc)
+            return unreadable(exc)
 
     def resize_crop(self, images: list[torch.Tensor]) -> torch.Tensor:
         """Resize shortest side and centre-crop, one interpolate call per distinct input size.
@@ -172,8 +171,10 @@ def image_batches(
     num_workers: int,
     preprocess: Callable,
     preprocess_config: dict,
+    decoder: str = "device",
 ) -> Iterator[Batch]:
-    """Batches of preprocessed images on `device`, in path order, with failures reported per batch."""
+    """Batches of preprocessed images on `device`, in path order, with failures reported per batch; `decoder`
+    is the `embed.decode` setting that picks the device path's decoder."""
     pin = device.type == "cuda"
     if mode == "workers":
         loader = DataLoader(
@@ -186,7 +187,7 @@ def image_batches(
         for indices, batch, failed in loader:
             yield indices, None if batch is None else batch.to(device, non_blocking=True), failed
         return
-    on_device = DevicePreprocess(preprocess_config, device)
+    on_device = DevicePreprocess(preprocess_config, device, device_decoder(decoder, device))
     loader = DataLoader(_FileBytes(paths), batch_size=batch_size, num_workers=num_workers, collate_fn=_list_collate)
     for indices, data, failed in loader:
         positions, batch, decode_failed = on_device(data) if data else ([], None, [])

@@ -129,12 +129,12 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
 
 
 def _set_parameter(searcher: FaissSearch, kind: str, value: int) -> None:
-    import faiss
-
     name = "efSearch" if kind == "hnsw" else "nprobe"
-    if hasattr(searcher, "set_parameter"):  # an index split across workers (stages.mine.base_split)
+    if hasattr(searcher, "set_parameter"):  # an index split across workers (stages.mine.base_split), a torch IVF
         searcher.set_parameter(name, value)
         return
+    import faiss
+
     space = faiss.GpuParameterSpace() if "Gpu" in type(searcher.index).__name__ else faiss.ParameterSpace()
     space.set_index_parameter(searcher.index, name, value)
 
@@ -160,10 +160,12 @@ def rows_by_list(index) -> np.ndarray:
 
 
 def nlist(index) -> int:
-    """Inverted lists of an IVF index, also inside OPQ's pre-transform (or on the GPU)."""
+    """Inverted lists of an IVF index, also inside OPQ's pre-transform (or on the GPU), or of a torch IVF."""
+    if hasattr(index, "nlist"):
+        return int(index.nlist)
     import faiss
 
-    return int(index.nlist if hasattr(index, "nlist") else faiss.extract_index_ivf(index).nlist)
+    return int(faiss.extract_index_ivf(index).nlist)
 
 
 def climb(measure: Callable[[int], float], value: int, ceiling: int, target: float) -> tuple[int, float, bool]:
@@ -200,8 +202,12 @@ def tune(searcher: FaissSearch, kind: str, shards: EmbeddingShards, config: Mine
     k = config.k
     rng = np.random.default_rng(config.seed + 1)
     rows = np.sort(rng.choice(len(shards), min(len(shards), config.recall_sample), replace=False))
-    truth = exact_top_k(shards, rows, k)
     queries = shards.rows(rows)
+    if hasattr(searcher, "exact_search"):  # a base on a device: the exact top-k there, not streamed on the host
+        exact_scores, exact_found = searcher.exact_search(queries, k + 1)
+        truth = drop_self(exact_found, exact_scores, rows, k)[0]
+    else:
+        truth = exact_top_k(shards, rows, k)
     name, value = ("efSearch", k + 1) if kind == "hnsw" else ("nprobe", 1)
     ceiling = MAX_EF_SEARCH if kind == "hnsw" else nlist(searcher.index)
     tried = []

@@ -22,6 +22,8 @@ from typing import Any
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import MineConfig
 
+SCORE_BYTES = 1 << 30  # float32 scores of one query block against one base chunk (stages.mine.knn)
+
 GIB = 1024**3
 # python + torch + faiss + pyarrow: 562 MiB on import, but a 200k-image IVF-PQ run peaked 0.46 GiB over the sum of
 # the other parts with 640 MiB here (Arrow's pool, FAISS's search buffers): so counted as 1.1 GiB
@@ -57,6 +59,8 @@ class IndexPlan:
     candidates: int = 0  # per query, re-ranked exactly; 0: no re-ranking
     estimate: dict[str, int] = field(default_factory=dict)
     reason: str = ""
+    backend: str = "faiss"  # who runs an IVF index: faiss (CPU), faiss-gpu, or torch (stages.mine.torch_ivf)
+    gpu_estimate: dict[str, int] = field(default_factory=dict)  # device bytes by part, with `total`
 
     @property
     def quantizer(self) -> str:
@@ -77,6 +81,9 @@ class IndexPlan:
             out |= {"factory": self.factory, "rerank_candidates": self.candidates}
         if self.kind in ("ivf", *COMPRESSED) and self.quantizer == "hnsw":
             out |= {"factory": self.factory, "quantizer": f"HNSW{QUANTIZER_M}"}
+        if self.gpu_estimate:
+            out |= {"backend": self.backend}
+            out["estimated_gpu_gib"] = {name: round(value / GIB, 3) for name, value in self.gpu_estimate.items()}
         return out
 
 
@@ -112,11 +119,15 @@ def pq_splits(dim: int) -> list[int]:
 def index_bytes(
     kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
 ) -> int:
-    """The index's own memory in this process: codes, ids and the coarse quantiser. An exact base kept on a GPU
-    (`gpu`) costs the host only a piece in transit, as float32 and as the shards' copy."""
+    """The index's own memory in this process: codes, ids and the coarse quantiser. An exact base or an IVF-Flat
+    kept on a GPU (`gpu`) costs the host only a piece in transit, as float32 and as the shards' copy (and an
+    IVF's row order, 8 bytes a row)."""
     coarse = quantizer_bytes(lists, dim)
+    transit = min(n, PIECE_ROWS) * dim * 4 * 2
     if kind == "exact":
-        return min(n, PIECE_ROWS) * dim * 4 * 2 if gpu else n * dim * 4
+        return transit if gpu else n * dim * 4
+    if kind == "ivf" and gpu:
+        return transit + n * 8 + coarse
     if kind == "hnsw":
         return int(n * (dim * 4 + config.hnsw_m * 2 * 4) * LIST_GROWTH)
     per_vector = {"ivf": dim * 4, "ivf_sq8": dim, "ivf_pq": (pq_m or 0) // 2}[kind] + 8
@@ -153,29 +164,98 @@ def base_on_gpu(config: MineConfig, device: str) -> bool:
     return torch.cuda.is_available()
 
 
-def plan_index(config: MineConfig, n: int, dim: int, gpu: bool = False) -> IndexPlan:
+GPU_SHARE = 0.9  # of a device's memory, the search's budget there unless mine.gpu_memory_budget says otherwise
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """The CUDA device the search may use: the bytes it may take there, and who runs an IVF index on it."""
+
+    gpu_bytes: int
+    ivf: str  # faiss-gpu (FAISS's GPU build installed) or torch (stages.mine.torch_ivf)
+    itemsize: int = 4  # bytes a vector component as stored (float16 shards: 2), as the device holds it
+
+
+def gpu_bytes(backend: str, kind: str, n: int, dim: int, lists: int, itemsize: int) -> dict[str, int]:
+    """Peak device bytes of a search by part, with `total`: the base (exact, or FAISS GPU's IVF-Flat lists with
+    their growth; the torch IVF holds its pieces and the list-sorted base at once while sorting), ids and list
+    assignments, the centroids, and one block of scores with its mask and top-k temporaries."""
+    if kind == "exact":
+        parts = {"base": n * dim * itemsize, "scores": SCORE_BYTES}
+    elif backend == "faiss-gpu":
+        parts = {"lists": int(n * (dim * 4 + 8) * LIST_GROWTH), "scores": SCORE_BYTES}
+    else:
+        parts = {"base": 2 * n * dim * itemsize, "ids_and_assignments": n * 8 * 4, "scores": 3 * SCORE_BYTES}
+        parts["training_sample"] = training_rows("ivf", n, lists) * dim * 4
+    parts["centroids"] = lists * dim * 4 if kind != "exact" else 0
+    return parts | {"total": sum(parts.values())}
+
+
+def find_accelerator(config: MineConfig, device: str, itemsize: int = 4) -> Accelerator | None:
+    """The CUDA device of `run.device` (`auto`: the first, where there is one), or None on the CPU. Its budget is
+    `mine.gpu_memory_budget`, else GPU_SHARE of its memory; an IVF index runs on FAISS's GPU build where it is
+    installed and sees the device, else in torch."""
+    if device == "cpu":
+        return None
+    import torch  # only here: planning a CPU run does not load torch
+
+    if not torch.cuda.is_available():
+        return None
+    number = torch.device(device).index if device.startswith("cuda") else None
+    total = torch.cuda.get_device_properties(number or 0).total_memory
+    budget = int(config.gpu_memory_budget * GIB) if config.gpu_memory_budget else int(total * GPU_SHARE)
+    return Accelerator(budget, "faiss-gpu" if faiss_gpu() else "torch", itemsize)
+
+
+def faiss_gpu() -> bool:
+    """Whether FAISS's GPU build is installed and sees a GPU."""
+    try:
+        import faiss
+    except ImportError:
+        return False
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def _candidates(config: MineConfig, n: int, accelerator: Accelerator | None) -> list[tuple[str, str]]:
+    """(kind, backend) in the order tried: exact below `exact_below` (auto), an IVF on the device before one on
+    the host, then the compressed ones (FAISS, host)."""
+    on_device = [("ivf", accelerator.ivf)] if accelerator is not None else []
+    if config.index == "auto":
+        exact = [("exact", "faiss")] if n < config.exact_below else []
+        return exact + on_device + [("ivf", "faiss"), ("ivf_sq8", "faiss"), ("ivf_pq", "faiss")]
+    if config.index == "ivf":
+        return [*on_device, ("ivf", "faiss")]
+    return [(config.index, "faiss")]
+
+
+def plan_index(
+    config: MineConfig, n: int, dim: int, gpu: bool = False, accelerator: Accelerator | None = None
+) -> IndexPlan:
     """The index for N vectors of `dim` under the budget: the first of exact (below `exact_below`), IVF-Flat,
     IVF-SQ8 and IVF-PQ (largest code first) whose estimate fits; an explicit `mine.index` is kept as asked, and
     fails with a one-line error when it cannot fit. `gpu` (`base_on_gpu`): an exact base lives on the GPU, so the
-    budget, which is the host's, does not hold it."""
+    host's budget does not hold it. `accelerator` (`find_accelerator`): an IVF-Flat on that device is tried before
+    one on the host, and fits when its device bytes (`gpu_bytes`) fit the device's budget too."""
     budget = config.memory_budget * GIB
     lists = ivf_lists(n, config.ivf_lists)
-    if config.index == "auto":
-        kinds = (["exact"] if n < config.exact_below else []) + ["ivf", "ivf_sq8", "ivf_pq"]
-    else:
-        kinds = [config.index]
     tried = []
-    for kind in kinds:
+    for kind, backend in _candidates(config, n, accelerator):
+        on_device = backend != "faiss" or (gpu and kind == "exact")
         for pq_m in pq_splits(dim) if kind == "ivf_pq" else [None]:
-            parts = estimate(kind, n, dim, lists, pq_m, config, gpu)
+            parts = estimate(kind, n, dim, lists, pq_m, config, on_device)
             name = f"{kind} (PQ{pq_m})" if pq_m else kind
             name += " (base on the GPU)" if gpu and kind == "exact" else ""
-            if parts["total"] <= budget:
+            name += f" (on the GPU, {backend})" if backend != "faiss" else ""
+            device, device_note = {}, ""
+            if on_device and accelerator is not None:
+                device = gpu_bytes(backend, kind, n, dim, lists, accelerator.itemsize)
+                device_note = f", {device['total'] / GIB:.2f} GiB of {accelerator.gpu_bytes / GIB:.1f} on the GPU"
+            if parts["total"] <= budget and (not device or device["total"] <= accelerator.gpu_bytes):  # type: ignore[union-attr]
                 reason = f"{name}: estimated {parts['total'] / GIB:.2f} GiB of {config.memory_budget:g} GiB"
-                reason += "".join(f"; {other} does not fit" for other in tried)
+                reason += device_note + "".join(f"; {other} does not fit" for other in tried)
                 candidates = config.rerank * config.k if kind in COMPRESSED else 0
-                return IndexPlan(kind, lists, pq_m, candidates, parts, reason)
-            tried.append(f"{name} ({parts['total'] / GIB:.2f} GiB)")
+                return IndexPlan(kind, lists, pq_m, candidates, parts, reason, backend, device)
+            tried.append(f"{name} ({parts['total'] / GIB:.2f} GiB{device_note})")
     raise UserError(
         f"mine.memory_budget={config.memory_budget:g} GiB is too small for {n:,} images of {dim} dimensions: "
         f"{', '.join(tried)}; raise the budget or use a smaller mine.query_batch"

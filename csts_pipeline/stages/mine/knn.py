@@ -8,7 +8,9 @@ import numpy as np
 import torch
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages.mine.budget import PIECE_ROWS  # base rows a tensor holds: shards are joined up to this
+
+# PIECE_ROWS: base rows a tensor holds (shards are joined up to this); SCORE_BYTES: a query block's scores
+from csts_pipeline.stages.mine.budget import PIECE_ROWS, SCORE_BYTES
 
 
 def require_faiss(what: str = "mine.knn=faiss", alternative: str = ", or run with --knn torch") -> None:
@@ -53,7 +55,6 @@ class FaissSearch:
         return self.index.search(queries, k)
 
 
-SCORE_BYTES = 1 << 30  # float32 scores of one query block against one base chunk: the search's memory beyond the base
 GROUP = 32  # columns per group in `top_k`'s first step
 
 

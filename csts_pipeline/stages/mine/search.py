@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,9 +30,6 @@ from csts_pipeline.pipeline.stage import Resources, Unit
 from csts_pipeline.stages.mine.budget import IndexPlan, plan_index
 from csts_pipeline.stages.mine.pairs import CaptionIndex, block_pairs, candidate_shard_bounds
 from csts_pipeline.stages.mine.vectors import EmbeddingShards, release_pages, row_runs
-
-if TYPE_CHECKING:
-    from csts_pipeline.stages.mine.rerank import RerankSearch
 
 KNN_DIR = "_knn"  # hidden from the output listing; removed once the pairs are written
 BLOCKS_DONE = "blocks.done"  # a line per finished query block: its key (first row or place) and its seconds
@@ -59,9 +56,15 @@ def build_searcher(
         return searcher, record | {"budget": plan.record(config.memory_budget)}
     from csts_pipeline.stages.mine.ann import build_index, tune
 
-    searcher = build_index(plan, shards, config, device, folder)
+    if plan.backend == "torch":
+        from csts_pipeline.stages.mine.torch_ivf import build_torch_ivf
+
+        searcher = build_torch_ivf(plan, shards, config, device)
+    else:
+        searcher = build_index(plan, shards, config, device, folder)
     built = _since(started)
-    record = {"build_seconds": built} | tune(searcher, kind, shards, config)
+    record = {"build_seconds": built, "ivf_backend": plan.backend} if kind == "ivf" else {"build_seconds": built}
+    record |= tune(searcher, kind, shards, config)
     return searcher, record | {"budget": plan.record(config.memory_budget)}
 
 
@@ -86,17 +89,21 @@ def local_blocks(
 
 
 def listed_blocks(
-    searcher: RerankSearch, k: int, batch: int, skip: frozenset[int] = frozenset()
+    searcher, k: int, batch: int, skip: frozenset[int] = frozenset()
 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-    """(key, rows, neighbours, scores) per query block of a compressed index, its rows taken list by list
-    (`ann.rows_by_list`) and read from the re-ranking copy; keyed by the block's place in that order. Rows of one
-    list probe nearly the same lists and share most of their candidates, so the scan and the re-ranking's reads
-    cost less than for rows taken in order (bench/query_order.py)."""
+    """(key, rows, neighbours, scores) per query block of a compressed index or a torch IVF, its rows taken list
+    by list (`ann.rows_by_list`, `TorchIVF.rows_by_list`) and read from the re-ranking copy (or the device's
+    base); keyed by the block's place in that order. Rows of one list probe nearly the same lists and share most
+    of their candidates, so the scan and the re-ranking's reads cost less than for rows taken in order
+    (bench/query_order.py), and a torch IVF scores a whole list's queries in one product."""
     from csts_pipeline.stages.mine.ann import rows_by_list
-    from csts_pipeline.stages.mine.rerank import StoredRows
+    from csts_pipeline.stages.mine.rerank import RerankSearch, StoredRows
 
-    order = rows_by_list(searcher.index)
-    with StoredRows(searcher.vectors) as stored:
+    if isinstance(searcher, RerankSearch):
+        order, reader = rows_by_list(searcher.index), StoredRows(searcher.vectors)
+    else:
+        order, reader = searcher.rows_by_list(), searcher.stored_rows()
+    with reader as stored:
         for key in range(0, len(order), batch):
             if key not in skip:
                 rows = np.sort(order[key : key + batch])
@@ -246,11 +253,11 @@ def search_all(
     searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path, skip: frozenset[int] = frozenset()
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`: a
-    compressed index's blocks list by list (`listed_blocks`), any other's in row order. Blocks keyed in `skip`
-    (`finished_blocks` of an interrupted run) are not searched again."""
+    compressed index's and a torch IVF's blocks list by list (`listed_blocks`), any other's in row order. Blocks
+    keyed in `skip` (`finished_blocks` of an interrupted run) are not searched again."""
     from csts_pipeline.stages.mine.rerank import RerankSearch
 
-    if isinstance(searcher, RerankSearch):
+    if isinstance(searcher, RerankSearch) or hasattr(searcher, "rows_by_list"):
         blocks = listed_blocks(searcher, k, batch, skip)
     else:
         blocks = local_blocks(searcher, shards, k, batch, skip)

@@ -31,7 +31,7 @@ from csts_pipeline.pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS
 from csts_pipeline.pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
 from csts_pipeline.pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
 from csts_pipeline.stages import spec
-from csts_pipeline.stages.mine.budget import COMPRESSED, GIB, base_on_gpu, plan_index
+from csts_pipeline.stages.mine.budget import COMPRESSED, GIB, base_on_gpu, find_accelerator, plan_index
 
 if TYPE_CHECKING:
     from csts_pipeline.stages.mine.pairs import CaptionIndex
@@ -66,14 +66,19 @@ class MineStage(ClusterStage):
             )
         config = self.config
         params = {"k": config.k, "pairs": config.pairs, "candidates_per_shard": config.candidates_per_shard}
-        dim = embedding_dim(self.work_dir / UPSTREAM / EMBEDDINGS)
-        self.plan_ = plan_index(config, embedded or 0, dim, base_on_gpu(config, self.manifest.run.device))
+        dim, itemsize = embedding_shape(self.work_dir / UPSTREAM / EMBEDDINGS)
+        device, n = self.manifest.run.device, embedded or 0
+        approximate = config.index == "ivf" or (config.index == "auto" and n >= config.exact_below)
+        accelerator = find_accelerator(config, device, itemsize) if approximate else None  # torch only then
+        self.plan_ = plan_index(config, n, dim, base_on_gpu(config, device), accelerator)
         self.index = self.plan_.kind
         if self.index != "exact":  # exact runs keep the fingerprint they had before approximate search existed
             params |= {"index": self.index, "recall_target": config.recall_target, "seed": config.seed}
             params |= {"hnsw_m": config.hnsw_m} if self.index == "hnsw" else {"ivf_lists": config.ivf_lists}
         if self.index in COMPRESSED:
             params |= {"factory": self.plan_.factory, "rerank": config.rerank}
+        if self.plan_.backend == "torch":  # its own k-means: other lists than FAISS's, so other pairs
+            params["ivf_backend"] = "torch"
         if config.by == "text":
             text = self.manifest.filter
             params |= {"by": "text", "text_encoder": text.text_encoder, "text_pooling": text.text_pooling}
@@ -83,7 +88,9 @@ class MineStage(ClusterStage):
         from csts_pipeline.pipeline.device import resolve_device
         from csts_pipeline.stages.mine.knn import require_faiss
 
-        if self.config.knn == "faiss" or getattr(self, "index", self.config.index) != "exact":
+        plan = getattr(self, "plan_", None)
+        index, backend = (plan.kind, plan.backend) if plan is not None else (self.config.index, "faiss")
+        if (index == "exact" and self.config.knn == "faiss") or (index != "exact" and backend != "torch"):
             require_faiss()
         self.device = resolve_device(self.manifest.run.device)
         if self.config.by == "text":
@@ -149,7 +156,7 @@ class MineStage(ClusterStage):
         )
 
         config, n = self.config, len(shards)
-        if self.tasks.distributed and config.parts > 1 and self.index != "hnsw":
+        if self.tasks.distributed and config.parts > 1 and self.index != "hnsw" and self.plan_.backend != "torch":
             from csts_pipeline.stages.mine.base_split import split_searcher
 
             searcher, self.search = split_searcher(self.plan_, shards, config, self.tasks, folder)
@@ -189,7 +196,7 @@ class MineStage(ClusterStage):
         }
         extra = {
             "knn_seconds": round(self.knn_seconds, 3),
-            "knn_backend": self.config.knn if self.index == "exact" else "faiss",
+            "knn_backend": self.config.knn if self.index == "exact" else self.plan_.backend,
             "device": str(self.device),
             "search": self.search | {"by": self.config.by},
         }
@@ -225,10 +232,13 @@ def copy_captions(source: Path, folder: Path, image_ids: np.ndarray) -> tuple[Ca
     return CaptionIndex.build(image_ids, ids, owner_ids), len(ids)
 
 
-def embedding_dim(folder: Path) -> int:
-    """The vectors' dimension from the first embeddings shard's schema (0 when there is none yet)."""
+def embedding_shape(folder: Path) -> tuple[int, int]:
+    """(dimension, bytes a component as stored) from the first embeddings shard's schema ((0, 4) when none)."""
     paths = list_shards(folder)
-    return pq.read_schema(paths[0]).field("embedding").type.list_size if paths else 0
+    if not paths:
+        return 0, 4
+    kind = pq.read_schema(paths[0]).field("embedding").type
+    return kind.list_size, kind.value_type.bit_width // 8
 
 
 def _contains(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
