@@ -156,7 +156,8 @@ def rate_similarity(
         ids = [item["item_id"] for item in items]
         scored = pa.table({"item_id": ids, "score": scores, "bin": pa.array(bins, pa.int8())}, schema=SCORES_SCHEMA)
         write_parquet(scored, out.staging / SCORES)
-        counts = {"items": len(items), "not_pertinent": 0, "per_bin": np.bincount(bins, minlength=BINS + 1)[1:].tolist()}
+        per_bin = np.bincount(bins, minlength=BINS + 1)[1:].tolist()
+        counts = {"items": len(items), "not_pertinent": 0, "per_bin": per_bin}
         return out.finish(
             counts,
             worker_id=worker,
