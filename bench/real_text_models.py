@@ -22,25 +22,20 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
 from bench.shared_data import SHARED
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.steps import similarity_rater
-from tests.support.command_path import People, figures, label_with_people
+from tests.support.command_path import People, figures, label_with_people, prepare_folder
 
 STSB = SHARED / "data" / "stsb" / "sts-test.csv"
 MODEL = "packaged:all-MiniLM-L6-v2"
-CONDITIONS = ("The overall meaning.", "What the sentences say.")
 ROUNDS = 6
 
 
@@ -55,57 +50,11 @@ def read_stsb(path: Path, n_pairs: int, seed: int) -> list[dict]:
     ]
 
 
-def kept_csv(pairs: list[dict], path: Path) -> Path:
-    """The pairs as a kept file (the filter's columns; image ids are the row numbers)."""
-    n = len(pairs)
-    table = pa.table(
-        {
-            "pair_id": np.arange(n, dtype=np.int64),
-            "image_id_1": np.arange(n, dtype=np.int64),
-            "image_id_2": np.arange(n, dtype=np.int64) + n,
-            "caption_id_1": 2 * np.arange(n, dtype=np.int64),
-            "caption_id_2": 2 * np.arange(n, dtype=np.int64) + 1,
-            "sentence1": [p["s1"] for p in pairs],
-            "sentence2": [p["s2"] for p in pairs],
-            "image_cosine": np.full(n, 0.5),
-            "iou": np.full(n, 0.5),
-            "simcse_cosine": np.full(n, 0.5),
-            "ratio": np.ones(n),
-            "length": np.array([min(len(p["s1"]), len(p["s2"])) for p in pairs]),
-        }
-    )
-    pacsv.write_csv(table, path)
-    return path
-
-
 def prepared(pairs: list[dict], folder: Path) -> tuple[dict[str, float], dict[str, str]]:
-    """conditions exported and imported, ratings exported; the truth and the genre per rating item id."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    annotate.export_conditions(
-        folder, annotate.kept_source(None, kept_csv(pairs, folder.parent / "kept.csv")), len(pairs), 0, 1, False
-    )
-    tasks = [json.loads(line) for line in (folder / "conditions_tasks" / "tasks.jsonl").read_text().splitlines()]
-    rows = [
-        {
-            "task_id": t["task_id"],
-            "worker_id": f"C{n % 5}",
-            "assignment_id": f"c-{n}",
-            "condition_high": CONDITIONS[0],
-            "condition_low": CONDITIONS[1],
-        }
-        for n, t in enumerate(tasks)
-    ]
-    results = folder.parent / "conditions.csv"
-    with results.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    annotate.import_conditions(folder, [results], False)
-    annotate.export_ratings(folder, 0, False)
-    triplets = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
-    truth = {t["item_id"]: 1 + 0.8 * pairs[t["pair_id"]]["gold"] for t in triplets}
-    genre = {t["item_id"]: pairs[t["pair_id"]]["genre"] for t in triplets}
-    return truth, genre
+    """The annotate folder through conditions and the ratings export; the truth and the genre per item id."""
+    items = prepare_folder([(p["s1"], p["s2"]) for p in pairs], folder)
+    truth = {item: 1 + 0.8 * pairs[pair]["gold"] for item, (pair, _) in items.items()}
+    return truth, {item: pairs[pair]["genre"] for item, (pair, _) in items.items()}
 
 
 def model_reliability(folder: Path) -> float | None:
@@ -134,9 +83,11 @@ def run_setting(base: dict[bool, Path], setting: Setting, people: People, kinds:
     folder = work / f"run-{seed}-{int(with_model)}-{start}-{rounds}" / "annotate"
     shutil.rmtree(folder.parent, ignore_errors=True)
     shutil.copytree(base[with_model], folder)
-    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed)
+    spearman = lambda done: figures(done, people.truth)["spearman"]  # noqa: E731
+    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed, spearman)
     found = figures(folder, people.truth, kinds)
     found["human_per_item"] = outcome.human_ratings / len(people.truth)
+    found["trace"] = [(rows / len(people.truth), rho) for rows, rho in outcome.trace]
     found["model_reliability"] = model_reliability(folder)
     shutil.rmtree(folder.parent)
     return found
@@ -156,20 +107,28 @@ def table(found: dict[str, list[dict]], genres: list[str]) -> list[str]:
     return lines
 
 
+def reached_at(trace: list[tuple[float, float]], target: float) -> float | None:
+    """Human ratings an item at the first import whose Spearman reaches `target` (None: never)."""
+    return next((cost for cost, rho in trace if rho >= target - 1e-9), None)
+
+
 def savings(found: dict[str, list[dict]]) -> list[str]:
-    """Per setting with the model: human ratings saved against people with `--more`, and whether it reached
-    their Spearman (mean over seeds)."""
+    """Per setting with the model, seed by seed against people with `--more` on the same crowd: the human ratings
+    saved at the end, and at the first round that reaches people's final Spearman (a requester stops there)."""
     ref = found["people, 2 then --more"]
-    ref_rho, ref_cost = np.mean([r["spearman"] for r in ref]), np.mean([r["human_per_item"] for r in ref])
     lines = []
     for name, runs in found.items():
         if "MiniLM" not in name:
             continue
-        rho, cost = np.mean([r["spearman"] for r in runs]), np.mean([r["human_per_item"] for r in runs])
+        end = [1 - r["human_per_item"] / p["human_per_item"] for r, p in zip(runs, ref)]
+        at = [reached_at(r["trace"], p["spearman"]) for r, p in zip(runs, ref)]
+        matched = [None if a is None else 1 - a / p["human_per_item"] for a, p in zip(at, ref)]
+        reached = sum(a is not None for a in at)
         lines.append(
-            f"- {name}: {1 - cost / ref_cost:+.1%} human ratings against people, 2 then --more "
-            f"({cost:.2f} vs {ref_cost:.2f} an item); Spearman {rho:.3f} vs {ref_rho:.3f}"
-            f" ({'reached' if rho >= ref_rho - 1e-9 else 'not reached'})"
+            f"- {name}: saves {np.mean(end):.1%} of people's human ratings at the end (Spearman "
+            f"{np.mean([r['spearman'] for r in runs]):.3f} vs {np.mean([p['spearman'] for p in ref]):.3f}); reaches "
+            f"people's final Spearman on {reached}/{len(runs)} seeds"
+            + (f", saving {np.mean([m for m in matched if m is not None]):.1%} there" if reached else "")
         )
     return lines
 
@@ -204,7 +163,7 @@ def main() -> None:
             people = People.around(truth, seed, ambiguity=args.ambiguity, difficulty=args.difficulty)
             for name, setting in chosen.items():
                 found[name].append(run_setting(base, setting, people, genre, work, seed))
-                print(f"  seed {seed} {name}: {found[name][-1]}", flush=True)
+                print(f"  seed {seed} {name}: " + ", ".join(f"{k} {v}" for k, v in found[name][-1].items()), flush=True)
         print("\n".join(table(found, sorted(set(genre.values())))))
         if "people, 2 then --more" in found:
             print("\n".join(savings(found)))

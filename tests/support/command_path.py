@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
@@ -139,6 +141,7 @@ class Outcome:
     human_ratings: int
     rounds: int
     record: dict[str, Any]
+    trace: list[tuple[int, Any]] = field(default_factory=list)  # (human ratings so far, `after`'s value) per import
 
 
 def label_with_people(annotate_dir: Path, people: People, start: int, rounds: int, scratch: Path, seed: int) -> Outcome:
@@ -181,3 +184,58 @@ def figures(annotate_dir: Path, truth: dict[str, float], kinds: dict[str, str] |
         found[f"error[{name}]"] = float(np.mean(label[on] - true[on]))
         found[f"coverage[{name}]"] = float(np.mean((low[on] <= rounded[on]) & (rounded[on] <= high[on])))
     return found
+
+
+CONDITIONS = ("The overall meaning.", "What the sentences say.")  # the written conditions, high then low
+
+
+def kept_csv(pairs: list[tuple[str, str]], path: Path) -> Path:
+    """Sentence pairs as a kept file (the filter's columns; image and caption ids are row numbers)."""
+    n = len(pairs)
+    rows = np.arange(n, dtype=np.int64)
+    table = pa.table(
+        {
+            "pair_id": rows,
+            "image_id_1": rows,
+            "image_id_2": rows + n,
+            "caption_id_1": 2 * rows,
+            "caption_id_2": 2 * rows + 1,
+            "sentence1": [a for a, _ in pairs],
+            "sentence2": [b for _, b in pairs],
+            "image_cosine": np.full(n, 0.5),
+            "iou": np.full(n, 0.5),
+            "simcse_cosine": np.full(n, 0.5),
+            "ratio": np.ones(n),
+            "length": np.array([min(len(a), len(b)) for a, b in pairs]),
+        }
+    )
+    pacsv.write_csv(table, path)
+    return path
+
+
+def prepare_folder(pairs: list[tuple[str, str]], folder: Path, conditions: tuple[str, str] = CONDITIONS) -> dict:
+    """An annotate folder taken through `export --stage conditions` (every pair), a conditions results file (one
+    writer a pair writing `conditions`, high then low), `import --stage conditions` and `export --stage
+    ratings`. Returns item id -> (pair index, condition type)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    source = annotate.kept_source(None, kept_csv(pairs, folder.parent / "kept.csv"))
+    annotate.export_conditions(folder, source, len(pairs), 0, 1, False)
+    tasks = [json.loads(line) for line in (folder / "conditions_tasks" / "tasks.jsonl").read_text().splitlines()]
+    path = folder.parent / "conditions.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, ["task_id", "worker_id", "assignment_id", "condition_high", "condition_low"])
+        writer.writeheader()
+        for n, task in enumerate(tasks):
+            writer.writerow(
+                {
+                    "task_id": task["task_id"],
+                    "worker_id": f"C{n % 5}",
+                    "assignment_id": f"c-{n}",
+                    "condition_high": conditions[0],
+                    "condition_low": conditions[1],
+                }
+            )
+    annotate.import_conditions(folder, [path], False)
+    annotate.export_ratings(folder, 0, False)
+    triplets = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
+    return {t["item_id"]: (int(t["pair_id"]), t["condition_type"]) for t in triplets}
