@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,12 +145,22 @@ class Outcome:
     trace: list[tuple[int, Any]] = field(default_factory=list)  # (human ratings so far, `after`'s value) per import
 
 
-def label_with_people(annotate_dir: Path, people: People, start: int, rounds: int, scratch: Path, seed: int) -> Outcome:
+def label_with_people(
+    annotate_dir: Path,
+    people: People,
+    start: int,
+    rounds: int,
+    scratch: Path,
+    seed: int,
+    after: Callable[[Path], Any] | None = None,
+) -> Outcome:
     """People give `start` ratings an item, the import runs, then up to `rounds` follow-up batches, each
-    imported with all before it. A model's rows (`annotate rate` into annotate_dir) enter every import."""
+    imported with all before it. A model's rows (`annotate rate` into annotate_dir) enter every import.
+    `after(annotate_dir)` runs after each import; the trace keeps its value with the human ratings so far."""
     scratch.mkdir(parents=True, exist_ok=True)
     results = [first_batch(annotate_dir, people, start, scratch / f"batch0-s{seed}.csv", seed)]
     record = import_model(annotate_dir, results)
+    trace = [(rows_in(results), after(annotate_dir))] if after else []
     done = 0
     for done in range(1, rounds + 1):
         more = follow_up(annotate_dir, people, results, scratch / f"batch{done}-s{seed}.csv", seed * 1000 + done)
@@ -158,8 +169,18 @@ def label_with_people(annotate_dir: Path, people: People, start: int, rounds: in
             break
         results.append(more)
         record = import_model(annotate_dir, results)
-    rows = sum(sum(1 for _ in csv.DictReader(p.open(newline=""))) for p in results)
-    return Outcome(results, rows, done, record)
+        if after:
+            trace.append((rows_in(results), after(annotate_dir)))
+    return Outcome(results, rows_in(results), done, record, trace)
+
+
+def rows_in(results: list[Path]) -> int:
+    """Human answers bought: the rows of the results files."""
+    total = 0
+    for path in results:
+        with path.open(newline="") as handle:
+            total += sum(1 for _ in csv.DictReader(handle))
+    return total
 
 
 def figures(annotate_dir: Path, truth: dict[str, float], kinds: dict[str, str] | None = None) -> dict[str, Any]:
