@@ -58,7 +58,8 @@ def sure(answer: np.ndarray, mass: float = 0.99) -> np.ndarray:
 
 def harder_answers(crowd: Crowd, kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The HARDER_KINDS' answers: q [items, 5] and P(not pertinent) [items] (honest flags, as the strong model)."""
-    rng = np.random.default_rng(seed * 7919 + 10 + HARDER_KINDS.index(kind))
+    stream = "correlated" if kind == "kind_wrong" else kind  # kind_wrong is the correlated model elsewhere
+    rng = np.random.default_rng(seed * 7919 + 10 + HARDER_KINDS.index(stream))
     n = crowd.n_items
     aimed, scale = crowd.felt(np.arange(n))
     p_flag = np.where(crowd.bad, rng.beta(8, 2, n), rng.beta(1, 12, n))
