@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from scipy.stats import pearsonr
 
 from tests.support.chosen_model import rate_with
@@ -56,6 +57,7 @@ def test_the_harder_models_are_miscalibrated_or_wrong_as_described():
     assert (answers["sure_five"][:, 4] == 0.99).all()
 
 
+@pytest.mark.slow
 def test_a_simulated_model_enters_the_import_through_annotate_rate(tmp_path: Path):
     pairs = [(f"A dog runs in field {i}.", f"A cat sits on mat {i}.") for i in range(30)]
     folder = tmp_path / "annotate"

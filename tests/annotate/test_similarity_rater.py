@@ -60,6 +60,7 @@ def test_scores_become_bins_at_the_batch_quantiles():
     assert len(set(tied[:6].tolist())) == 1  # ties stay together
 
 
+@pytest.mark.slow
 def test_the_similarity_model_rates_every_item_with_its_conditioned_cosine(scored):
     folder, truth, output = scored
     assert "240 items scored by model:all-MiniLM-L6-v2" in output and "edges" in output
@@ -96,6 +97,7 @@ def test_the_similarity_model_rates_every_item_with_its_conditioned_cosine(score
     assert "up to date" in cli("annotate", "rate", "--out", folder, "--similarity-model", MINILM, "--device", "cpu")
 
 
+@pytest.mark.slow
 def test_the_import_weighs_the_bins_against_people(scored, tmp_path: Path):
     folder, truth, _ = scored
     people = People.around(truth, seed=4, ambiguity=0.3)
@@ -113,6 +115,7 @@ def test_the_import_weighs_the_bins_against_people(scored, tmp_path: Path):
     assert with_model > alone + 0.03, (with_model, alone)
 
 
+@pytest.mark.slow
 def test_bad_similarity_models_are_one_line_errors(scored, tmp_path: Path):
     folder, _, _ = scored
     both = cli_error("annotate", "rate", "--out", folder, "--similarity-model", MINILM, "--model", "x")
@@ -124,6 +127,7 @@ def test_bad_similarity_models_are_one_line_errors(scored, tmp_path: Path):
     assert "is a folder" in cli_error("annotate", "rate", "--out", folder, "--similarity-model", file)
 
 
+@pytest.mark.slow
 def test_the_round_trip_with_a_trained_model(tmp_path: Path):
     """People label a first batch, `train` learns from it, the trained model rates the next batch, `export --more`
     routes people, the import weighs them together and the dataset card says what the model replaced."""
