@@ -35,6 +35,15 @@ ApiKeyEnvOpt = Annotated[
         "--api-key-env", help="Environment variable holding the endpoint's API key (never written to a record)."
     ),
 ]
+SimilarityModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--similarity-model",
+        help="Instead of a language model, a similarity model: a `csts-pipeline train` output folder, or a "
+        "sentence-transformers model by name or path (packaged:all-MiniLM-L6-v2 needs no download). Its score's "
+        "bin among the batch's quantiles is its answer; the ratings import learns what each bin means.",
+    ),
+]
 LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]
 LmDeviceOpt = Annotated[str, typer.Option("--device", help="Local model: auto, cpu, cuda or cuda:N.")]
 
@@ -57,11 +66,18 @@ def annotate_rate(
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
     device: LmDeviceOpt = "auto",
+    similarity_model: SimilarityModelOpt = None,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:
-    """A language model rates every item of the ratings export as one more worker, model:<name>
-    (<annotate>/model_ratings/); the ratings import takes its rows with the people's."""
+    """A language model (or, with --similarity-model, a similarity model) rates every item of the ratings export
+    as one more worker, model:<name> (<annotate>/model_ratings/); the ratings import takes its rows with the
+    people's."""
+    if similarity_model is not None:
+        if model is not None or endpoint is not None:
+            raise UserError("--similarity-model replaces --model and --endpoint; give one kind of model")
+        _rate_similarity(similarity_model, dataset, manifest, batch_size, device, out, force)
+        return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
     spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
@@ -69,6 +85,15 @@ def annotate_rate(
     record = rate(folder, spec, force)
     if not say_up_to_date(record):
         typer.echo(describe_rate(record))
+
+
+def _rate_similarity(name: str, dataset, manifest, batch_size: int, device: str, out, force: bool) -> None:
+    from csts_pipeline.stages.annotate.steps import similarity_rater
+
+    folder, _ = annotate_folder(dataset, manifest, out)
+    record = similarity_rater.rate_similarity(folder, name, force, batch_size, device)
+    if not say_up_to_date(record):
+        typer.echo(similarity_rater.describe_similarity(record))
 
 
 @annotate_app.command("draft")

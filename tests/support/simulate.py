@@ -4,11 +4,16 @@ Items come in pairs, a high condition then a low one, each with an integer true 
 low: mostly 1-2; some pairs close) and, on a share of the items, a condition that is not pertinent. Workers are
 of four kinds: careful (the truth plus Gaussian noise, rounded), lenient and harsh (the same, shifted by +1 or -1
 point, clipped to the scale) and spammers (uniform 1-5, flags at random). Every item is rated by `per_item`
-distinct workers drawn at random."""
+distinct workers drawn at random.
+
+Harder crowds (issue 46): `ambiguity` gives each item a shared shift (Gaussian, that sd) that every rater of the
+item feels, people and the simulated models alike (simulate_models.py), so their errors are correlated and more
+ratings do not average it away; `difficulty` gives each item a factor on everyone's noise (log-normal, that
+log-sd). Both are drawn from their own stream, so a crowd without them is the crowd it always was."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +34,14 @@ class Crowd:
     truth: np.ndarray  # per item, integer 1-5
     bad: np.ndarray  # per item: the condition is not pertinent
     kind: dict[str, str]  # worker id -> kind
+    shift: np.ndarray | None = None  # per item, the shared ambiguity every rater feels (None: none)
+    scale: np.ndarray | None = None  # per item, the factor on everyone's noise (None: 1)
+
+    def felt(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The truth raters aim at (the truth plus the shared shift) and the noise factor, for `items`."""
+        shift = np.zeros(len(items)) if self.shift is None else self.shift[items]
+        scale = np.ones(len(items)) if self.scale is None else self.scale[items]
+        return self.truth[items] + shift, scale
 
     @property
     def n_items(self) -> int:
@@ -54,10 +67,14 @@ def truth_labels(n_pairs: int, rng: np.random.Generator) -> np.ndarray:
     return np.stack([high, low], axis=1).reshape(-1)
 
 
-def answer(truth: np.ndarray, kinds: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
-    """One rating per (item truth, worker kind): shifted, noisy and rounded, or uniform for a spammer."""
+def answer(
+    truth: np.ndarray, kinds: np.ndarray, noise: float, rng: np.random.Generator, scale: np.ndarray | None = None
+) -> np.ndarray:
+    """One rating per (item truth, worker kind): shifted, noisy (times the item's `scale`) and rounded, or
+    uniform for a spammer."""
     shift = np.array([SHIFT[k] for k in kinds])
-    honest = np.clip(np.rint(truth + shift + rng.normal(0, noise, len(truth))), 1, 5)
+    error = rng.normal(0, noise, len(truth)) * (1.0 if scale is None else scale)
+    honest = np.clip(np.rint(truth + shift + error), 1, 5)
     return np.where(kinds == "spammer", rng.integers(1, 6, len(truth)), honest).astype(np.float64)
 
 
@@ -77,9 +94,12 @@ def simulate_crowd(
     noise: float = 0.6,
     bad_share: float = 0.1,
     seed: int = 0,
+    ambiguity: float = 0.0,
+    difficulty: float = 0.0,
 ) -> Crowd:
     """A crowd of `n_workers` (shares of spammers, lenient and harsh workers; careful the rest) rating `n_items`
-    items (an even number: pairs), `per_item` distinct workers each."""
+    items (an even number: pairs), `per_item` distinct workers each; `ambiguity` and `difficulty`: the harder
+    shapes (module docstring)."""
     rng = np.random.default_rng(seed)
     kind = crowd_workers(n_workers, spam, lenient, harsh)
     names = np.array(list(kind))
@@ -89,10 +109,17 @@ def simulate_crowd(
     item = np.repeat(np.arange(len(truth)), per_item)
     worker = names[chosen.reshape(-1)]
     kinds = np.array([kind[w] for w in worker])
-    rating = answer(truth[item], kinds, noise, rng)
+    crowd = Crowd(RatingArrays(item, worker, np.zeros(len(item)), np.zeros(len(item), bool)), truth, bad, kind)
+    if ambiguity or difficulty:
+        harder = np.random.default_rng(seed + 97)
+        crowd.shift = harder.normal(0, ambiguity, len(truth))
+        crowd.scale = np.exp(harder.normal(0, difficulty, len(truth)))
+    aimed, scale = crowd.felt(item)
+    rating = answer(aimed, kinds, noise, rng, scale)
     flagged = flags(bad[item], kinds, rng)
     rating[flagged] = 0
-    return Crowd(RatingArrays(item, worker, rating, flagged), truth, bad, kind)
+    crowd.ratings = RatingArrays(item, worker, rating, flagged)
+    return crowd
 
 
 def more_ratings(
@@ -116,11 +143,12 @@ def more_ratings(
             new_worker.append(str(w))
     item, worker = np.array(new_item, np.int64), np.array(new_worker)
     kinds = np.array([crowd.kind[w] for w in worker])
-    rating = answer(crowd.truth[item], kinds, noise, rng)
+    aimed, scale = crowd.felt(item)
+    rating = answer(aimed, kinds, noise, rng, scale)
     flagged = flags(crowd.bad[item], kinds, rng)
     rating[flagged] = 0
     merged = RatingArrays.concat([crowd.ratings, RatingArrays(item, worker, rating, flagged)])
-    return Crowd(merged, crowd.truth, crowd.bad, crowd.kind)
+    return replace(crowd, ratings=merged)
 
 
 def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:

@@ -26,6 +26,8 @@ from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from tests.support.simulate import Crowd, follow_up_rounds, more_ratings, simulate_crowd
 
 MODEL_KINDS = ("strong", "weak", "confident_wrong")
+HARDER_KINDS = ("correlated", "overconfident", "kind_wrong", "sure_five")
+WRONG_KIND_SHARE = 0.25  # kind_wrong: the share of items of the kind of condition it gets wrong
 SHIFTED_SHARE = 0.2  # strong: the share of items of the kind of condition it rates a point too high
 FAVOURED, FAVOURED_P = 4, 0.3  # strong: the answer it favours, and how often it gives it when within a point
 WEAK_LEAN = np.array([0.16, 0.2, 0.28, 0.2, 0.16])
@@ -42,8 +44,40 @@ def condition_kind(n_items: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed + 5).random(n_items) < SHIFTED_SHARE
 
 
+def kind_items(n_items: int, seed: int) -> np.ndarray:
+    """Per item: it belongs to the kind of condition the kind_wrong model gets wrong (a hidden quarter)."""
+    return np.random.default_rng(seed + 13).random(n_items) < WRONG_KIND_SHARE
+
+
+def sure(answer: np.ndarray, mass: float = 0.99) -> np.ndarray:
+    """Rows q with `mass` on each whole answer 1-5 and the rest spread evenly."""
+    q = np.full((len(answer), len(SCALE)), (1 - mass) / (len(SCALE) - 1))
+    q[np.arange(len(answer)), np.clip(np.rint(answer), 1, 5).astype(np.int64) - 1] = mass
+    return q
+
+
+def harder_answers(crowd: Crowd, kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The HARDER_KINDS' answers: q [items, 5] and P(not pertinent) [items] (honest flags, as the strong model)."""
+    stream = "correlated" if kind == "kind_wrong" else kind  # kind_wrong is the correlated model elsewhere
+    rng = np.random.default_rng(seed * 7919 + 10 + HARDER_KINDS.index(stream))
+    n = crowd.n_items
+    aimed, scale = crowd.felt(np.arange(n))
+    p_flag = np.where(crowd.bad, rng.beta(8, 2, n), rng.beta(1, 12, n))
+    if kind == "sure_five":
+        return sure(np.full(n, 5.0)), p_flag
+    if kind == "overconfident":
+        return sure(np.clip(aimed + rng.normal(0, 0.8, n) * scale, 1, 5)), p_flag
+    q = kernel(np.clip(aimed + rng.normal(0, 0.35, n) * scale, 1, 5), 0.6)
+    if kind == "kind_wrong":
+        wrong = kind_items(n, seed)
+        q[wrong] = sure(np.full(int(wrong.sum()), 5.0))
+    return q, p_flag
+
+
 def model_answers(crowd: Crowd, kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """One answer per item of `crowd` by the model `kind`: q [items, 5] and P(not pertinent) [items]."""
+    if kind in HARDER_KINDS:
+        return harder_answers(crowd, kind, seed)
     rng = np.random.default_rng(seed * 7919 + MODEL_KINDS.index(kind))
     truth, bad, n = crowd.truth.astype(np.float64), crowd.bad, crowd.n_items
     if kind == "strong":
@@ -60,7 +94,7 @@ def model_answers(crowd: Crowd, kind: str, seed: int) -> tuple[np.ndarray, np.nd
         sure_flag = np.where(bad, rng.random(n) < 0.5, rng.random(n) < 0.1)
         p_flag = np.where(sure_flag, 0.97, 0.03)
     else:
-        raise ValueError(f"model kind must be one of {MODEL_KINDS} (got {kind!r})")
+        raise ValueError(f"model kind must be one of {MODEL_KINDS + HARDER_KINDS} (got {kind!r})")
     return q, p_flag
 
 
