@@ -2,13 +2,16 @@
 server: for each stage (qualification, conditions, ratings, bws) the exported `label_studio/config.xml` becomes a
 project, `tasks.json` its tasks, annotations are posted through the API (one of them cancelled), and the JSON
 export goes through `annotate import`: the posted values land in the stage's Parquet (the qualification: in
-workers.csv and answers.csv) and the cancelled annotation in report.csv.
+workers.csv and answers.csv) and the cancelled annotation in report.csv. Drafted conditions (`annotate draft`, SmolLM2
+from the wheel) reach the server as predictions of the two text areas; an annotation that keeps one draft and edits
+the other, posted through the API and typed in Label Studio's own page, imports as drafted_accepted and
+drafted_edited.
 
 Label Studio lives in its own virtual environment (`make label-studio`: requirements/label-studio.txt, exact
 versions with hashes), never in the project's lock; LABEL_STUDIO_VENV points elsewhere. A missing one fails the
 round-trip tests, never skips them: CI creates it first. The server starts once for the module, on 127.0.0.1
 with a fresh data folder, a test user and a legacy API token (off by default in Label Studio 1.23:
-`--enable-legacy-api-token`)."""
+`--enable-legacy-api-token`), and with Label Studio's check of imported predictions against the config on."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import html
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,10 +42,13 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
+from csts_pipeline.stages.annotate.steps.drafts import edit_distance
 from tests.annotate.test_annotate import kept_table
+from tests.support.smollm2 import gguf_file
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "docs" / "images"
+EXAMPLE_KEPT = REPO / "docs" / "examples" / "annotate" / "kept.csv"
 
 
 def screenshot(page: Any, name: str) -> None:
@@ -56,6 +63,9 @@ VENV = Path(os.environ.get("LABEL_STUDIO_VENV", REPO / ".venv-label-studio"))
 TOKEN = "c5f0e1d2a3b4c5d6e7f8091a2b3c4d5e6f708192"
 START_TIMEOUT_S = 420  # a fresh data folder runs all migrations first: about 100 s on two shared cores
 REQUEST_TIMEOUT_S = 60
+# Label Studio's own check of imported predictions against the project's config (off by default in 1.23): on, an
+# import whose predictions name a control the config lacks, or hold a value of the wrong shape, is refused
+PREDICTION_CHECK = "fflag_feat_utc_210_prediction_validation_15082025"
 
 
 class LabelStudio:
@@ -137,6 +147,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudio]:
         "LABEL_STUDIO_BASE_DATA_DIR": str(data),
         "LATEST_VERSION_CHECK": "false",
         "COLLECT_ANALYTICS": "false",
+        PREDICTION_CHECK: "true",
     }
     command = [str(executable), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port)]
     command += ["--data-dir", str(data), "--username", "lead@example.com", "--password", "test-password-1"]
@@ -593,4 +604,114 @@ def test_ratings_and_bws_by_keyboard_in_the_labeling_page(browser: Any, server: 
     rows = pq.read_table(out / "bws" / "annotations.parquet").to_pylist()
     assert [(r["tuple_id"], r["best_item_id"], r["worst_item_id"]) for r in rows] == [
         (tuple_id, item_ids[1], item_ids[2])
+    ]
+
+
+# ----------------------------------------------------------------------------- drafted conditions as predictions
+
+
+@pytest.fixture(scope="module")
+def drafted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 condition-writing tasks of the documented sample drafted through `annotate draft` by SmolLM2 from the
+    wheel (every draft that passes the page's checks kept: --min-applies 0, as in test_drafts.py), then exported
+    again for Label Studio with the drafts."""
+    out = tmp_path_factory.mktemp("drafted") / "annotate"
+    export_args = ("annotate", "export", "--stage", "conditions", "--out", out, "--input", EXAMPLE_KEPT, "--n", "4")
+    cli(*export_args)
+    cli(
+        "annotate",
+        "draft",
+        "--stage",
+        "conditions",
+        "--out",
+        out,
+        "--model",
+        gguf_file(),
+        "--device",
+        "cpu",
+        "--min-applies",
+        "0",
+    )
+    cli(*export_args, "--format", "label-studio")
+    return out
+
+
+def drafted_project(server: LabelStudio, drafted: Path, folder: Path, title: str) -> tuple[dict[str, str], int]:
+    """A copy of the drafted export in `folder`, its project on the server, and the first task offering both
+    drafts: (its hits.csv row, its Label Studio id)."""
+    shutil.copytree(drafted, folder)
+    tasks = server.project(title, folder / "conditions_tasks")
+    with (folder / "conditions_tasks" / "hits.csv").open(newline="", encoding="utf-8") as handle:
+        row = next(row for row in csv.DictReader(handle) if row["draft_high"] and row["draft_low"])
+    return row, tasks[row["task_id"]]
+
+
+def imported_origins(folder: Path, export: Path) -> list[tuple[str, str, str, str, int | None]]:
+    """`annotate import --stage conditions` of a Label Studio export: (task, type, condition, origin, edit
+    distance) per condition."""
+    cli("annotate", "import", "--stage", "conditions", "--out", folder, "--results", export)
+    rows = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
+    return [(r["task_id"], r["condition_type"], r["condition"], r["origin"], r["edit_distance"]) for r in rows]
+
+
+@pytest.mark.slow
+def test_drafts_reach_the_server_as_predictions_and_import_as_accepted_and_edited(
+    server: LabelStudio, drafted: Path, tmp_path: Path
+):
+    """The imported tasks hold the drafts as predictions of the two text areas (checked against the config by the
+    server itself: PREDICTION_CHECK); an annotation starts from the server's prediction, as the labeling page's
+    does, keeps the high draft and edits the low one; the server's export imports as drafted_accepted and
+    drafted_edited with the edit distance."""
+    out = tmp_path / "annotate"
+    row, task = drafted_project(server, drafted, out, "drafted conditions")
+    (prediction,) = server.call("GET", f"/api/predictions/?task={task}")
+    assert prediction["model_version"] == label_studio.DRAFTS_VERSION
+    result = {r["from_name"]: r for r in prediction["result"]}
+    assert {name: (r["type"], r["value"]["text"]) for name, r in result.items()} == {
+        "condition_high": ("textarea", [row["draft_high"]]),
+        "condition_low": ("textarea", [row["draft_low"]]),
+    }
+    edited = row["draft_low"].rstrip(".") + " on the beach."
+    result["condition_low"]["value"]["text"] = [edited]
+    writer = server.user("drafts@example.com")
+    body = {"result": list(result.values()), "completed_by": writer, "parent_prediction": prediction["id"]}
+    server.call("POST", f"/api/tasks/{task}/annotations/", body)
+
+    export = server.export(tmp_path / "drafted-export.json")
+    distance = edit_distance(edited, row["draft_low"])
+    assert distance == len(" on the beach") + (not row["draft_low"].endswith("."))
+    assert imported_origins(out, export) == [
+        (row["task_id"], "high", row["draft_high"], "drafted_accepted", 0),
+        (row["task_id"], "low", edited, "drafted_edited", distance),
+    ]
+    record = json.loads((out / "conditions" / "_stage.json").read_text())
+    assert [record["counts"][name] for name in ("drafted_accepted", "drafted_edited", "written")] == [1, 1, 0]
+
+
+@pytest.mark.slow
+def test_a_draft_kept_and_one_edited_in_the_labeling_page(
+    browser: Any, server: LabelStudio, drafted: Path, tmp_path: Path
+):
+    """Label Studio's own page in Chromium opens the task with both drafts already in its text areas; the
+    annotator edits the low one, keeps the high one and submits; the export imports as one draft accepted and one
+    edited."""
+    out = tmp_path / "annotate"
+    row, task = drafted_project(server, drafted, out, "drafted conditions in the browser")
+    edited = row["draft_low"].rstrip(".") + " on the beach."
+    with labeling_page(browser, server) as page:
+        open_task(page, server, task, row["draft_high"])  # shown before anything is typed
+        page.get_by_text(row["draft_low"], exact=True).wait_for()
+        page.wait_for_load_state("networkidle")  # the page's loading veil gone, for the picture
+        screenshot(page, "label_studio_drafts.png")
+        low = page.get_by_test_id("textarea-region").filter(has_text=row["draft_low"])
+        low.get_by_test_id("htx-textbox-edit-button").click()  # the region's pencil: its text becomes an input
+        editing = page.get_by_test_id("htx-textbox-edit").filter(has=page.locator('input[name^="condition_low:"]'))
+        editing.get_by_test_id("htx-textbox-input").fill(edited)
+        editing.get_by_test_id("htx-textbox-save").click()
+        page.get_by_text(edited, exact=True).wait_for()
+        submit(page)
+    export = server.export(tmp_path / "browser-drafted-export.json")
+    assert imported_origins(out, export) == [
+        (row["task_id"], "high", row["draft_high"], "drafted_accepted", 0),
+        (row["task_id"], "low", edited, "drafted_edited", edit_distance(edited, row["draft_low"])),
     ]

@@ -5,7 +5,9 @@ The configs are package data (`templates/label_studio/<stage>.xml`), one file pe
 renderer (`pages.render_template`): the guidelines come from the same partials as the pages', and the
 qualification test's numbered items from the same repeated blocks; a stage's answer fields
 are the `name`s of the config's control tags, the same names an MTurk HIT posts, so an export becomes the same
-`ResultRow`s as a batch-results CSV and goes through the same screening, report and Parquet outputs."""
+`ResultRow`s as a batch-results CSV and goes through the same screening, report and Parquet outputs. Drafted
+conditions (`annotate draft`) go into the tasks as predictions, which the labeling page shows in the text areas; the
+export holds only the submitted text, compared with the draft by the conditions import as for the MTurk page."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from csts_pipeline.stages.annotate.layout import HITS
 FOLDER = "label_studio"  # under <stage>_tasks/
 CONFIG = "config.xml"
 TASKS_JSON = "tasks.json"
+DRAFTS_VERSION = "annotate draft"  # the predictions' model_version: Label Studio shows it on the drafts' tab
 # the control tags whose answers a stage reads, and where each keeps its answer in an export's `value`
 CONTROLS = {"TextArea": "text", "Choices": "choices", "Rating": "rating", "Number": "number"}
 
@@ -66,7 +69,8 @@ def write_project(tasks_dir: Path, stage: str, repeats: dict[str, int] | None = 
     missing = data_fields(config) - set(rows[0] if rows else {})
     if missing:
         raise UserError(f"{hits}: no column(s) {', '.join(sorted(missing))} that the Label Studio config shows")
-    tasks = json.dumps([_task(row, config) for row in rows], ensure_ascii=False, indent=1).encode()
+    areas = _drafted_areas(config)
+    tasks = json.dumps([_task(row, areas) for row in rows], ensure_ascii=False, indent=1).encode()
     folder = tasks_dir / FOLDER
     folder.mkdir(exist_ok=True)
     for name, blob in ((CONFIG, config.encode()), (TASKS_JSON, tasks)):
@@ -76,19 +80,28 @@ def write_project(tasks_dir: Path, stage: str, repeats: dict[str, int] | None = 
     return {"config": str(folder / CONFIG), "tasks": str(folder / TASKS_JSON)}
 
 
-def _task(row: dict[str, str], config: str) -> dict[str, Any]:
-    """One Label Studio task: the row as its data, and each drafted condition (the `draft_high`/`draft_low` columns
-    `annotate draft` adds) as a prediction in its answer's text area, which the annotator accepts or edits."""
+def _drafted_areas(config: str) -> list[tuple[str, str, str]]:
+    """(text area, its toName, the `hits.csv` column of its draft) for each `condition_<kind>` text area of a
+    config: the columns `draft_high`/`draft_low` that `annotate draft` adds to the conditions export."""
+    areas = ElementTree.fromstring(config).iter("TextArea")
+    return [
+        (name, area.get("toName", ""), name.replace("condition_", "draft_", 1))
+        for area in areas
+        if (name := area.get("name", "")).startswith("condition_")
+    ]
+
+
+def _task(row: dict[str, str], areas: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """One Label Studio task: the row as its data, and each drafted condition as a prediction of its text area
+    (Label Studio's pre-annotation format), which the labeling page shows in the area to keep or edit."""
     task: dict[str, Any] = {"data": row}
-    result = []
-    for area in ElementTree.fromstring(config).iter("TextArea"):
-        name = area.get("name", "")
-        drafted = row.get(name.replace("condition_", "draft_", 1)) if name.startswith("condition_") else None
-        if drafted:
-            value = {"text": [drafted]}
-            result.append({"from_name": name, "to_name": area.get("toName"), "type": "textarea", "value": value})
+    result = [
+        {"from_name": name, "to_name": to_name, "type": "textarea", "value": {"text": [row[column]]}}
+        for name, to_name, column in areas
+        if row.get(column)
+    ]
     if result:
-        task["predictions"] = [{"model_version": "annotate draft", "result": result}]
+        task["predictions"] = [{"model_version": DRAFTS_VERSION, "result": result}]
     return task
 
 
