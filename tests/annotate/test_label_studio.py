@@ -38,6 +38,7 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
+from csts_pipeline.stages.annotate.crowd.results import parse_flag, parse_rating
 from tests.annotate.test_annotate import kept_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -322,11 +323,11 @@ def test_config_names_every_answer_field(stage: str):
     assert all(labels[node.attrib["name"].split("_")[0]] in shown for node in root.iter("Text"))  # all labelled
     choices = {node.attrib["name"]: [c.get("alias", c.get("value")) for c in node] for node in root.iter("Choices")}
     if stage == "ratings":
-        assert [screening.parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
+        assert [parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
         rating = next(node for node in root.iter("Choices") if node.attrib["name"] == "rating")
         assert rating.attrib["required"] == "true" and rating.attrib["whenTagName"] == "not_pertinent"
         assert rating[0].attrib["value"] == "1 · completely different"  # anchored, as on the page
-        assert [screening.parse_flag(c) for c in choices["not_pertinent"]] == [True]
+        assert [parse_flag(c) for c in choices["not_pertinent"]] == [True]
     if stage == "bws":
         assert (
             [screening.parse_position(c) for c in choices["best"]]
@@ -363,8 +364,8 @@ def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path
     assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
     for node in root.iter("Choices"):
         values = [c.get("alias", c.get("value")) for c in node]
-        parse = screening.parse_rating if node.attrib["name"].startswith("rating") else screening.parse_flag
-        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is screening.parse_rating else [True])
+        parse = parse_rating if node.attrib["name"].startswith("rating") else parse_flag
+        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is parse_rating else [True])
     tasks = json.loads((folder / "label_studio" / "tasks.json").read_text())
     assert [task["data"] for task in tasks] == [row]
 

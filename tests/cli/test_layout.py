@@ -1,6 +1,7 @@
-"""The house as docs/architecture.md draws it, kept so: imports only run downwards (the frame imports no stage,
-annotate's label statistics import no platform or step), no import circle among the installed modules, annotate's
-top folder holds its sub-packages and at most three modules, and no module passes 400 lines."""
+"""The house as docs/architecture.md draws it, kept so: imports (module-level and function-level alike) only run
+downwards (the frame imports no stage, annotate's label statistics import no platform or step), no import circle
+among the installed modules, annotate's top folder holds its sub-packages and at most three modules, and no module
+passes 400 lines."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def modules() -> dict[str, Path]:
 
 
 def module_imports(path: Path, known: set[str]) -> set[str]:
-    """The project modules `path` imports at module level (what runs when it is imported)."""
+    """The project modules `path` imports anywhere: at module level and inside functions alike (an import put off
+    to call time is still an arrow of the house; hiding one in a function must not hide a circle)."""
     found = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module:
             found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
         elif isinstance(node, ast.Import):

@@ -28,7 +28,8 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.schemas import BLOCK_SCHEMA, GOLD_SCHEMA
 from csts_pipeline.stages.annotate.crowd import gold_set
 from csts_pipeline.stages.annotate.crowd.files import write_csv
-from csts_pipeline.stages.annotate.crowd.screening import Rating, parse_rating
+from csts_pipeline.stages.annotate.crowd.results import parse_rating
+from csts_pipeline.stages.annotate.crowd.screening import Rating
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
 BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)

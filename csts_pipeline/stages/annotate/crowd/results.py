@@ -4,10 +4,13 @@ export."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from csts_pipeline.stages.annotate.layout import RATING_SCALE
 
 _MTURK_FIELDS = {
     "WorkerId": "worker_id",
@@ -15,6 +18,8 @@ _MTURK_FIELDS = {
     "AssignmentStatus": "assignment_status",
     "HITId": "hit_id",
 }
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
 
 
 def one_line(value: Any) -> str:
@@ -76,3 +81,36 @@ def row_fields(columns: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict
             posted[name] = fields[name]
         fields[name], given[name] = value, prefix
     return fields, posted
+
+
+# ------------------------------------------------------------------------------------------- reading answers
+
+
+def same_text(a: str, b: str) -> bool:
+    """Whether two conditions are the same, ignoring case, punctuation, symbols and spaces (as the page's check)."""
+    return condition_key(a) == condition_key(b)
+
+
+def condition_key(text: str) -> str:
+    """A condition as compared: case folded, punctuation and symbols read as spaces, spaces collapsed."""
+    folded = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text.casefold())
+    return " ".join(folded.split())
+
+
+def parse_flag(value: Any) -> bool | None:
+    """A checkbox-like answer: true/false, 1/0, yes/no, on/off or empty (unchecked); None when unreadable."""
+    if isinstance(value, bool):
+        return value
+    text = one_line(value).casefold()
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
+def parse_rating(value: Any) -> int | None:
+    """An integer on the rating scale (`4` and `4.0` alike); None otherwise."""
+    text = one_line(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    low, high = RATING_SCALE
+    return int(number) if number.is_integer() and low <= number <= high else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,27 +21,22 @@ from csts_pipeline.pipeline.records import file_fingerprint, fingerprint
 from csts_pipeline.pipeline.schemas import REPORT_SCHEMA
 from csts_pipeline.stages.annotate.crowd import label_studio
 from csts_pipeline.stages.annotate.crowd.files import write_csv
-from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line, row_fields
+from csts_pipeline.stages.annotate.crowd.results import (
+    Problem,
+    ResultRow,
+    field_name,
+    one_line,
+    parse_flag,
+    parse_rating,
+    row_fields,
+    same_text,
+)
 from csts_pipeline.stages.annotate.labels.agreement import Rating
-from csts_pipeline.stages.annotate.layout import RATING_SCALE
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")
 BWS_FIELDS = ("tuple_id", "worker_id", "best", "worst")
 BWS_POSITIONS = 4
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
-
-
-def same_text(a: str, b: str) -> bool:
-    """Whether two conditions are the same, ignoring case, punctuation, symbols and spaces (as the page's check)."""
-    return condition_key(a) == condition_key(b)
-
-
-def condition_key(text: str) -> str:
-    """A condition as compared: case folded, punctuation and symbols read as spaces, spaces collapsed."""
-    folded = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text.casefold())
-    return " ".join(folded.split())
 
 
 def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:
@@ -293,25 +287,6 @@ def _rating_answer(screen: Screen, row: ResultRow) -> Rating | None:
         return None
     item = screen.known[row.text("item_id")]
     return Rating(item, worker, row.text("assignment_id"), None if flag else rating, bool(flag))
-
-
-def parse_flag(value: Any) -> bool | None:
-    """A checkbox-like answer: true/false, 1/0, yes/no, on/off or empty (unchecked); None when unreadable."""
-    if isinstance(value, bool):
-        return value
-    text = one_line(value).casefold()
-    return True if text in _TRUE else False if text in _FALSE else None
-
-
-def parse_rating(value: Any) -> int | None:
-    """An integer on the rating scale (`4` and `4.0` alike); None otherwise."""
-    text = one_line(value)
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    low, high = RATING_SCALE
-    return int(number) if number.is_integer() and low <= number <= high else None
 
 
 # --------------------------------------------------------------------------------------------- best-worst results
