@@ -18,7 +18,7 @@ from csts_pipeline.pipeline.device import resolve_device
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train.data import PairData, read_pairs
-from csts_pipeline.stages.train.models import ModelSpec, is_trained_model, load_model, model_pooling
+from csts_pipeline.stages.train.models import EncoderSpec, is_trained_model, load_model, model_pooling
 from csts_pipeline.stages.train.prompting import (
     PromptOptions,
     build_prompts,
@@ -76,7 +76,7 @@ def model_for(options: EvaluateOptions):
             "bi-encoders (train a model with `csts-pipeline train` first)"
         )
     pooler = options.pooler or model_pooling(resolve_model_path(options.model)) or "cls"
-    spec = ModelSpec(encoding="bi", pooler=pooler, max_length=options.max_length, base_model=options.model)
+    spec = EncoderSpec(encoding="bi", pooler=pooler, max_length=options.max_length, base_model=options.model)
     return load_model(options.model, spec)
 
 
