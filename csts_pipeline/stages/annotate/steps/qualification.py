@@ -19,7 +19,7 @@ import pyarrow as pa
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint, require_record
-from csts_pipeline.stages.annotate.crowd import screening, tasks, worker_list
+from csts_pipeline.stages.annotate.crowd import platform, screening, tasks, worker_list
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
 from csts_pipeline.stages.annotate.crowd.gold_set import (
     FLAG_ERROR,
@@ -35,7 +35,6 @@ from csts_pipeline.stages.annotate.layout import QUALIFICATION_TASKS, REPORT, TA
 QUALIFICATION = "qualification"
 WORKERS = "workers.csv"
 ANSWERS = "answers.csv"
-GRANT = "mturk_workers.csv"
 
 
 def hits_columns(items: list[dict[str, Any]]) -> dict[str, str]:
@@ -135,11 +134,7 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
         screen.write_report(out.staging / REPORT)
         write_csv(pa.Table.from_pylist(workers, schema=WORKER_SCHEMA), out.staging / WORKERS)
         write_csv(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), out.staging / ANSWERS)
-        grant = {
-            "Worker ID": [w["worker_id"] for w in workers],
-            f"UPDATE-{name}": [int(w["qualified"]) for w in workers],
-        }
-        write_csv(pa.table(grant), out.staging / GRANT)
+        granted = platform.grant(out.staging, [(w["worker_id"], bool(w["qualified"])) for w in workers], name)
         counts = {
             "rows_read": screen.rows_read,
             "excluded_rows": screen.excluded_rows(),
@@ -148,7 +143,8 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
             "manual_verdicts": sum(bool(w["manual_verdict"]) for w in workers),
         }
         files = {key: str(out.folder / value) for key, value in (("workers", WORKERS), ("answers", ANSWERS))}
-        files |= {"grant": str(out.folder / GRANT), "report": str(out.folder / REPORT)}
+        files |= {key: str(out.folder / value) for key, value in granted.items()}
+        files |= {"report": str(out.folder / REPORT)}
         return out.finish(counts, problems=screen.summary(), files=files, **params)
 
 
