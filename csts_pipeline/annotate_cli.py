@@ -113,11 +113,11 @@ def _require_current_filter(dataset: str | None, manifest: str | None, input_pat
     if input_path is not None or (dataset is None and manifest is None):
         return
     from csts_pipeline.pipeline.executor import require_as_asked
-    from csts_pipeline.stages import spec
+    from csts_pipeline.stages.annotate.crowd.kept import UPSTREAM
 
     loaded = open_manifest(dataset, manifest)
     if remote_of(loaded.work_dir) is None:
-        require_as_asked(spec("filter").load()(loaded))
+        require_as_asked(UPSTREAM.load()(loaded))
 
 
 def _say(record: dict[str, Any]) -> None:
