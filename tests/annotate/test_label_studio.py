@@ -472,7 +472,7 @@ def test_a_bad_export_is_one_line_error(conditions_dir: Path, tmp_path: Path, co
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_cli_platform_is_checked_before_anything_is_written(conditions_dir: Path):
+def test_cli_platform_is_checked_before_anything_is_written(conditions_dir: Path, tmp_path: Path):
     export = ["annotate", "export", "--stage", "ratings", "--out", str(conditions_dir)]
     result = runner.invoke(app, [*export, "--platform", "xml"])
     assert result.exit_code == 2 and result.output.strip() == "error: --platform 'xml': expected mturk or label-studio"
@@ -480,6 +480,11 @@ def test_cli_platform_is_checked_before_anything_is_written(conditions_dir: Path
     assert result.exit_code == 2
     assert result.output.strip() == "error: --format label-studio: annotate export takes --platform label-studio"
     assert not (conditions_dir / "ratings_tasks").exists()
+    qualification = ["annotate", "export", "--stage", "qualification", "--out", str(tmp_path), "--platform", "mturk"]
+    result = runner.invoke(app, qualification)  # every platform's files are written, MTurk's named
+    assert result.exit_code == 0 and "  MTurk: " in result.output, result.output
+    assert f"{tmp_path / 'qualification_tasks' / 'template.html'} (the HIT page)" in result.output
+    assert (tmp_path / "qualification_tasks" / "label_studio" / "tasks.json").is_file()
 
 
 @contextmanager

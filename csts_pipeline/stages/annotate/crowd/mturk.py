@@ -9,6 +9,7 @@ import csv
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -17,12 +18,18 @@ from csts_pipeline.pipeline.schemas import BLOCK_SCHEMA
 from csts_pipeline.stages.annotate.crowd import pages
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.platform import Read
-from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, row_fields
+from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow
 from csts_pipeline.stages.annotate.layout import HITS
 
 GRANT = "mturk_workers.csv"  # qualification/: Worker ID, UPDATE-<qualification name>
 BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)
 SUFFIXES = (".csv", ".jsonl")
+FIELDS = {
+    "WorkerId": "worker_id",
+    "AssignmentId": "assignment_id",
+    "AssignmentStatus": "assignment_status",
+    "HITId": "hit_id",
+}
 
 
 class MTurk:
@@ -99,3 +106,32 @@ def _csv_rows(path: Path, lines: Iterable[str]) -> Read:
     except csv.Error as exc:
         raise UserError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); nothing imported") from None
     return rows, [], {field_name(name) for name in header}
+
+
+def field_name(column: str) -> str:
+    """MTurk batch-results names to plain ones: Input.x and Answer.x to x, WorkerId to worker_id, ..."""
+    column = column.strip()
+    if column in FIELDS:
+        return FIELDS[column]
+    for prefix in ("Input.", "Answer."):
+        if column.startswith(prefix):
+            return column[len(prefix) :]
+    return column
+
+
+def row_fields(columns: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A row's fields by plain name, and the answers posted under a name the HIT's input also has: `Input.x` is
+    what the HIT showed, so it is the field; `Answer.x` is kept apart for the screen to compare
+    (`item_id` posted for another item than the HIT's is a mismatch, not a rating of that other item)."""
+    fields: dict[str, Any] = {}
+    posted: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for column, value in columns:
+        name, prefix = field_name(column), column.strip().split(".", 1)[0]
+        if name in given and {given[name], prefix} == {"Input", "Answer"}:
+            if prefix == "Answer":
+                posted[name] = value
+                continue
+            posted[name] = fields[name]
+        fields[name], given[name] = value, prefix
+    return fields, posted
