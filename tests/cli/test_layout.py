@@ -128,3 +128,28 @@ def test_architecture_lists_every_module_with_its_room():
     listed = set(re.findall(r"^\| `(csts_pipeline/[\w/]+\.py)` \| [^|]+ \|", text, re.M))
     present = {str(path.relative_to(REPO)) for path in modules().values()}
     assert {"missing": sorted(present - listed), "gone": sorted(listed - present)} == {"missing": [], "gone": []}
+
+
+def room(module: str) -> str:
+    """The room of the house a module lives in: the command line, the frame (pipeline), the registry (stages), a
+    stage, annotate's sub-packages, the report."""
+    parts = module.split(".")[1:]
+    if not parts or parts[0] in ("cli", "options", "__main__") or parts[0].endswith("_cli"):
+        return "command line"
+    if parts[0] == "stages" and len(parts) > 1:
+        sub = parts[2] if parts[1] == "annotate" and len(parts) > 2 else None
+        return f"annotate.{sub}" if sub in ("steps", "crowd", "labels", "release") else parts[1]
+    return parts[0]
+
+
+def test_the_rooms_form_no_circle():
+    """The drawing of the house by rooms (the imports between rooms) has no circle: every arrow runs one way."""
+    found = modules()
+    arrows: dict[str, set[str]] = {}
+    for name, path in found.items():
+        for target in module_imports(path, set(found)):
+            if room(name) != room(target):
+                arrows.setdefault(room(name), set()).add(room(target))
+    rooms = {room(name) for name in found}
+    assert len(rooms) >= 12 and sum(map(len, arrows.values())) >= 30
+    assert cycles({r: arrows.get(r, set()) for r in rooms}) == []
