@@ -26,7 +26,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from csts_pipeline.stages.annotate.labels import ordinal, verdict
-from csts_pipeline.stages.annotate.labels.agreement import aggregate
+from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
 from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 
@@ -35,9 +35,9 @@ def label_figures(crowd: Crowd) -> dict[str, float]:
     r = crowd.ratings
     rated = r.rated
     fit = ordinal.fit(r.item[rated], r.worker[rated], r.rating[rated], crowd.n_items)
-    mean, count = aggregate(r.item[rated], r.rating[rated], crowd.n_items, "mean")
-    median, _ = aggregate(r.item[rated], r.rating[rated], crowd.n_items, "median")
-    has = count > 0
+    mean = Mean.item_label(r.item[rated], r.rating[rated], crowd.n_items)
+    median = Median.item_label(r.item[rated], r.rating[rated], crowd.n_items)
+    has = np.bincount(r.item[rated], minlength=crowd.n_items) > 0
     low, high = fit.interval()
     truth = crowd.truth[has]
 

@@ -27,7 +27,7 @@ from csts_pipeline.pipeline.device import resolve_device
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train import train
 from csts_pipeline.stages.train.data import read_csts
-from csts_pipeline.stages.train.models import ModelSpec, load_model, model_pooling
+from csts_pipeline.stages.train.models import EncoderSpec, load_model, model_pooling
 from csts_pipeline.stages.train.presets import train_config
 from csts_pipeline.stages.train.scoring import half_precision, score_split
 from tests.support.train_sample import write_sample_splits
@@ -37,7 +37,7 @@ MODEL = "packaged:all-MiniLM-L6-v2"
 
 def zero_shot(validation: Path, device: torch.device, precision: str, batch_size: int) -> tuple[dict, float]:
     """Validation metrics of the untrained bi-encoder, and its scoring speed (rows/s)."""
-    spec = ModelSpec(encoding="bi", pooler=model_pooling(resolve_model_path(MODEL)) or "cls", base_model=MODEL)
+    spec = EncoderSpec(encoding="bi", pooler=model_pooling(resolve_model_path(MODEL)) or "cls", base_model=MODEL)
     model = load_model(MODEL, spec).to(device)
     data = read_csts(validation, "validation")
     dtype = half_precision(device, precision)

@@ -1,1 +1,2 @@
-"""The csts-pipeline application: the command line over the frame (pipeline/) and the stages (stages/)."""
+"""The csts-pipeline application, C-STS datasets from image-caption corpora (embed, mine, filter, annotate, train):
+the command line over the frame (pipeline/), the stages (stages/) and the run report (report/)."""

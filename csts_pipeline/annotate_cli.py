@@ -12,6 +12,7 @@ from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_d
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import open_manifest
 from csts_pipeline.pipeline.storage import pull, remote_of
+from csts_pipeline.stages.annotate.labels.aggregators import aggregator_help
 
 annotate_app = typer.Typer(
     help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",
@@ -38,16 +39,7 @@ ResultsOpt = Annotated[
         "export (.json); repeat for several.",
     ),
 ]
-AggregateOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--aggregate",
-        "--label-policy",
-        help="ratings: an item's label, mean, median, round (the median rounded to an integer, as the "
-        "paper's released labels) or model (an ordinal rater model weighing each worker by reliability and "
-        "bias: a distribution and a 90% interval per item, ratings/workers.parquet); default mean.",
-    ),
-]
+AggregateOpt = Annotated[str | None, typer.Option("--aggregate", "--label-policy", help=aggregator_help())]
 AgreementSampleOpt = Annotated[
     int | None,
     typer.Option(
@@ -121,11 +113,11 @@ def _require_current_filter(dataset: str | None, manifest: str | None, input_pat
     if input_path is not None or (dataset is None and manifest is None):
         return
     from csts_pipeline.pipeline.executor import require_as_asked
-    from csts_pipeline.stages import spec
+    from csts_pipeline.stages.annotate.crowd.kept import UPSTREAM
 
     loaded = open_manifest(dataset, manifest)
     if remote_of(loaded.work_dir) is None:
-        require_as_asked(spec("filter").load()(loaded))
+        require_as_asked(UPSTREAM.load()(loaded))
 
 
 def _say(record: dict[str, Any]) -> None:
@@ -203,17 +195,24 @@ def annotate_export(
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
     ] = False,
-    task_format: Annotated[
-        str,
+    platform_name: Annotated[
+        str | None,
         typer.Option(
-            "--format",
-            help="mturk (hits.csv, tasks.jsonl) or label-studio (also label_studio/config.xml and tasks.json).",
+            "--platform",
+            help="The crowd platform whose files to hand over, printed after the export: mturk (hits.csv and the "
+            "HIT page template.html) or label-studio (label_studio/config.xml and tasks.json); every export writes "
+            "both.",
         ),
-    ] = "mturk",
+    ] = None,
+    task_format: Annotated[
+        str | None, typer.Option("--format", hidden=True, help="Refused: the platform is --platform.")
+    ] = None,
 ) -> None:
-    """Write crowd tasks: an MTurk batch CSV (one HIT per row), a JSONL of ids and the HIT page template.html
-    (<annotate>/<stage>_tasks/)."""
+    """Write crowd tasks (<annotate>/<stage>_tasks/): the batch input hits.csv (one task per row), a JSONL of ids
+    and provenance, and each crowd platform's files (MTurk's HIT page, Label Studio's config and tasks)."""
     from csts_pipeline.stages import annotate
+    from csts_pipeline.stages.annotate.crowd.pages import STAGES
+    from csts_pipeline.stages.annotate.crowd.platform import DEFAULT, platform
 
     _only_for(stage, "conditions", n=n, bins=bins)
     if input_path is not None and stage != "conditions" and not (stage == "ratings" and gold_share):
@@ -228,10 +227,11 @@ def annotate_export(
         raise UserError("--budget: only with --stage ratings --more")
     if more and (gold_share is not None or gold is not None):
         raise UserError("--gold-share, --gold: not with --more (a follow-up batch carries no controls)")
-    if task_format not in ("mturk", "label-studio"):
-        raise UserError(f"--format {task_format!r}: expected mturk or label-studio")
-    if task_format == "label-studio":
-        annotate.label_studio_config(stage)  # a stage without a config fails before anything is written
+    if task_format is not None:
+        raise UserError(f"--format {task_format}: annotate export takes --platform {task_format}")
+    if stage not in STAGES:
+        raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
+    chosen = platform(platform_name or DEFAULT, stage)  # a stage it cannot show fails before anything is written
     folder, work_dir = annotate_folder(dataset, manifest, out)
     if stage == "qualification":
         record = annotate.export_qualification(folder, gold, force)
@@ -250,16 +250,11 @@ def annotate_export(
         given = gold_share and (work_dir is not None or input_path is not None)  # else export_ratings says why
         source = annotate.kept_source(work_dir, input_path) if given else None
         record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold, source)
-    elif stage == "bws":
-        record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     else:
-        raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
+        record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
     _say(record)
-    if task_format == "label-studio":  # written by every export of a stage that has a config
-        found = folder / f"{stage}_tasks" / "label_studio"
-        typer.echo(
-            f"  Label Studio: {found / 'config.xml'} (labeling config), {found / 'tasks.json'} (tasks to import)"
-        )
+    if platform_name is not None:
+        typer.echo(chosen.where(folder / f"{stage}_tasks", stage))
 
 
 @annotate_app.command("import")

@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 
 from csts_pipeline.annotate_cli import AnnotateOutOpt, AnnotateStageOpt, annotate_app, annotate_folder
-from csts_pipeline.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+from csts_pipeline.options import (
+    ApiKeyEnvOpt,
+    DatasetOpt,
+    EndpointOpt,
+    ForceOpt,
+    ManifestOpt,
+    ModelDeviceOpt,
+    say_up_to_date,
+    user_errors,
+)
 from csts_pipeline.pipeline.errors import UserError
 
 LmModelOpt = Annotated[
@@ -19,20 +28,6 @@ LmModelOpt = Annotated[
         "--model",
         help="A language model: a Hugging Face name, a local folder or a .gguf file (loaded with transformers); "
         "with --endpoint, the served model's name (default: the first the server lists).",
-    ),
-]
-EndpointOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--endpoint",
-        help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API), e.g. "
-        "http://127.0.0.1:8000/v1, instead of a local model.",
-    ),
-]
-ApiKeyEnvOpt = Annotated[
-    str,
-    typer.Option(
-        "--api-key-env", help="Environment variable holding the endpoint's API key (never written to a record)."
     ),
 ]
 SimilarityModelOpt = Annotated[
@@ -45,7 +40,6 @@ SimilarityModelOpt = Annotated[
     ),
 ]
 LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]
-LmDeviceOpt = Annotated[str, typer.Option("--device", help="Local model: auto, cpu, cuda or cuda:N.")]
 
 
 def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str):
@@ -65,7 +59,7 @@ def annotate_rate(
     endpoint: EndpointOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
-    device: LmDeviceOpt = "auto",
+    device: ModelDeviceOpt = "auto",
     similarity_model: SimilarityModelOpt = None,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
@@ -106,7 +100,7 @@ def annotate_draft(
     endpoint: EndpointOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
-    device: LmDeviceOpt = "auto",
+    device: ModelDeviceOpt = "auto",
     min_applies: Annotated[
         float,
         typer.Option(
@@ -141,7 +135,7 @@ def annotate_check_conditions(
     endpoint: EndpointOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
-    device: LmDeviceOpt = "auto",
+    device: ModelDeviceOpt = "auto",
     below: Annotated[
         float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")
     ] = 0.5,

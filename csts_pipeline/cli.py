@@ -15,7 +15,7 @@ from csts_pipeline.report_cli import register as register_report_command
 from csts_pipeline.train_cli import register as register_train_commands
 
 app = typer.Typer(
-    help="Build C-STS datasets from image-caption corpora: embed -> mine -> filter -> train.",
+    help="Build C-STS datasets from image-caption corpora: embed -> mine -> filter -> annotate -> train.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.stage import StageSpec
 from csts_pipeline.stage_cli import Option, manifest_for, run_stage
-from csts_pipeline.stages import StageSpec
 
 _OFF = ("none", "null", "off")
 ThresholdHelp = "{}; a number, or none to switch the criterion off (overrides filter.{})."

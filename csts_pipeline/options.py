@@ -1,5 +1,6 @@
-"""Option types and the error decorator shared by the command modules (cli.py, train_cli.py, annotate_cli.py):
-generic options only, so that every command module can import this one and none imports another."""
+"""Option types and the error decorator shared by the command modules (cli.py, train_cli.py, annotate_cli.py,
+annotate_model_cli.py): options more than one command family takes, so that every command module can import this
+one and none imports another for an option."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ ForceOpt = Annotated[
     bool, typer.Option("--force", metavar="", help="Recompute even when the stage's output is up to date.")
 ]
 PrecisionOpt = Annotated[str | None, typer.Option(help=PRECISION_HELP)]
+
+# the model options of every command that runs or asks a model (annotate rate/draft/check-conditions, evaluate,
+# train), declared once here
+ModelDeviceOpt = Annotated[str, typer.Option("--device", help="A local model's device: auto, cpu, cuda or cuda:N.")]
+EndpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint",
+        help="Base URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API), e.g. "
+        "http://127.0.0.1:8000/v1, serving the language model instead of a local one.",
+    ),
+]
+ApiKeyEnvOpt = Annotated[
+    str,
+    typer.Option(
+        "--api-key-env", help="Environment variable holding the endpoint's API key (never written to a record)."
+    ),
+]
 
 
 def say_up_to_date(record: dict[str, Any], redo: str = "--force recomputes") -> bool:

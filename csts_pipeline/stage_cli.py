@@ -16,9 +16,10 @@ from csts_pipeline.options import DatasetOpt, DeviceOpt, ForceOpt, ManifestOpt, 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import Manifest, open_manifest
 from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.stage import StageSpec
 from csts_pipeline.pipeline.storage import remote_of, remote_record
 from csts_pipeline.pipeline.urls import is_url, location
-from csts_pipeline.stages import REGISTRY, StageSpec
+from csts_pipeline.stages import REGISTRY
 from csts_pipeline.stages import spec as stage_spec
 
 OutOpt = Annotated[

@@ -14,7 +14,15 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import typer
 from pydantic.fields import FieldInfo
 
-from csts_pipeline.options import ForceOpt, PrecisionOpt, say_up_to_date, user_errors
+from csts_pipeline.options import (
+    ApiKeyEnvOpt,
+    EndpointOpt,
+    ForceOpt,
+    ModelDeviceOpt,
+    PrecisionOpt,
+    say_up_to_date,
+    user_errors,
+)
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import TrainConfig, open_manifest
 from csts_pipeline.pipeline.records import read_record
@@ -22,7 +30,6 @@ from csts_pipeline.pipeline.storage import output_cache
 from csts_pipeline.pipeline.urls import is_url
 from csts_pipeline.stages.train.presets import train_config
 
-ModelDeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 MetricsOutOpt = Annotated[
     Path | None, typer.Option("--metrics-out", help="Write the metrics JSON (spearman, pearson, n) here too.")
 ]
@@ -185,13 +192,8 @@ def evaluate(
         Path | None, typer.Option(help="--shots 2/4: C-STS training data the examples come from.")
     ] = None,
     seed: Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")] = 42,
-    endpoint: Annotated[
-        str | None,
-        typer.Option(
-            help="--encoding prompt: an OpenAI-compatible server (base URL) serving --model, instead of a local model; "
-            "its API key from OPENAI_API_KEY."
-        ),
-    ] = None,
+    endpoint: EndpointOpt = None,
+    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
     from csts_pipeline.stages.train import evaluate as stage
@@ -216,6 +218,7 @@ def evaluate(
         metrics_out=metrics_out,
         prompt=prompt,
         endpoint=endpoint,
+        api_key_env=api_key_env,
     )
     results = stage.run(options)
     _print_metrics(results)

@@ -21,8 +21,47 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What the command line and the executor know of a data stage without loading it: its name, the stage whose
+    output it reads (`above`, the upstream's own spec: each stage package declares its `SPEC` by importing its
+    upstream's, so the dependency is an import a reader sees), what it reads, its help, and where its class is
+    (`entry`, "module:Class", imported only when the stage runs: the stages pull in numba, torch and open_clip,
+    which `--help` and `status` do without)."""
+
+    name: str
+    above: StageSpec | None
+    inputs: tuple[str, ...]
+    help: str
+    entry: str
+    summary: str | None = None  # "module:function" (record, manifest) -> lines the CLI prints after a run
+
+    @property
+    def upstream(self) -> str | None:
+        """The upstream stage's name (its output folder under the work_dir)."""
+        return None if self.above is None else self.above.name
+
+    @property
+    def command(self) -> str:
+        """The command that (re)builds this stage's output."""
+        return f"csts-pipeline {self.name}"
+
+    def load(self) -> Any:
+        """The stage's class (a Stage subclass whose `name` and `upstream` are these)."""
+        module, _, name = self.entry.partition(":")
+        return getattr(import_module(module), name)
+
+    def summary_lines(self, record: dict[str, Any], manifest: Any) -> list[str]:
+        """What this stage adds to the one-line summary of a run (a funnel, reader skips); nothing by default."""
+        if self.summary is None:
+            return []
+        module, _, name = self.summary.partition(":")
+        return list(getattr(import_module(module), name)(record, manifest))
 
 
 @dataclass(frozen=True)

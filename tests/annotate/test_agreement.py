@@ -16,7 +16,6 @@ from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.labels.agreement import (
     FLAG_BELOW,
     RatingArrays,
-    aggregate,
     agreement_summary,
     krippendorff_alpha,
     worker_agreement,
@@ -104,22 +103,6 @@ def test_alpha_agrees_with_the_krippendorff_package(metric: str):
 def test_alpha_is_nan_without_variation_or_pairs():
     assert np.isnan(krippendorff_alpha(np.array([[3, 0, 0, 0, 0], [2, 0, 0, 0, 0]]), VALUES, "ordinal"))
     assert np.isnan(krippendorff_alpha(np.array([[1, 0, 0, 0, 0]]), VALUES, "interval"))
-
-
-# ---------------------------------------------------------------------------------------------- label policy
-
-
-def test_label_policies_mean_median_and_round():
-    item = np.array([0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3])
-    rating = np.array([3, 4, 1, 2, 2, 4, 5, 5, 5, 2, 3], float)
-    mean, count = aggregate(item, rating, 5, "mean")
-    median, _ = aggregate(item, rating, 5, "median")
-    rounded, _ = aggregate(item, rating, 5, "round")
-    assert count.tolist() == [2, 3, 4, 2, 0]
-    assert np.allclose(mean[:4], [3.5, 5 / 3, 4.75, 2.5])
-    assert median[:4].tolist() == [3.5, 2.0, 5.0, 2.5]
-    assert rounded[:4].tolist() == [4.0, 2.0, 5.0, 3.0]  # halves go up
-    assert np.isnan(mean[4]) and np.isnan(median[4]) and np.isnan(rounded[4])
 
 
 def test_round_policy_flows_to_integer_labels_and_is_recorded(tmp_path: Path, rated: Path):  # noqa: F811

@@ -23,7 +23,7 @@ from csts_pipeline.pipeline.records import write_json
 from csts_pipeline.pipeline.schemas import KEPT_SCHEMA
 from csts_pipeline.pipeline.shards import shard_name, write_atomic, write_table
 from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.labels.agreement import aggregate, fleiss_kappa
+from csts_pipeline.stages.annotate.labels.agreement import fleiss_kappa
 from csts_pipeline.stages.annotate.labels.sampling import allocate, quantile_bins, stratified_sample
 from csts_pipeline.stages.annotate.labels.splits import sentence_pair_groups, split_sizes
 from tests.conftest import reseal
@@ -370,16 +370,6 @@ def test_import_conditions_plain_jsonl_and_bad_files(tmp_path: Path, kept_dir: P
 
 
 # ---------------------------------------------------------------------------------- export / import ratings
-
-
-def test_aggregate_mean_and_median():
-    item = np.array([0, 0, 0, 1, 1, 2])
-    rating = np.array([1.0, 5.0, 4.0, 2.0, 3.0, 5.0])
-    mean, count = aggregate(item, rating, 4, "mean")
-    median, _ = aggregate(item, rating, 4, "median")
-    assert count.tolist() == [3, 2, 1, 0]
-    assert mean[:3].tolist() == [10 / 3, 2.5, 5.0] and np.isnan(mean[3])
-    assert median[:3].tolist() == [4.0, 2.5, 5.0] and np.isnan(median[3])
 
 
 def test_ratings_export_hides_the_intended_similarity(rated: Path):

@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 import pytest
 
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages
-from csts_pipeline.stages.annotate.crowd.screening import condition_key
+from csts_pipeline.stages.annotate.crowd.results import condition_key
 
 STOP = {"the", "a", "an", "of", "is", "are", "how", "what", "which", "in", "on", "at", "to"}
 # words that name an aspect of a scene, or a role any scene has, rather than a thing only some scenes hold

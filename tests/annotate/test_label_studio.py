@@ -42,6 +42,7 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
+from csts_pipeline.stages.annotate.crowd.results import parse_flag, parse_rating
 from csts_pipeline.stages.annotate.steps.drafts import edit_distance
 from tests.annotate.test_annotate import kept_table
 from tests.support.smollm2 import gguf_file
@@ -197,7 +198,7 @@ def test_conditions_round_trip(server: LabelStudio, annotate_dir: Path):
     assert "Label Studio" not in cli(*export_args)
     record = json.loads((out / "conditions_tasks" / "_stage.json").read_text())
     assert {"label_studio/config.xml", "label_studio/tasks.json"} <= set(record["output_files"])  # committed with it
-    assert "label_studio/config.xml" in cli(*export_args, "--format", "label-studio")  # up to date: says where
+    assert "label_studio/config.xml" in cli(*export_args, "--platform", "label-studio")  # up to date: says where
     tasks = server.project("conditions", out / "conditions_tasks")
     assert len(tasks) == 8
     writer = server.user("writer@example.com")
@@ -221,7 +222,7 @@ def test_conditions_round_trip(server: LabelStudio, annotate_dir: Path):
 @pytest.mark.slow
 def test_ratings_round_trip(server: LabelStudio, annotate_dir: Path):
     out = annotate_dir / "annotate"
-    cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
+    cli("annotate", "export", "--stage", "ratings", "--out", out, "--platform", "label-studio")
     tasks = server.project("ratings", out / "ratings_tasks")
     assert len(tasks) == 14  # seven answered pairs x high/low
     raters = [server.user("rater1@example.com"), server.user("rater2@example.com")]
@@ -247,7 +248,7 @@ def test_ratings_round_trip(server: LabelStudio, annotate_dir: Path):
 @pytest.mark.slow
 def test_bws_round_trip(server: LabelStudio, annotate_dir: Path):
     out = annotate_dir / "annotate"
-    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
+    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--platform", "label-studio")
     tasks = server.project("bws", out / "bws_tasks")
     items = {t["tuple_id"]: t["item_ids"] for t in map(json.loads, (out / "bws_tasks" / "tasks.jsonl").open())}
     assert set(tasks) == set(items)
@@ -273,7 +274,7 @@ def test_qualification_round_trip(server: LabelStudio, tmp_path: Path):
     """The qualification test's one task answered by two annotators (one cancels): the import scores them from
     the export as it does from MTurk's batch results."""
     out = tmp_path / "annotate"  # its own folder: a workers.csv would filter the other stages' imports
-    cli("annotate", "export", "--stage", "qualification", "--out", out, "--format", "label-studio")
+    cli("annotate", "export", "--stage", "qualification", "--out", out, "--platform", "label-studio")
     tasks = server.project("qualification", out / "qualification_tasks")
     assert len(tasks) == 1
     (task,) = tasks.values()
@@ -333,11 +334,11 @@ def test_config_names_every_answer_field(stage: str):
     assert all(labels[node.attrib["name"].split("_")[0]] in shown for node in root.iter("Text"))  # all labelled
     choices = {node.attrib["name"]: [c.get("alias", c.get("value")) for c in node] for node in root.iter("Choices")}
     if stage == "ratings":
-        assert [screening.parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
+        assert [parse_rating(c) for c in choices["rating"]] == [1, 2, 3, 4, 5]
         rating = next(node for node in root.iter("Choices") if node.attrib["name"] == "rating")
         assert rating.attrib["required"] == "true" and rating.attrib["whenTagName"] == "not_pertinent"
         assert rating[0].attrib["value"] == "1 · completely different"  # anchored, as on the page
-        assert [screening.parse_flag(c) for c in choices["not_pertinent"]] == [True]
+        assert [parse_flag(c) for c in choices["not_pertinent"]] == [True]
     if stage == "bws":
         assert (
             [screening.parse_position(c) for c in choices["best"]]
@@ -355,7 +356,7 @@ def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path
     """The exported qualification config has one block per gold item: the import's numbered answer fields
     (`qualification._score`) and nothing else, shows only the one hits.csv row's columns, and offers choices the
     scoring accepts."""
-    cli("annotate", "export", "--stage", "qualification", "--out", tmp_path, "--format", "label-studio")
+    cli("annotate", "export", "--stage", "qualification", "--out", tmp_path, "--platform", "label-studio")
     folder = tmp_path / "qualification_tasks"
     config = (folder / "label_studio" / "config.xml").read_text()
     root = ElementTree.fromstring(config)
@@ -374,8 +375,8 @@ def test_qualification_config_names_every_answer_field_the_import_reads(tmp_path
     assert all(node.attrib["toName"] in objects for node in root.iter() if node.tag in controls.values())
     for node in root.iter("Choices"):
         values = [c.get("alias", c.get("value")) for c in node]
-        parse = screening.parse_rating if node.attrib["name"].startswith("rating") else screening.parse_flag
-        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is screening.parse_rating else [True])
+        parse = parse_rating if node.attrib["name"].startswith("rating") else parse_flag
+        assert [parse(v) for v in values] == ([1, 2, 3, 4, 5] if parse is parse_rating else [True])
     tasks = json.loads((folder / "label_studio" / "tasks.json").read_text())
     assert [task["data"] for task in tasks] == [row]
 
@@ -409,7 +410,7 @@ def conditions_dir(tmp_path: Path) -> Path:
     write_table(kept_table(n_images=30), tmp_path / "kept" / shard_name(0))
     folder = tmp_path / "annotate"
     annotate.export_conditions(folder, annotate.kept_source(None, tmp_path / "kept"), 6, 0, 4, False)
-    annotate.write_label_studio(folder / "conditions_tasks", "conditions")
+    label_studio.write_project(folder / "conditions_tasks", "conditions")
     return folder
 
 
@@ -423,7 +424,7 @@ def test_tasks_json_holds_the_hits_columns(conditions_dir: Path):
     assert (tasks_dir / "label_studio" / "config.xml").read_text() == label_studio.config_text("conditions")
     (tasks_dir / "hits.csv").write_text("task_id,sentence1\nc-1,A dog.\n")
     with pytest.raises(UserError, match=r"hits.csv: no column\(s\) sentence2"):
-        annotate.write_label_studio(tasks_dir, "conditions")
+        label_studio.write_project(tasks_dir, "conditions")
 
 
 def _annotation(number: int, user: int, answers: dict[str, str], cancelled: bool = False) -> dict[str, Any]:
@@ -482,12 +483,19 @@ def test_a_bad_export_is_one_line_error(conditions_dir: Path, tmp_path: Path, co
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_cli_format_is_checked_before_anything_is_written(conditions_dir: Path):
-    result = runner.invoke(
-        app, ["annotate", "export", "--stage", "ratings", "--out", str(conditions_dir), "--format", "xml"]
-    )
-    assert result.exit_code == 2 and result.output.strip() == "error: --format 'xml': expected mturk or label-studio"
+def test_cli_platform_is_checked_before_anything_is_written(conditions_dir: Path, tmp_path: Path):
+    export = ["annotate", "export", "--stage", "ratings", "--out", str(conditions_dir)]
+    result = runner.invoke(app, [*export, "--platform", "xml"])
+    assert result.exit_code == 2 and result.output.strip() == "error: --platform 'xml': expected mturk or label-studio"
+    result = runner.invoke(app, [*export, "--format", "label-studio"])  # the old spelling names the new flag
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --format label-studio: annotate export takes --platform label-studio"
     assert not (conditions_dir / "ratings_tasks").exists()
+    qualification = ["annotate", "export", "--stage", "qualification", "--out", str(tmp_path), "--platform", "mturk"]
+    result = runner.invoke(app, qualification)  # every platform's files are written, MTurk's named
+    assert result.exit_code == 0 and "  MTurk: " in result.output, result.output
+    assert f"{tmp_path / 'qualification_tasks' / 'template.html'} (the HIT page)" in result.output
+    assert (tmp_path / "qualification_tasks" / "label_studio" / "tasks.json").is_file()
 
 
 @contextmanager
@@ -525,7 +533,7 @@ def test_conditions_typed_in_the_labeling_page(browser: Any, server: LabelStudio
     conditions are typed and submitted, and the export imports to exactly the typed text."""
     write_table(kept_table(n_images=20), tmp_path / "kept" / shard_name(0))
     out = tmp_path / "annotate"
-    export_args = ("--out", out, "--input", tmp_path / "kept", "--n", "3", "--format", "label-studio")
+    export_args = ("--out", out, "--input", tmp_path / "kept", "--n", "3", "--platform", "label-studio")
     cli("annotate", "export", "--stage", "conditions", *export_args)
     tasks = server.project("conditions in the browser", out / "conditions_tasks")
     task_id = sorted(tasks)[0]
@@ -564,8 +572,8 @@ def test_ratings_and_bws_by_keyboard_in_the_labeling_page(browser: Any, server: 
             answer = {"condition_high": "The animal.", "condition_low": "The colour.", "worker_id": "W1"}
             handle.write(json.dumps({"task_id": task["task_id"], **answer}) + "\n")
     cli("annotate", "import", "--stage", "conditions", "--out", out, "--results", written)
-    cli("annotate", "export", "--stage", "ratings", "--out", out, "--format", "label-studio")
-    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--format", "label-studio")
+    cli("annotate", "export", "--stage", "ratings", "--out", out, "--platform", "label-studio")
+    cli("annotate", "export", "--stage", "bws", "--out", out, "--appearances", "2", "--platform", "label-studio")
     with labeling_page(browser, server) as page:
         ratings = server.project("ratings by keyboard", out / "ratings_tasks")
         items = sorted(ratings)[:2]
@@ -632,7 +640,7 @@ def drafted(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--min-applies",
         "0",
     )
-    cli(*export_args, "--format", "label-studio")
+    cli(*export_args, "--platform", "label-studio")
     return out
 
 

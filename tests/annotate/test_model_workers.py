@@ -19,7 +19,8 @@ from scipy.stats import spearmanr
 from csts_pipeline.pipeline.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
 from csts_pipeline.report.annotations import _agreement
 from csts_pipeline.stages.annotate.labels import quality
-from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, label_items
+from csts_pipeline.stages.annotate.labels.aggregators import aggregator
+from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.release.card import _model_share
 from csts_pipeline.stages.annotate.release.soft_labels import pseudonyms
 from csts_pipeline.stages.annotate.steps import followup
@@ -156,8 +157,8 @@ def test_model_rows_leave_the_people_only_policies_and_agreement_alone():
     people = simulate_crowd(per_item=3, seed=2)
     both = with_models(people, ("confident_wrong",), 2)
     for how in ("mean", "median"):
-        alone = label_items(people.ratings, people.n_items, how, 0.5, 1)
-        mixed = label_items(both.ratings, both.n_items, how, 0.5, 1)
+        alone = aggregator(how, 0.5, 1).fit_predict(people.ratings, people.n_items)
+        mixed = aggregator(how, 0.5, 1).fit_predict(both.ratings, both.n_items)
         assert np.array_equal(alone.label, mixed.label, equal_nan=True) and np.array_equal(alone.status, mixed.status)
     labels, _ = quality.model_labels(both.ratings, both.n_items, 0.5, 1)
     assert labels.ratings.sum() == people.ratings.rated.sum()  # the counts are people's

@@ -16,7 +16,7 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import WORKERS_SCHEMA
 from csts_pipeline.stages.annotate.labels import ordinal, verdict
-from csts_pipeline.stages.annotate.labels.agreement import aggregate
+from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
@@ -32,9 +32,9 @@ def model_and_baselines(seed: int, per_item: int = 3) -> dict[str, float]:
     r = crowd.ratings
     ok = r.rated
     fit = ordinal.fit(r.item[ok], r.worker[ok], r.rating[ok], crowd.n_items)
-    mean, count = aggregate(r.item[ok], r.rating[ok], crowd.n_items, "mean")
-    median, _ = aggregate(r.item[ok], r.rating[ok], crowd.n_items, "median")
-    has = count > 0
+    mean = Mean.item_label(r.item[ok], r.rating[ok], crowd.n_items)
+    median = Median.item_label(r.item[ok], r.rating[ok], crowd.n_items)
+    has = np.bincount(r.item[ok], minlength=crowd.n_items) > 0
 
     def rho(label: np.ndarray) -> float:
         return float(spearmanr(label[has], crowd.truth[has]).statistic)

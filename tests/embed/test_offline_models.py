@@ -55,12 +55,12 @@ def test_hf_hub_offline_fails_fast_with_one_line_for_the_text_encoder(monkeypatc
 
 
 def test_a_failed_probe_fails_fast_with_one_line_for_train_and_evaluate(hub_reachable):
-    from csts_pipeline.stages.train.models import ModelSpec, load_model
+    from csts_pipeline.stages.train.models import EncoderSpec, load_model
 
     _, probed = hub_reachable
     started = time.perf_counter()
     with pytest.raises(UserError) as error:
-        load_model(FAKE, ModelSpec(encoding="bi"))
+        load_model(FAKE, EncoderSpec(encoding="bi"))
     message = _assert_fast_one_line(error, started)
     assert "huggingface.co:443 cannot be reached" in message
     assert probed == [("huggingface.co", 443)]

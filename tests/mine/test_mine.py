@@ -74,9 +74,16 @@ def test_self_match_is_removed_by_index_even_among_duplicate_vectors(backend: st
     assert set(neighbours[5, :2]) == {6, 7} and set(neighbours[7, :2]) == {5, 6}
 
 
-def test_k_must_be_below_the_number_of_images():
-    with pytest.raises(UserError, match="needs more than 10 embedded images"):
-        knn.exact_knn(_unit(np.random.default_rng(0), 10, 4), k=10)
+@pytest.mark.parametrize("counted", [True, False])
+def test_k_must_be_below_the_number_of_images(tmp_path: Path, counted: bool):
+    """Checked once, when mine plans: from embed's count, or from its shards when the record has none."""
+    manifest = _manifest(tmp_path, k=40)
+    _fake_embed_stage(manifest.work_dir)
+    if not counted:
+        OutputFolder("embed", manifest.work_dir / "embed", {"fake": True}, {}).record_in_place({})
+    with pytest.raises(UserError, match=r"mine\.k=40 needs more than 40 embedded images; there are 40"):
+        mine.MineStage(manifest).plan()
+    assert not (manifest.work_dir / "mine").exists()
 
 
 def test_unordered_pairs_keep_each_symmetric_pair_once_with_its_best_rank():

@@ -32,7 +32,7 @@ from csts_pipeline.stages.train import train as train_stage
 from csts_pipeline.stages.train.batches import quad_loss
 from csts_pipeline.stages.train.checkpoint import load_checkpoint, save_checkpoint
 from csts_pipeline.stages.train.data import label_scale, quad_pairs, read_csts, read_stsb
-from csts_pipeline.stages.train.models import ModelSpec, load_model
+from csts_pipeline.stages.train.models import EncoderSpec, load_model
 from csts_pipeline.stages.train.presets import train_config
 from csts_pipeline.stages.train.scoring import correlations, pearson, spearman
 from tests.support.train_sample import sample_rows, write_sample_parquet, write_sample_splits
@@ -346,7 +346,7 @@ def test_tokenized_inputs_per_encoding(tiny_bert: Path, csts_files: dict[str, Pa
         ("tri", False, False): [s1, s2, c],
     }
     for (encoding, condition_only, sentences_only), texts in expected.items():
-        spec = ModelSpec(encoding=encoding, condition_only=condition_only, sentences_only=sentences_only)
+        spec = EncoderSpec(encoding=encoding, condition_only=condition_only, sentences_only=sentences_only)
         model = load_model(str(tiny_bert), spec)
         tokens = model.tokenize(data)
         for segment, text in zip(tokens.segments, texts, strict=True):
@@ -404,7 +404,7 @@ def test_tri_concat_head_tells_rows_apart_and_passes_gradient(tiny_bert: Path, c
     """Issue 10: the tri-encoder's concat head (cat[s; c] -> linear to d -> activation, as in the authors' code)
     gives different outputs for different inputs, its scores separate a pair's high and low conditions, and the
     Quad loss reaches its weights; and the test encoder's [CLS] features depend on the sentence at all."""
-    model = load_model(str(tiny_bert), ModelSpec(encoding="tri", tri_head="concat", pooler="cls"))
+    model = load_model(str(tiny_bert), EncoderSpec(encoding="tri", tri_head="concat", pooler="cls"))
     hidden = model.backbone.config.hidden_size
     head = model.concat_transform
     assert [type(layer).__name__ for layer in head][:2] == ["Dropout", "Linear"]

@@ -15,37 +15,42 @@ By subject (docs/architecture.md):
 - `layout`: folder and file names and ids (the tables' schemas: pipeline/schemas.py).
 
 File formats and the answer fields a results file must carry: docs/annotate.md.
+
+The names below are the steps the command line and the tests call, each imported from its module on first use:
+importing a sub-package (the command line reads `labels.aggregators` for its help) runs this file, and loading every
+step then would load the statistics for every command.
 """
 
-from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
-from csts_pipeline.stages.annotate.crowd.kept import KeptSource, kept_source
-from csts_pipeline.stages.annotate.crowd.label_studio import config_text as label_studio_config
-from csts_pipeline.stages.annotate.crowd.label_studio import write_project as write_label_studio
-from csts_pipeline.stages.annotate.labels.splits import parse_ratios
-from csts_pipeline.stages.annotate.layout import SPLITS
-from csts_pipeline.stages.annotate.steps.bws import export_bws, import_bws
-from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
-from csts_pipeline.stages.annotate.steps.csts_split import split
-from csts_pipeline.stages.annotate.steps.qualification import export_qualification, import_qualification
-from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
-from csts_pipeline.stages.annotate.steps.summary import describe
+from __future__ import annotations
 
-__all__ = [
-    "CSTS_SCHEMA",
-    "SPLITS",
-    "KeptSource",
-    "describe",
-    "export_bws",
-    "export_conditions",
-    "export_qualification",
-    "export_ratings",
-    "import_bws",
-    "import_conditions",
-    "import_qualification",
-    "import_ratings",
-    "kept_source",
-    "label_studio_config",
-    "parse_ratios",
-    "split",
-    "write_label_studio",
-]
+from importlib import import_module
+from typing import Any
+
+_FROM = {  # name -> "module:attribute"
+    "CSTS_SCHEMA": "csts_pipeline.pipeline.schemas:CSTS_SCHEMA",
+    "KeptSource": "csts_pipeline.stages.annotate.crowd.kept:KeptSource",
+    "kept_source": "csts_pipeline.stages.annotate.crowd.kept:kept_source",
+    "parse_ratios": "csts_pipeline.stages.annotate.labels.splits:parse_ratios",
+    "SPLITS": "csts_pipeline.stages.annotate.layout:SPLITS",
+    "export_bws": "csts_pipeline.stages.annotate.steps.bws:export_bws",
+    "import_bws": "csts_pipeline.stages.annotate.steps.bws:import_bws",
+    "export_conditions": "csts_pipeline.stages.annotate.steps.conditions:export_conditions",
+    "import_conditions": "csts_pipeline.stages.annotate.steps.conditions:import_conditions",
+    "split": "csts_pipeline.stages.annotate.steps.csts_split:split",
+    "export_qualification": "csts_pipeline.stages.annotate.steps.qualification:export_qualification",
+    "import_qualification": "csts_pipeline.stages.annotate.steps.qualification:import_qualification",
+    "export_ratings": "csts_pipeline.stages.annotate.steps.ratings:export_ratings",
+    "import_ratings": "csts_pipeline.stages.annotate.steps.ratings:import_ratings",
+    "describe": "csts_pipeline.stages.annotate.steps.summary:describe",
+}
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str) -> Any:
+    """A step's function (or a name the steps share), imported from its module the first time it is asked for."""
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _FROM[name].split(":")
+    value = getattr(import_module(module), attribute)
+    globals()[name] = value
+    return value

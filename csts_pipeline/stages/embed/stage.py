@@ -22,15 +22,16 @@ from csts_pipeline.pipeline.records import file_fingerprint, fingerprint
 from csts_pipeline.pipeline.schemas import CAPTIONS, EMBEDDINGS
 from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.pipeline.stage import Resources, StagePlan, StageResult, Unit
+from csts_pipeline.stages.embed import SPEC
 from csts_pipeline.stages.embed.readers.corpus import Corpus
 from csts_pipeline.stages.embed.readers.datasets import read_dataset
 
 log = logging.getLogger(__name__)
-STAGE = "embed"
 
 
 class EmbedStage(ClusterStage):
-    name = STAGE
+    name = SPEC.name
+    upstream = SPEC.upstream
     resources = Resources(cpus=1, gpus=1)
     worker_state = ("device", "encoder", "images")
 

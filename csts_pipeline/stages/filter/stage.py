@@ -34,13 +34,13 @@ from csts_pipeline.pipeline.schemas import (
 )
 from csts_pipeline.pipeline.shards import read_shards, read_table, write_table
 from csts_pipeline.pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
-from csts_pipeline.stages import spec
+from csts_pipeline.stages.filter import SPEC
 from csts_pipeline.stages.filter.criteria import Criteria
 from csts_pipeline.stages.filter.lookup import CaptionLookup
+from csts_pipeline.stages.mine import SPEC as MINE
 
 log = logging.getLogger(__name__)
-STAGE = "filter"
-UPSTREAM = "mine"
+UPSTREAM = MINE.name  # the folder it reads
 EMBEDDING_CACHE = "text_embeddings"
 FUNNEL_KEY = b"funnel"
 
@@ -59,8 +59,8 @@ def _check_upstream(manifest: Manifest, record: dict) -> None:
 
 
 class FilterStage(ClusterStage):
-    name = STAGE
-    upstream = UPSTREAM
+    name = SPEC.name
+    upstream = SPEC.upstream
     resources = Resources(cpus=1, gpus=1)
     worker_state = ("sentence_texts", "lookup", "sentence_of_caption", "device", "encoder_info", "backend")
 
@@ -72,7 +72,7 @@ class FilterStage(ClusterStage):
 
     def upstream_stage(self) -> Stage:
         """The upstream stage under this manifest (pipeline.executor.stale_reason checks its output against it)."""
-        return spec(UPSTREAM).load()(self.manifest)
+        return MINE.load()(self.manifest)
 
     def plan(self) -> StagePlan:
         """One unit per mine candidates shard that mine's record lists."""

@@ -192,8 +192,8 @@ def exact_knn(
     Returns (neighbours [n, k] int64 row indices, scores [n, k] float32), best first.
     """
     n = vectors.shape[0]
-    if k >= n:
-        raise UserError(f"mine.k={k} needs more than {k} embedded images; this dataset has {n}")
+    if k >= n:  # the mine stage's plan refuses such a k first, naming mine.k
+        raise ValueError(f"k={k} needs more than {k} vectors; there are {n}")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     searcher = exact_searcher(vectors.shape[1], device or torch.device("cpu"), backend)
     searcher.add(vectors)

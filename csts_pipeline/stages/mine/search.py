@@ -327,7 +327,3 @@ def load_prepared(staging: Path) -> Prepared | None:
 
 def _since(started: float) -> float:
     return round(time.perf_counter() - started, 3)
-
-
-def search_record(info: dict[str, Any], knn_seconds: float) -> dict[str, Any]:
-    return info | {"search_seconds": round(knn_seconds, 3)}

@@ -30,7 +30,8 @@ from csts_pipeline.pipeline.records import require_record
 from csts_pipeline.pipeline.schemas import CAPTIONS, CAPTIONS_SCHEMA, EMBEDDINGS, IMAGE_PAIRS
 from csts_pipeline.pipeline.shards import list_shards, read_table, shard_name, write_atomic, write_table
 from csts_pipeline.pipeline.stage import Resources, Stage, StagePlan, StageResult, Unit
-from csts_pipeline.stages import spec
+from csts_pipeline.stages.embed import SPEC as EMBED
+from csts_pipeline.stages.mine import SPEC
 from csts_pipeline.stages.mine.budget import COMPRESSED, GIB, base_on_gpu, find_accelerator, plan_index
 
 if TYPE_CHECKING:
@@ -39,13 +40,12 @@ if TYPE_CHECKING:
     from csts_pipeline.stages.mine.vectors import EmbeddingShards
 
 log = logging.getLogger(__name__)
-STAGE = "mine"
-UPSTREAM = "embed"
+UPSTREAM = EMBED.name  # the folder it reads
 
 
 class MineStage(ClusterStage):
-    name = STAGE
-    upstream = UPSTREAM
+    name = SPEC.name
+    upstream = SPEC.upstream
     resources = Resources(cpus=1, gpus=0)
 
     def __init__(self, manifest: Manifest):
@@ -55,12 +55,16 @@ class MineStage(ClusterStage):
 
     def upstream_stage(self) -> Stage:
         """The upstream stage under this manifest (pipeline.executor.stale_reason checks its output against it)."""
-        return spec(UPSTREAM).load()(self.manifest)
+        return EMBED.load()(self.manifest)
 
     def plan(self) -> StagePlan:
         upstream = require_record(self.work_dir / UPSTREAM, UPSTREAM)
         embedded = upstream.get("counts", {}).get("images_embedded")
-        if embedded is not None and self.config.k >= embedded:
+        if embedded is None:  # a record without the count: the shards' footers say it
+            embedded = sum(
+                pq.read_metadata(path).num_rows for path in list_shards(self.work_dir / UPSTREAM / EMBEDDINGS)
+            )
+        if self.config.k >= embedded:  # the one check of k: exact and approximate searches alike rely on it
             raise UserError(
                 f"mine.k={self.config.k} needs more than {self.config.k} embedded images; there are {embedded}"
             )
@@ -108,8 +112,6 @@ class MineStage(ClusterStage):
         embed_dir = self.work_dir / UPSTREAM
         shards = EmbeddingShards(embed_dir / EMBEDDINGS)
         image_ids = shards.image_ids
-        if self.index != "exact" and self.config.k >= len(image_ids):
-            raise UserError(f"mine.k={self.config.k} needs more than {self.config.k} embedded images")
         self.captions, self.caption_count = copy_captions(embed_dir / CAPTIONS, staging / CAPTIONS, image_ids)
         prepared = load_prepared(staging)
         if prepared is None:

@@ -18,7 +18,7 @@ from csts_pipeline.pipeline.device import resolve_device
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train.data import PairData, read_pairs
-from csts_pipeline.stages.train.models import ModelSpec, is_trained_model, load_model, model_pooling
+from csts_pipeline.stages.train.models import EncoderSpec, is_trained_model, load_model, model_pooling
 from csts_pipeline.stages.train.prompting import (
     PromptOptions,
     build_prompts,
@@ -47,6 +47,7 @@ class EvaluateOptions:
     metrics_out: Path = Path("runs/evaluate/metrics.json")
     prompt: PromptOptions | None = None  # --encoding prompt: the prompting baseline's settings
     endpoint: str | None = None  # --encoding prompt: an OpenAI-compatible server serving `model`
+    api_key_env: str = "OPENAI_API_KEY"  # the variable holding the endpoint's key
 
 
 def load_splits(options: EvaluateOptions) -> dict[str, PairData]:
@@ -76,7 +77,7 @@ def model_for(options: EvaluateOptions):
             "bi-encoders (train a model with `csts-pipeline train` first)"
         )
     pooler = options.pooler or model_pooling(resolve_model_path(options.model)) or "cls"
-    spec = ModelSpec(encoding="bi", pooler=pooler, max_length=options.max_length, base_model=options.model)
+    spec = EncoderSpec(encoding="bi", pooler=pooler, max_length=options.max_length, base_model=options.model)
     return load_model(options.model, spec)
 
 
@@ -105,7 +106,7 @@ def run_prompting(options: EvaluateOptions, splits: dict[str, PairData]) -> dict
     prompt.check()
     if options.task != "csts":
         raise UserError("--encoding prompt rates C-STS rows (sentences and a condition); use --task csts")
-    model = open_generator(options.model, options.device, options.batch_size, options.endpoint)
+    model = open_generator(options.model, options.device, options.batch_size, options.endpoint, options.api_key_env)
     results = {}
     for name, data in splits.items():
         answers = generate(model, build_prompts(data, prompt))

@@ -37,8 +37,9 @@ HEADS_FILE = "csts_heads.safetensors"
 
 
 @dataclass
-class ModelSpec:
-    """What a C-STS model is; saved with a trained model so evaluate rebuilds the same thing."""
+class EncoderSpec:
+    """What a C-STS encoder is (its architecture; `ModelSpec` in pipeline/language_model is a language model to ask):
+    saved with a trained model so evaluate rebuilds the same thing."""
 
     encoding: str = "bi"
     pooler: str = "cls"
@@ -105,7 +106,7 @@ class Tokenized:
 class CstsModel(nn.Module):
     """One encoder and the heads of `spec.encoding`; `forward` returns one similarity score per row."""
 
-    def __init__(self, backbone: nn.Module, tokenizer, spec: ModelSpec):
+    def __init__(self, backbone: nn.Module, tokenizer, spec: EncoderSpec):
         super().__init__()
         spec.check()
         self.backbone = backbone
@@ -248,13 +249,13 @@ class CstsModel(nn.Module):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load_model(name: str, spec: ModelSpec | None = None) -> CstsModel:
+def load_model(name: str, spec: EncoderSpec | None = None) -> CstsModel:
     """A trained C-STS model (its saved spec and heads), or a base encoder built as `spec` describes."""
     path = resolve_model_path(name)
     saved = Path(path) / SPEC_FILE
     if saved.is_file():
-        known = {f.name for f in fields(ModelSpec)}
-        spec = ModelSpec(**{k: v for k, v in json.loads(saved.read_text()).items() if k in known})
+        known = {f.name for f in fields(EncoderSpec)}
+        spec = EncoderSpec(**{k: v for k, v in json.loads(saved.read_text()).items() if k in known})
     elif spec is None:
         raise UserError(f"{name}: not a trained C-STS model (no {SPEC_FILE}); give the model's encoding")
     else:

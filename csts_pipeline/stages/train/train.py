@@ -25,7 +25,7 @@ from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint, read_record
 from csts_pipeline.pipeline.shards import SHARD_GLOB
 from csts_pipeline.stages.train.loop import CHECKPOINT, TrainJob, build_job, set_seed, start_or_resume, train_epochs
-from csts_pipeline.stages.train.models import ModelSpec, load_model, model_pooling
+from csts_pipeline.stages.train.models import EncoderSpec, load_model, model_pooling
 from csts_pipeline.stages.train.scoring import half_precision, score_split, write_metrics, write_outputs
 from csts_pipeline.stages.train.splits import Splits, check_task, read_splits, split_label_scale
 
@@ -56,8 +56,8 @@ def resolve(options: TrainOptions) -> TrainConfig:
     return config
 
 
-def model_spec(config: TrainConfig) -> ModelSpec:
-    spec = ModelSpec(
+def encoder_spec(config: TrainConfig) -> EncoderSpec:
+    spec = EncoderSpec(
         encoding=config.encoding,
         pooler=config.pooler,
         transform=config.transform,
@@ -169,7 +169,7 @@ def finish(
 def run(options: TrainOptions, force: bool = False) -> dict:
     """Train into `options.out`; returns the stage record (or an up-to-date marker)."""
     config = resolve(options)
-    spec = model_spec(config)
+    spec = encoder_spec(config)
     check_task(options.task, config)
     splits = read_splits(options.train, options.validation, options.test, options.task)
     scale = split_label_scale(splits, config.min_label, config.max_label, options.task)

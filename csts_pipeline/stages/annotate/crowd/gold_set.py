@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages.annotate.crowd import screening
+from csts_pipeline.stages.annotate.crowd.results import one_line, parse_rating, same_text
 
 GOLD_COLUMNS = ("item_id", "kind", "sentence1", "sentence2", "condition", "gold_rating")
 KINDS = ("write", "rate")
@@ -36,7 +36,7 @@ def read_gold(path: Path) -> list[dict[str, Any]]:
             missing = [name for name in GOLD_COLUMNS if name not in (reader.fieldnames or [])]
             if missing:
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)} (expected {', '.join(GOLD_COLUMNS)})")
-            items = [{k: screening.one_line(v) for k, v in row.items() if k} for row in reader]
+            items = [{k: one_line(v) for k, v in row.items() if k} for row in reader]
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
     except csv.Error as exc:
@@ -63,7 +63,7 @@ def _gold_problem(item: dict[str, Any], seen: set[str]) -> str | None:
     if item["kind"] == "rate":
         if not item["condition"]:
             return "a rate item needs a condition"
-        if item["gold_rating"] != NOT_PERTINENT and screening.parse_rating(item["gold_rating"]) is None:
+        if item["gold_rating"] != NOT_PERTINENT and parse_rating(item["gold_rating"]) is None:
             return f"gold_rating {item['gold_rating']!r} is not 1-5 or {NOT_PERTINENT}"
     return None
 
@@ -71,9 +71,9 @@ def _gold_problem(item: dict[str, Any], seen: set[str]) -> str | None:
 def condition_problems(high: str, low: str, sentence1: str, sentence2: str) -> list[str]:
     """The page's automatic checks of two written conditions (templates/_hit.js), by name."""
     found = []
-    sentences = {screening.one_line(s).casefold() for s in (sentence1, sentence2)}
+    sentences = {one_line(s).casefold() for s in (sentence1, sentence2)}
     for kind, text in (("high", high), ("low", low)):
-        value = screening.one_line(text)
+        value = one_line(text)
         if not value:
             found.append(f"empty_condition_{kind}")
         elif _SENTENCE.search(value.casefold()):
@@ -82,6 +82,6 @@ def condition_problems(high: str, low: str, sentence1: str, sentence2: str) -> l
             found.append(f"copies_sentence_{kind}")
         elif len(value) > MAX_CONDITION_CHARS:
             found.append(f"too_long_{kind}")
-    if screening.one_line(high) and screening.same_text(screening.one_line(high), screening.one_line(low)):
+    if one_line(high) and same_text(one_line(high), one_line(low)):
         found.append("same_conditions")
     return found

@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.schemas import BLOCK_SCHEMA, GOLD_SCHEMA
+from csts_pipeline.pipeline.schemas import GOLD_SCHEMA
 from csts_pipeline.stages.annotate.crowd import gold_set
 from csts_pipeline.stages.annotate.crowd.files import write_csv
-from csts_pipeline.stages.annotate.crowd.screening import Rating, parse_rating
+from csts_pipeline.stages.annotate.crowd.results import parse_rating
+from csts_pipeline.stages.annotate.crowd.screening import Rating
 
 GOLD_FILE = "gold.csv"  # ratings_tasks/: the control rows and their answers (private: never uploaded)
-BLOCKLIST = "blocklist.csv"  # ratings/: WorkerId, Reason (MTurk's CreateWorkerBlock fields)
 MAX_SHARE = 0.5
 TOLERANCE = 1  # a numeric gold answer is matched within this many points
 P_HONEST = 0.8  # H0: an honest worker's P(right) on gold
@@ -147,17 +147,13 @@ class GoldCheck:
     def blocked(self) -> frozenset[str]:
         return frozenset(w for w, g in self.workers.items() if g.decision == "blocked")
 
-    def blocklist(self) -> pa.Table:
-        rows = [
-            {
-                "WorkerId": w,
-                "Reason": f"{g.answers - g.right} of {g.answers} control answers wrong "
-                f"(decided after {g.decided_after})",
-            }
+    def blocklist(self) -> list[tuple[str, str]]:
+        """The blocked workers and why, for each platform's block list (crowd/platform.py)."""
+        return [
+            (w, f"{g.answers - g.right} of {g.answers} control answers wrong (decided after {g.decided_after})")
             for w, g in sorted(self.workers.items())
             if g.decision == "blocked"
         ]
-        return pa.Table.from_pylist(rows, schema=BLOCK_SCHEMA)
 
     def summary(self) -> dict[str, Any]:
         answers = sum(g.answers for g in self.workers.values())

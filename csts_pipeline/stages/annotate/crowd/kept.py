@@ -1,4 +1,5 @@
-"""The input of the annotate round trip: the filter stage's kept pairs, as shards or one Parquet/CSV file."""
+"""The input of the annotate round trip: its upstream stage's kept pairs (`UPSTREAM`, filter's spec: annotate's
+one declared dependency on another stage), as shards or one Parquet/CSV file."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pyarrow.parquet as pq
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint, require_record
-from csts_pipeline.pipeline.schemas import PROVENANCE
+from csts_pipeline.pipeline.schemas import KEPT, PROVENANCE
 from csts_pipeline.pipeline.shards import list_shards, read_table
 from csts_pipeline.stages.annotate.layout import KEPT_COLUMNS
+from csts_pipeline.stages.filter import SPEC as UPSTREAM
 
 
 @dataclass
@@ -53,10 +55,10 @@ def kept_source(work_dir: Path | None, input_path: Path | None) -> KeptSource:
     if input_path is None:
         if work_dir is None:
             raise UserError("give --dataset/--manifest (to read <work_dir>/filter/kept/) or --input PATH")
-        record = require_record(work_dir / "filter", "filter")
-        files = list_shards(work_dir / "filter" / "kept")
+        record = require_record(work_dir / UPSTREAM.name, UPSTREAM.name)
+        files = list_shards(work_dir / UPSTREAM.name / KEPT)
         if not files:
-            raise UserError(f"{work_dir / 'filter' / 'kept'}: no kept shards (the filter kept no pairs?)")
+            raise UserError(f"{work_dir / UPSTREAM.name / KEPT}: no kept shards (the filter kept no pairs?)")
         return KeptSource(files, record["fingerprint"])
     if input_path.is_dir():
         files = list_shards(input_path)

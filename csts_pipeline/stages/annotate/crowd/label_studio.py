@@ -7,7 +7,8 @@ qualification test's numbered items from the same repeated blocks; a stage's ans
 are the `name`s of the config's control tags, the same names an MTurk HIT posts, so an export becomes the same
 `ResultRow`s as a batch-results CSV and goes through the same screening, report and Parquet outputs. Drafted
 conditions (`annotate draft`) go into the tasks as predictions, which the labeling page shows in the text areas; the
-export holds only the submitted text, compared with the draft by the conditions import as for the MTurk page."""
+export holds only the submitted text, compared with the draft by the conditions import as for the MTurk page.
+`PLATFORM` (at the end) is Label Studio behind the crowd platform interface (crowd/platform.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import pyarrow as pa
+
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.shards import write_atomic
 from csts_pipeline.stages.annotate.crowd import pages
+from csts_pipeline.stages.annotate.crowd.platform import Read
 from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow
 from csts_pipeline.stages.annotate.layout import HITS
 
@@ -41,7 +45,7 @@ def config_text(stage: str, repeats: dict[str, int] | None = None) -> str:
     """The labeling config of `stage`, rendered with the guidelines of its HIT page and `repeats` (the
     qualification test's items: kind -> count)."""
     if not has_config(stage):
-        raise UserError(f"--format label-studio: no Label Studio config for --stage {stage}")
+        raise UserError(f"--platform label-studio: no Label Studio config for --stage {stage}")
     return pages.render_template(f"{FOLDER}/{stage}.xml", repeats)
 
 
@@ -207,3 +211,46 @@ def _annotator(completed_by: Any) -> str:
     if isinstance(completed_by, dict):
         return str(completed_by.get("email") or f"ls-user-{completed_by.get('id', '')}")
     return "" if completed_by is None else f"ls-user-{completed_by}"
+
+
+# ------------------------------------------------------------------------------------------------- the platform
+
+
+class LabelStudio:
+    """Label Studio behind the crowd platform interface; it has no qualification or block list of its own (its
+    annotators are the project's members), so granting and blocking write nothing."""
+
+    name = "label-studio"
+    results = "a Label Studio JSON export (.json)"
+
+    def supports(self, stage: str) -> bool:
+        return has_config(stage)
+
+    def write_tasks(self, folder: Path, stage: str, hits: pa.Table, repeats: dict[str, int] | None) -> dict[str, str]:
+        if not has_config(stage):
+            return {}
+        found = write_project(folder, stage, repeats)
+        return {
+            "label_studio": f"{FOLDER}/{CONFIG}",
+            "label_studio_tasks": str(Path(found["tasks"]).relative_to(folder)),
+        }
+
+    def where(self, folder: Path, stage: str) -> str:
+        found = folder / FOLDER
+        return f"  Label Studio: {found / CONFIG} (labeling config), {found / TASKS_JSON} (tasks to import)"
+
+    def reads(self, path: Path) -> bool:
+        return path.suffix.lower() == ".json"
+
+    def read_results(self, path: Path, required: tuple[str, ...]) -> Read:
+        rows, problems, columns = read_export(path)
+        return rows, problems, columns | set(required[1:])  # a blank answer is absent from an export; the id is first
+
+    def grant(self, folder: Path, workers: list[tuple[str, bool]], name: str) -> dict[str, str]:
+        return {}
+
+    def block(self, folder: Path, blocked: list[tuple[str, str]]) -> dict[str, str]:
+        return {}
+
+
+PLATFORM = LabelStudio()

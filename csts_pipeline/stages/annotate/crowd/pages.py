@@ -24,6 +24,7 @@ from xml.sax.saxutils import quoteattr
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.shards import write_atomic
 from csts_pipeline.stages.annotate.crowd import guide
+from csts_pipeline.stages.annotate.crowd.gold_set import FLAG_ERROR, MAX_RATING_ERROR
 
 STAGES = ("qualification", "conditions", "ratings", "bws")
 PAGE = "template.html"
@@ -54,8 +55,6 @@ def render(stage: str, repeats: dict[str, int] | None = None) -> str:
 def _test_figures(page: str, repeats: dict[str, int]) -> str:
     """The qualification page's time and scoring: its item counts, a time estimate (90 s to write two conditions,
     30 s to rate) and the import's default pass rule, so the worker knows what the test asks before starting."""
-    from csts_pipeline.stages.annotate.crowd.gold_set import FLAG_ERROR, MAX_RATING_ERROR
-
     writes, rates = repeats.get("write", 0), repeats.get("rate", 0)
     figures = {
         "__MINUTES__": str(max(1, math.ceil(1.5 * writes + 0.5 * rates))),

@@ -1,20 +1,17 @@
-"""One results row as every reader builds it (an MTurk batch-results CSV, a plain CSV/JSONL, a Label Studio
-export) and the problems that leave a row out; `crowd` screens the rows, `label_studio` builds them from an
-export."""
+"""One results row as every crowd platform's reader builds it (crowd/platform.py), the problems that leave a row
+out, and the parsers of its answers (ratings, flags, conditions) that the screens and the gold checks share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_MTURK_FIELDS = {
-    "WorkerId": "worker_id",
-    "AssignmentId": "assignment_id",
-    "AssignmentStatus": "assignment_status",
-    "HITId": "hit_id",
-}
+from csts_pipeline.stages.annotate.layout import RATING_SCALE
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
 
 
 def one_line(value: Any) -> str:
@@ -49,30 +46,34 @@ class ResultRow:
         return f"{self.file.name}:{self.row}"
 
 
-def field_name(column: str) -> str:
-    """MTurk batch-results names to plain ones: Input.x and Answer.x to x, WorkerId to worker_id, ..."""
-    column = column.strip()
-    if column in _MTURK_FIELDS:
-        return _MTURK_FIELDS[column]
-    for prefix in ("Input.", "Answer."):
-        if column.startswith(prefix):
-            return column[len(prefix) :]
-    return column
+# ------------------------------------------------------------------------------------------- reading answers
 
 
-def row_fields(columns: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A row's fields by plain name, and the answers posted under a name the HIT's input also has: `Input.x` is
-    what the HIT showed, so it is the field; `Answer.x` is kept apart for the screen to compare
-    (`item_id` posted for another item than the HIT's is a mismatch, not a rating of that other item)."""
-    fields: dict[str, Any] = {}
-    posted: dict[str, Any] = {}
-    given: dict[str, str] = {}
-    for column, value in columns:
-        name, prefix = field_name(column), column.strip().split(".", 1)[0]
-        if name in given and {given[name], prefix} == {"Input", "Answer"}:
-            if prefix == "Answer":
-                posted[name] = value
-                continue
-            posted[name] = fields[name]
-        fields[name], given[name] = value, prefix
-    return fields, posted
+def same_text(a: str, b: str) -> bool:
+    """Whether two conditions are the same, ignoring case, punctuation, symbols and spaces (as the page's check)."""
+    return condition_key(a) == condition_key(b)
+
+
+def condition_key(text: str) -> str:
+    """A condition as compared: case folded, punctuation and symbols read as spaces, spaces collapsed."""
+    folded = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text.casefold())
+    return " ".join(folded.split())
+
+
+def parse_flag(value: Any) -> bool | None:
+    """A checkbox-like answer: true/false, 1/0, yes/no, on/off or empty (unchecked); None when unreadable."""
+    if isinstance(value, bool):
+        return value
+    text = one_line(value).casefold()
+    return True if text in _TRUE else False if text in _FALSE else None
+
+
+def parse_rating(value: Any) -> int | None:
+    """An integer on the rating scale (`4` and `4.0` alike); None otherwise."""
+    text = one_line(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    low, high = RATING_SCALE
+    return int(number) if number.is_integer() and low <= number <= high else None

@@ -1,17 +1,13 @@
 """What the crowd sends back: results files read and screened row by row (docs/annotate.md, steps 2-4).
 
-A results file is an MTurk batch-results CSV (`Input.x`, `Answer.x`, `WorkerId`, ...), a plain CSV/JSONL with
-the same fields unprefixed, or a Label Studio JSON export (`.json`, read by `label_studio`).
-Every row with a problem is left out and listed as a `Problem`, never dropped
-silently; the import steps write those problems to `report.csv`."""
+Each results file is read by the crowd platform whose file it is (crowd/platform.py: an MTurk batch-results CSV
+or a plain CSV/JSONL by `mturk`, a Label Studio JSON export by `label_studio`) into the same `ResultRow`s. Every
+row with a problem is left out and listed as a `Problem`, never dropped silently; the import steps write those
+problems to `report.csv`."""
 
 from __future__ import annotations
 
-import csv
-import json
-import unicodedata
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,49 +16,30 @@ import pyarrow as pa
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint
 from csts_pipeline.pipeline.schemas import REPORT_SCHEMA
-from csts_pipeline.stages.annotate.crowd import label_studio
 from csts_pipeline.stages.annotate.crowd.files import write_csv
-from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow, field_name, one_line, row_fields
+from csts_pipeline.stages.annotate.crowd.platform import reader_of
+from csts_pipeline.stages.annotate.crowd.results import (
+    Problem,
+    ResultRow,
+    one_line,
+    parse_flag,
+    parse_rating,
+    same_text,
+)
 from csts_pipeline.stages.annotate.labels.agreement import Rating
-from csts_pipeline.stages.annotate.layout import RATING_SCALE
 
 CONDITION_FIELDS = ("task_id", "condition_high", "condition_low")
 RATING_FIELDS = ("item_id", "worker_id", "rating")
 BWS_FIELDS = ("tuple_id", "worker_id", "best", "worst")
 BWS_POSITIONS = 4
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
-
-
-def same_text(a: str, b: str) -> bool:
-    """Whether two conditions are the same, ignoring case, punctuation, symbols and spaces (as the page's check)."""
-    return condition_key(a) == condition_key(b)
-
-
-def condition_key(text: str) -> str:
-    """A condition as compared: case folded, punctuation and symbols read as spaces, spaces collapsed."""
-    folded = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text.casefold())
-    return " ".join(folded.split())
 
 
 def read_results(path: Path, required: tuple[str, ...]) -> tuple[list[ResultRow], list[Problem]]:
-    """The rows of an MTurk batch-results CSV, of a plain CSV/JSONL with the same fields unprefixed, or of a Label
-    Studio JSON export; lines that are not JSON objects and cancelled annotations come back as problems.
-    A file without the `required` fields is a UserError."""
+    """The rows of a results file, read by the crowd platform whose file it is (crowd/platform.py); rows it
+    cannot use come back as problems. A file without the `required` fields is a UserError."""
     if not path.is_file():
         raise UserError(f"{path}: results file not found")
-    if path.suffix == ".json":  # a Label Studio export; its reader builds the same rows
-        rows, problems, columns = label_studio.read_export(path)
-        columns |= set(required[1:])  # an answer left blank is absent from an export; the id field comes first
-        return _checked(path, required, columns, rows, problems)
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            if path.suffix == ".jsonl":
-                rows, problems, columns = _jsonl_rows(path, handle)
-            else:
-                rows, problems, columns = _csv_rows(path, handle)
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise UserError(f"{path}: not a readable results file ({exc})") from None
+    rows, problems, columns = reader_of(path).read_results(path, required)
     return _checked(path, required, columns, rows, problems)
 
 
@@ -78,42 +55,6 @@ def _checked(
             f"CSV or plain names; found: {found}); see docs/annotate.md"
         )
     return rows, problems
-
-
-def _jsonl_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
-    """One row per JSON object line; a line that is not one is a `bad_json` problem, not an error."""
-    rows: list[ResultRow] = []
-    problems: list[Problem] = []
-    columns: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            value = None
-        if not isinstance(value, dict):
-            problems.append(Problem(str(path), number, "", "bad_json", "not a JSON object"))
-            continue
-        fields, posted = row_fields(value.items())
-        columns.update(fields)
-        rows.append(ResultRow(path, number, fields, posted))
-    return rows, problems, columns
-
-
-def _csv_rows(path: Path, lines: Iterable[str]) -> tuple[list[ResultRow], list[Problem], set[str]]:
-    """One row per non-blank line after the header; row numbers count the header as row 1, as spreadsheets do."""
-    reader = csv.reader(lines, strict=True)  # strict: an unterminated quote is an error, not one long field
-    try:
-        header = next(reader, [])
-        rows = [
-            ResultRow(path, index + 2, *row_fields(zip(header, values)))
-            for index, values in enumerate(reader)
-            if any(value.strip() for value in values)
-        ]
-    except csv.Error as exc:
-        raise UserError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); nothing imported") from None
-    return rows, [], {field_name(name) for name in header}
 
 
 def results_fingerprint(results: list[Path]) -> str:
@@ -293,25 +234,6 @@ def _rating_answer(screen: Screen, row: ResultRow) -> Rating | None:
         return None
     item = screen.known[row.text("item_id")]
     return Rating(item, worker, row.text("assignment_id"), None if flag else rating, bool(flag))
-
-
-def parse_flag(value: Any) -> bool | None:
-    """A checkbox-like answer: true/false, 1/0, yes/no, on/off or empty (unchecked); None when unreadable."""
-    if isinstance(value, bool):
-        return value
-    text = one_line(value).casefold()
-    return True if text in _TRUE else False if text in _FALSE else None
-
-
-def parse_rating(value: Any) -> int | None:
-    """An integer on the rating scale (`4` and `4.0` alike); None otherwise."""
-    text = one_line(value)
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    low, high = RATING_SCALE
-    return int(number) if number.is_integer() and low <= number <= high else None
 
 
 # --------------------------------------------------------------------------------------------- best-worst results

@@ -1,6 +1,6 @@
-"""The task files handed to the crowd: an MTurk batch input CSV (`hits.csv`, one HIT per row, only what the
-worker sees) and a JSONL of the same tasks with ids and provenance (`tasks.jsonl`) that the imports check
-results against (docs/annotate.md, steps 1 and 4)."""
+"""The task files handed to the crowd: the batch input (`hits.csv`, one task per row, only what the worker sees;
+MTurk's batch CSV as it is), each crowd platform's own files (crowd/platform.py), and a JSONL of the same tasks
+with ids and provenance (`tasks.jsonl`) that the imports check results against (docs/annotate.md, steps 1, 4)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.schemas import PROVENANCE
-from csts_pipeline.stages.annotate.crowd import label_studio, pages
+from csts_pipeline.stages.annotate.crowd import platform
 from csts_pipeline.stages.annotate.crowd.files import write_csv, write_jsonl
 from csts_pipeline.stages.annotate.layout import HITS, TASKS, condition_task_id
 
@@ -81,14 +81,9 @@ def hits_table(tasks: list[dict[str, Any]], columns: tuple[str, ...]) -> pa.Tabl
 def write_task_files(
     folder: Path, hits: pa.Table, tasks: list[dict[str, Any]], page: str, repeats: dict[str, int] | None = None
 ) -> dict[str, str]:
-    """`hits.csv`, `tasks.jsonl`, the stage's HIT page `template.html` (`page`: the stage; `repeats`: its
-    repeated blocks) and, where the stage has a Label Studio config, `label_studio/config.xml` and `tasks.json`,
-    each written atomically; their paths for the stage record."""
+    """`hits.csv` (what the worker sees), `tasks.jsonl` (ids and provenance) and every crowd platform's task files
+    and page for the stage (`page`: the stage; `repeats`: its repeated blocks; crowd/platform.py), each written
+    atomically; their paths for the stage record."""
     write_csv(hits, folder / HITS)
     write_jsonl(tasks, folder / TASKS)
-    written = {"hits": HITS, "tasks": TASKS, "page": pages.write_page(folder, page, hits.column_names, repeats)}
-    if label_studio.has_config(page):  # the same tasks for a Label Studio server, committed with the rest
-        found = label_studio.write_project(folder, page, repeats)
-        written |= {"label_studio": str(Path(found["config"]).relative_to(folder))}
-        written |= {"label_studio_tasks": str(Path(found["tasks"]).relative_to(folder))}
-    return written
+    return {"hits": HITS, "tasks": TASKS, **platform.write_tasks(folder, page, hits, repeats)}

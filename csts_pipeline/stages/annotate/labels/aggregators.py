@@ -1,84 +1,169 @@
-"""Aggregators: from the accepted ratings to one label per item, as classes with `fit` (the crowd-kit shape).
+"""Aggregators: from the accepted ratings to one label per item, as classes in crowd-kit's shape.
 
-Every aggregator takes the same ratings and returns `ItemLabels` (label, counts, status); the ordinal rater model
-also keeps its fitted `result` (posterior, intervals, the not-pertinent verdict, each worker's reliability). The
-ratings import picks one by `--aggregate` (`aggregator`); a new rater, a model or a new policy plugs in here."""
+Each class is one label policy and holds its own maths: `fit(ratings, n_items)` returns the aggregator itself
+with `labels_` (label, counts, status per item) and, for a model, `result_` (its fitted state); `fit_predict`
+returns `labels_`. Defining a subclass with a `name` registers it: `--aggregate` takes the names of `REGISTERED`,
+the ratings import looks the policy up there (`aggregator`) and the dataset card states its `card` sentence. A new
+policy is one class here (or in a module that imports this one) plus its test.
+
+The module imports numpy only, so the command line can list the policies without loading the statistics."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, label_items
-from csts_pipeline.stages.annotate.labels.quality import Anchor, ModelResult, model_labels
+
+if TYPE_CHECKING:
+    from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
+    from csts_pipeline.stages.annotate.labels.quality import Anchor, ModelResult
+
+REGISTERED: dict[str, type[Aggregator]] = {}  # --aggregate name -> class, in the order they are defined
 
 
-class Aggregator(Protocol):
-    """What the ratings import needs of a label policy."""
+class Aggregator:
+    """A label policy: the options every policy takes, `fit`, and the results it leaves. A subclass with a `name`
+    is registered under it; `help` says it in `--aggregate`'s help, `card` in the dataset card."""
 
-    name: ClassVar[str]
-    result: ModelResult | None
-
-    def fit(self, ratings: RatingArrays, n_items: int) -> ItemLabels: ...
-
-
-@dataclass
-class _Plain:
-    """A policy that reads each item's ratings alone; flags decide not pertinent by their share of answers."""
-
-    not_pertinent_share: float
-    min_ratings: int
-    result: ModelResult | None = field(default=None, init=False)
     name: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    card: ClassVar[str] = ""
 
-    def fit(self, ratings: RatingArrays, n_items: int) -> ItemLabels:
-        return label_items(ratings, n_items, self.name, self.not_pertinent_share, self.min_ratings)
+    def __init__(self, not_pertinent_share: float = 0.5, min_ratings: int = 1, anchor: Anchor | None = None):
+        self.not_pertinent_share = not_pertinent_share
+        self.min_ratings = min_ratings
+        self.anchor = anchor  # hidden gold's ratings and true labels; only a model uses them
+        self.result_: ModelResult | None = None
+        self.labels_: ItemLabels  # set by fit
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            if cls.name in REGISTERED:
+                raise TypeError(f"aggregator name {cls.name!r} is taken by {REGISTERED[cls.name].__qualname__}")
+            REGISTERED[cls.name] = cls
+
+    def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
+        raise NotImplementedError
+
+    def fit_predict(self, ratings: RatingArrays, n_items: int) -> ItemLabels:
+        return self.fit(ratings, n_items).labels_
 
 
-class Mean(_Plain):
-    """The mean of an item's ratings (the paper's label)."""
+class PerItem(Aggregator):
+    """A policy that reads each item's people's ratings alone (`item_label`); flags decide not pertinent by their
+    share of answers. A model worker's rows are left out: only a rater model can weigh a model against people."""
 
+    @staticmethod
+    def item_label(item: np.ndarray, rating: np.ndarray, n_items: int) -> np.ndarray:
+        """Per item, the label of its ratings (`item`: the item of each rating); nan without any."""
+        raise NotImplementedError
+
+    def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
+        from csts_pipeline.stages.annotate.labels.agreement import ItemLabels
+
+        people = ratings.subset(ratings.human)
+        rated = people.rated
+        n_ratings = np.bincount(people.item[rated], minlength=n_items)
+        label = self.item_label(people.item[rated], people.rating[rated], n_items)
+        answers = np.bincount(people.item, minlength=n_items)
+        flags = np.bincount(people.item, weights=people.flagged, minlength=n_items).astype(np.int64)
+        status = np.full(n_items, "kept", dtype=object)
+        status[n_ratings < self.min_ratings] = "too_few_ratings"
+        with np.errstate(invalid="ignore", divide="ignore"):
+            status[flags / answers > self.not_pertinent_share] = "not_pertinent"
+        status[answers == 0] = "unanswered"
+        self.labels_ = ItemLabels(label, n_ratings, answers, flags, status)
+        return self
+
+
+def _medians(item: np.ndarray, rating: np.ndarray, n_items: int) -> np.ndarray:
+    """Per item, the median of its ratings (halfway between the two middle ones for an even count); nan without."""
+    count = np.bincount(item, minlength=n_items)
+    label = np.full(n_items, np.nan)
+    has = count > 0
+    ordered = rating[np.lexsort((rating, item))]
+    starts = np.cumsum(count) - count
+    label[has] = (ordered[(starts + (count - 1) // 2)[has]] + ordered[(starts + count // 2)[has]]) / 2
+    return label
+
+
+class Mean(PerItem):
     name: ClassVar[str] = "mean"
+    help: ClassVar[str] = "mean (the paper's label)"
+    card: ClassVar[str] = "Labels per item: mean of its ratings."
+
+    @staticmethod
+    def item_label(item: np.ndarray, rating: np.ndarray, n_items: int) -> np.ndarray:
+        count = np.bincount(item, minlength=n_items)
+        total = np.bincount(item, weights=rating, minlength=n_items)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, total / count, np.nan)
 
 
-class Median(_Plain):
-    """The median of an item's ratings (halfway between the two middle ones for an even count)."""
-
+class Median(PerItem):
     name: ClassVar[str] = "median"
+    help: ClassVar[str] = "median"
+    card: ClassVar[str] = "Labels per item: median of its ratings."
+
+    @staticmethod
+    def item_label(item: np.ndarray, rating: np.ndarray, n_items: int) -> np.ndarray:
+        return _medians(item, rating, n_items)
 
 
-class RoundedMedian(_Plain):
+class RoundedMedian(PerItem):
     """The median rounded to an integer, halves up (3.5 -> 4), as the paper's released integer labels."""
 
     name: ClassVar[str] = "round"
+    help: ClassVar[str] = "round (the median rounded to an integer, as the paper's released labels)"
+    card: ClassVar[str] = "Labels per item: round of its ratings."
+
+    @staticmethod
+    def item_label(item: np.ndarray, rating: np.ndarray, n_items: int) -> np.ndarray:
+        return np.floor(_medians(item, rating, n_items) + 0.5)
 
 
-@dataclass
-class OrdinalModel:
-    """The ordinal rater model's posterior mean (labels/ordinal.py), with the worker-skill not-pertinent verdict;
-    `anchor` (hidden gold's ratings and true labels) is fitted alongside with its labels fixed."""
+class OrdinalModel(Aggregator):
+    """The ordinal rater model's posterior mean (labels/ordinal.py, labels/quality.py) with the worker-skill
+    not-pertinent verdict; `anchor` is fitted alongside with its labels fixed. `result_` keeps the fit (posterior,
+    intervals, verdict, each worker's reliability) for the workers table and the published distributions."""
 
-    not_pertinent_share: float
-    min_ratings: int
-    anchor: Anchor | None = None
-    result: ModelResult | None = field(default=None, init=False)
     name: ClassVar[str] = "model"
+    help: ClassVar[str] = (
+        "model (an ordinal rater model weighing each worker by reliability and bias: a distribution and a 90% "
+        "interval per item, ratings/workers.parquet)"
+    )
+    card: ClassVar[str] = (
+        "Labels per item: the posterior mean of an ordinal rater model fitted to all ratings by EM, which "
+        "estimates each worker's bias (lenient or harsh) and noise and weighs their ratings accordingly; "
+        "each item's posterior over 1-5 and its 90% interval are published with the individual ratings "
+        "(below). The not-pertinent verdict is Dawid-Skene's over the raters' flags."
+    )
 
-    def fit(self, ratings: RatingArrays, n_items: int) -> ItemLabels:
-        labels, self.result = model_labels(ratings, n_items, self.not_pertinent_share, self.min_ratings, self.anchor)
-        return labels
+    def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
+        from csts_pipeline.stages.annotate.labels.quality import model_labels
+
+        self.labels_, self.result_ = model_labels(
+            ratings, n_items, self.not_pertinent_share, self.min_ratings, self.anchor
+        )
+        return self
 
 
-AGGREGATORS: dict[str, type[_Plain] | type[OrdinalModel]] = {
-    kind.name: kind for kind in (Mean, Median, RoundedMedian, OrdinalModel)
-}
+def aggregator_help() -> str:
+    """`--aggregate`'s help: every registered policy."""
+    return f"ratings: an item's label, {', '.join(kind.help for kind in REGISTERED.values())}; default mean."
+
+
+def aggregator_class(how: str) -> type[Aggregator]:
+    """The class `--aggregate how` names; a one-line error naming the registered ones otherwise."""
+    if how not in REGISTERED:
+        *others, last = REGISTERED
+        raise UserError(f"--aggregate must be {', '.join(others)} or {last} (got {how!r})")
+    return REGISTERED[how]
 
 
 def aggregator(how: str, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None) -> Aggregator:
-    """The aggregator `--aggregate how` names (mean, median, round or model)."""
-    if how not in AGGREGATORS:
-        raise UserError(f"--aggregate must be {', '.join(AGGREGATORS)} (got {how!r})")
-    if how == OrdinalModel.name:
-        return OrdinalModel(not_pertinent_share, min_ratings, anchor)
-    return AGGREGATORS[how](not_pertinent_share, min_ratings)
+    """The policy `--aggregate how` names, with the import's options."""
+    return aggregator_class(how)(not_pertinent_share, min_ratings, anchor)

@@ -1,8 +1,6 @@
-"""From individual ratings to item labels, and how far the raters agree (docs/annotate.md, step 5).
-
-An item's label is the mean or median of its ratings; an item is dropped when too many raters flag its
-condition as not pertinent or it has too few ratings. Agreement is Fleiss' kappa over the kept items, plus each
-worker against the others, so unreliable workers stand out."""
+"""The accepted ratings as arrays, and how far the raters agree (docs/annotate.md, step 5); an item's label is
+an aggregator's (labels/aggregators.py). Agreement is Fleiss' kappa and Krippendorff's alpha over the kept items,
+plus each worker against the others, so unreliable workers stand out."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ class Rating(NamedTuple):
     not_pertinent: bool
 
 
-AGGREGATES = ("mean", "median", "round", "model")  # model: stages/annotate/labels/quality.py
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
 FLAG_BELOW = 0.3
 
@@ -65,25 +62,6 @@ def krippendorff_alpha(
     with np.errstate(invalid="ignore", divide="ignore"):
         value = krippendorff.alpha(value_counts=counts, value_domain=list(values), level_of_measurement=metric)
     return float(value)
-
-
-def aggregate(item: np.ndarray, rating: np.ndarray, n_items: int, how: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-item label and number of ratings: the mean or median of its ratings, or `round`, the median rounded to
-    an integer with halves up (3.5 -> 4), as the paper's released integer labels; nan without any rating."""
-    count = np.bincount(item, minlength=n_items)
-    label = np.full(n_items, np.nan)
-    has = count > 0
-    if how == "mean":
-        label[has] = np.bincount(item, weights=rating, minlength=n_items)[has] / count[has]
-    elif how in ("median", "round"):
-        ordered = rating[np.lexsort((rating, item))]
-        starts = np.cumsum(count) - count
-        label[has] = (ordered[(starts + (count - 1) // 2)[has]] + ordered[(starts + count // 2)[has]]) / 2
-        if how == "round":
-            label = np.floor(label + 0.5)
-    else:
-        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
-    return label, count
 
 
 MODEL_WORKER = "model:"  # worker ids of language models start with this (annotate rate)
@@ -176,25 +154,6 @@ class ItemLabels:
     answers: np.ndarray
     flags: np.ndarray
     status: np.ndarray
-
-
-def label_items(
-    ratings: RatingArrays, n_items: int, how: str, not_pertinent_share: float, min_ratings: int
-) -> ItemLabels:
-    """Each item's label and status: kept, not_pertinent (more than the share of answers flag it),
-    too_few_ratings or unanswered (the later ones win). A model worker's rows are left out: only the rater model
-    (quality.py) can weigh a model against people."""
-    ratings = ratings.subset(ratings.human)
-    rated = ratings.rated
-    label, n_ratings = aggregate(ratings.item[rated], ratings.rating[rated], n_items, how)
-    answers = np.bincount(ratings.item, minlength=n_items)
-    flags = np.bincount(ratings.item, weights=ratings.flagged, minlength=n_items).astype(np.int64)
-    status = np.full(n_items, "kept", dtype=object)
-    status[n_ratings < min_ratings] = "too_few_ratings"
-    with np.errstate(invalid="ignore", divide="ignore"):
-        status[flags / answers > not_pertinent_share] = "not_pertinent"
-    status[answers == 0] = "unanswered"
-    return ItemLabels(label, n_ratings, answers, flags, status)
 
 
 def agreement_summary(

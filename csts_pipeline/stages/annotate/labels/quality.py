@@ -57,7 +57,7 @@ def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> 
 def model_labels(
     ratings: RatingArrays, n_items: int, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None
 ) -> tuple[ItemLabels, ModelResult]:
-    """Labels, counts and status as agreement.label_items gives them, with the label the model's posterior mean
+    """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`."""
     fit = anchored_fit(ratings, n_items, anchor)
     found = verdict.infer(ratings.item, ratings.worker, ratings.flagged, n_items, p_flag=ratings.p_flag)

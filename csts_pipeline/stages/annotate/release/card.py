@@ -12,6 +12,7 @@ import pyarrow as pa
 import yaml
 
 from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
+from csts_pipeline.stages.annotate.labels.aggregators import aggregator_class
 
 
 @dataclass
@@ -138,20 +139,14 @@ def _agreement(release: Release) -> str:
     for scope, figures in rows:
         cells = [_show(figures.get(k)) for k in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")]
         lines.append(f"| {scope} | {figures['items']} | " + " | ".join(cells) + " |")
-    lines.append(f"\n{_policy(found.get('label_policy', 'mean'))}")
+    lines.append(f"\n{policy_sentence(found.get('label_policy', 'mean'))}")
     lines += _label_quality(found)
     return "\n".join(lines) + "\n"
 
 
-def _policy(policy: str) -> str:
-    if policy == "model":
-        return (
-            "Labels per item: the posterior mean of an ordinal rater model fitted to all ratings by EM, which "
-            "estimates each worker's bias (lenient or harsh) and noise and weighs their ratings accordingly; "
-            "each item's posterior over 1-5 and its 90% interval are published with the individual ratings "
-            "(below). The not-pertinent verdict is Dawid-Skene's over the raters' flags."
-        )
-    return f"Labels per item: {policy} of its ratings."
+def policy_sentence(policy: str) -> str:
+    """How the labels were aggregated, as the policy's own class says it (labels/aggregators.py)."""
+    return aggregator_class(policy).card
 
 
 def _label_quality(found: dict[str, Any]) -> list[str]:

@@ -32,7 +32,7 @@ from csts_pipeline.stages.annotate.layout import (
 )
 from csts_pipeline.stages.annotate.steps import drafts, qualification
 
-# ---------------------------------------------------------------------------------------- 1: export conditions
+# -------------------------------------------------------------------------------------------------------------- export
 
 
 def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int, bins: int, force: bool) -> dict:
@@ -85,7 +85,7 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
         )
 
 
-# ---------------------------------------------------------------------------------------- 2: import conditions
+# -------------------------------------------------------------------------------------------------------------- import
 
 
 def import_conditions(annotate_dir: Path, results: list[Path], force: bool, workers: Path | None = None) -> dict:
@@ -147,4 +147,4 @@ def _triplets(condition_tasks: list[dict], answers: dict[int, screening.ResultRo
     return triplets
 
 
-# ------------------------------------------------------------------------------------------- 3: export ratings
+# ------------------------------------------------------------------- the (s1, s2, c) triplets the ratings export reads

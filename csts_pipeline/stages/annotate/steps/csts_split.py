@@ -30,9 +30,6 @@ from csts_pipeline.stages.annotate.layout import (
 log = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------- 1: export conditions
-
-
 def split(
     annotate_dir: Path, seed: int, ratios: tuple[float, float, float], force: bool, labels: str = "likert"
 ) -> dict:

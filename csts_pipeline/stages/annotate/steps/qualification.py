@@ -19,7 +19,7 @@ import pyarrow as pa
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint, require_record
-from csts_pipeline.stages.annotate.crowd import screening, tasks, worker_list
+from csts_pipeline.stages.annotate.crowd import platform, screening, tasks, worker_list
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
 from csts_pipeline.stages.annotate.crowd.gold_set import (
     FLAG_ERROR,
@@ -29,12 +29,12 @@ from csts_pipeline.stages.annotate.crowd.gold_set import (
     default_gold,
     read_gold,
 )
+from csts_pipeline.stages.annotate.crowd.results import ResultRow, parse_flag, parse_rating
 from csts_pipeline.stages.annotate.layout import QUALIFICATION_TASKS, REPORT, TASKS
 
 QUALIFICATION = "qualification"
 WORKERS = "workers.csv"
 ANSWERS = "answers.csv"
-GRANT = "mturk_workers.csv"
 
 
 def hits_columns(items: list[dict[str, Any]]) -> dict[str, str]:
@@ -134,11 +134,7 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
         screen.write_report(out.staging / REPORT)
         write_csv(pa.Table.from_pylist(workers, schema=WORKER_SCHEMA), out.staging / WORKERS)
         write_csv(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), out.staging / ANSWERS)
-        grant = {
-            "Worker ID": [w["worker_id"] for w in workers],
-            f"UPDATE-{name}": [int(w["qualified"]) for w in workers],
-        }
-        write_csv(pa.table(grant), out.staging / GRANT)
+        granted = platform.grant(out.staging, [(w["worker_id"], bool(w["qualified"])) for w in workers], name)
         counts = {
             "rows_read": screen.rows_read,
             "excluded_rows": screen.excluded_rows(),
@@ -147,14 +143,15 @@ def import_qualification(annotate_dir: Path, results: list[Path], max_error: flo
             "manual_verdicts": sum(bool(w["manual_verdict"]) for w in workers),
         }
         files = {key: str(out.folder / value) for key, value in (("workers", WORKERS), ("answers", ANSWERS))}
-        files |= {"grant": str(out.folder / GRANT), "report": str(out.folder / REPORT)}
+        files |= {key: str(out.folder / value) for key, value in granted.items()}
+        files |= {"report": str(out.folder / REPORT)}
         return out.finish(counts, problems=screen.summary(), files=files, **params)
 
 
 def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[screening.Screen, dict[str, Any]]:
     """Every results row checked; each worker's first valid row."""
     screen = screening.Screen({test_id: 0}, "test_id", tasks_file)
-    answers: dict[str, screening.ResultRow] = {}
+    answers: dict[str, ResultRow] = {}
     for path in results:
         rows, problems = screening.read_results(path, ("test_id", "worker_id"))
         screen.problems.extend(problems)
@@ -172,7 +169,7 @@ def _screen_tests(test_id: str, results: list[Path], tasks_file: Path) -> tuple[
     return screen, answers
 
 
-def _score(items: list[dict], row: screening.ResultRow, max_error: float, verdict: str) -> tuple[dict, list[dict]]:
+def _score(items: list[dict], row: ResultRow, max_error: float, verdict: str) -> tuple[dict, list[dict]]:
     """One worker's row in workers.csv and their answers, item by item, for answers.csv."""
     worker, numbers, answers = row.text("worker_id"), dict.fromkeys(KINDS, 0), []
     for item in items:
@@ -184,8 +181,8 @@ def _score(items: list[dict], row: screening.ResultRow, max_error: float, verdic
             found = condition_problems(high, low, item["sentence1"], item["sentence2"])
             answer |= {"condition_high": high, "condition_low": low, "problems": ";".join(found)}
         else:
-            flag = screening.parse_flag(row.fields.get(f"not_pertinent_{n}")) is True
-            rating = None if flag else screening.parse_rating(row.fields.get(f"rating_{n}"))
+            flag = parse_flag(row.fields.get(f"not_pertinent_{n}")) is True
+            rating = None if flag else parse_rating(row.fields.get(f"rating_{n}"))
             gold = item["gold_rating"]
             if flag or rating is None or gold == NOT_PERTINENT:
                 error = 0.0 if flag and gold == NOT_PERTINENT else FLAG_ERROR
@@ -224,7 +221,7 @@ def read_verdicts(path: Path) -> dict[str, str]:
     `worker_list` (the latest dated verdict; undated ones that disagree: fail); none when there is no file."""
     if not path.is_file():
         return {}
-    found = worker_list.standings(path, worker_list.read_entries(path, ("worker_id",), screening.parse_flag))
+    found = worker_list.standings(path, worker_list.read_entries(path, ("worker_id",), parse_flag))
     return {worker: standing for worker, standing in found.items() if standing in worker_list.VERDICTS}
 
 
@@ -237,7 +234,7 @@ def qualified_workers(annotate_dir: Path, workers: Path | None) -> screening.Qua
         return None
     if not path.is_file():
         raise UserError(f"{path}: workers file not found")
-    entries = worker_list.read_entries(path, ("worker_id", "qualified"), screening.parse_flag)
+    entries = worker_list.read_entries(path, ("worker_id", "qualified"), parse_flag)
     found = worker_list.standings(path, entries)
     return screening.Qualified(frozenset(w for w, standing in found.items() if standing in ("pass", "qualified")), path)
 

@@ -14,12 +14,12 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, require_current
 from csts_pipeline.pipeline.schemas import ITEM_SCHEMA, RATING_SCHEMA
 from csts_pipeline.pipeline.shards import read_table
-from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, screening, tasks
+from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, platform, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
 from csts_pipeline.stages.annotate.labels import quality
-from csts_pipeline.stages.annotate.labels.aggregators import aggregator
-from csts_pipeline.stages.annotate.labels.agreement import AGGREGATES, ItemLabels, RatingArrays, agreement_summary
+from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
+from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
 from csts_pipeline.stages.annotate.labels.sampling import hash64
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
@@ -38,7 +38,7 @@ from csts_pipeline.stages.annotate.layout import (
 )
 from csts_pipeline.stages.annotate.steps import model_ratings, qualification
 
-# ---------------------------------------------------------------------------------------- 1: export conditions
+# -------------------------------------------------------------------------------------------------------------- export
 
 
 def export_ratings(
@@ -96,7 +96,7 @@ def export_ratings(
         return out.finish(counts, files=files)
 
 
-# ------------------------------------------------------------------------------------------- 4: import ratings
+# -------------------------------------------------------------------------------------------------------------- import
 
 
 def import_ratings(
@@ -110,12 +110,12 @@ def import_ratings(
     seed: int = 0,
     workers: Path | None = None,
 ) -> dict:
-    """Validate rating results; label each item by the policy `how` (mean, median, or round: the median rounded
-    to an integer); drop items that more than `not_pertinent_share` of their raters flag as not pertinent, or
-    that have fewer than `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker
-    agreement over the kept items with two or more ratings, and with `agreement_sample` on a seeded sample of
-    that many items with three ratings each (the paper's protocol). Rows of workers not qualified are left out
-    (`workers`, as for the conditions import)."""
+    """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
+    that more than `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than
+    `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker agreement over the kept items
+    with two or more ratings, and with `agreement_sample` on a seeded sample of that many items with three ratings
+    each (the paper's protocol). Rows of workers not qualified are left out (`workers`, as for the conditions
+    import)."""
     _check_rating_options(how, not_pertinent_share, min_ratings)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
@@ -146,8 +146,8 @@ def import_ratings(
         ratings = RatingArrays.of(accepted)
         anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
         policy = aggregator(how, not_pertinent_share, min_ratings, anchor)
-        labels = policy.fit(ratings, len(items))
-        model = policy.result
+        labels = policy.fit_predict(ratings, len(items))
+        model = policy.result_
         agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
         checks = quality.high_low(items, labels, model)
         workers = quality.workers_table(model, ratings, gold.workers if gold else None)
@@ -164,8 +164,7 @@ def import_ratings(
         write_parquet(workers, out.staging / WORKERS)
         write_csv(checks.table, out.staging / INVERSIONS)
         write_json(out.staging / AGREEMENT, agreement)
-        if gold is not None:
-            write_csv(gold.blocklist(), out.staging / hidden_gold.BLOCKLIST)
+        blocked = platform.block(out.staging, gold.blocklist()) if gold is not None else {}
         status = labels.status
         counts = {
             "items": len(items),
@@ -178,15 +177,14 @@ def import_ratings(
         files = {name: str(out.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
         files["report"] = str(out.folder / REPORT)
         if gold is not None:
-            files["blocklist"] = str(out.folder / hidden_gold.BLOCKLIST)
+            files |= {key: str(out.folder / value) for key, value in blocked.items()}
             counts |= {"gold_answers": agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
         figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
         return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 
 
 def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
-    if how not in AGGREGATES:
-        raise UserError(f"--aggregate must be mean, median, round or model (got {how!r})")
+    aggregator_class(how)
     if not 0 <= not_pertinent_share < 1:
         raise UserError(f"--not-pertinent-share must be in [0, 1) (got {not_pertinent_share})")
     if min_ratings < 1:
@@ -228,6 +226,3 @@ def _individual_table(
         for a in accepted
     ]
     return pa.Table.from_pylist(rows, schema=RATING_SCHEMA)
-
-
-# ----------------------------------------------------------------------------------------------------- 5: split
