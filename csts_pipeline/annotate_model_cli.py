@@ -37,12 +37,31 @@ ApiKeyEnvOpt = Annotated[
 ]
 LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]
 LmDeviceOpt = Annotated[str, typer.Option("--device", help="Local model: auto, cpu, cuda or cuda:N.")]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        help="Endpoint: seconds one request may take, all its tries and waits together; a server silent that long "
+        "is a one-line error.",
+    ),
+]
+RunTimeoutOpt = Annotated[
+    float | None, typer.Option("--run-timeout", help="Endpoint: seconds all the run's requests may take (no limit).")
+]
+ReadOpt = Annotated[
+    str,
+    typer.Option(
+        "--read",
+        help="Endpoint: how answers are read: logprobs, samples, or auto (logprobs; samples for a reply without).",
+    ),
+]
 
 
-def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str):
+def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str, **how):
+    """The model to ask; `how`: timeout, run_timeout, read (an endpoint's)."""
     from csts_pipeline.pipeline.language_model import ModelSpec
 
-    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device)
+    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device, **how)
     spec.check()
     return spec
 
@@ -57,6 +76,9 @@ def annotate_rate(
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
     device: LmDeviceOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    run_timeout: RunTimeoutOpt = None,
+    read: ReadOpt = "auto",
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:
@@ -64,7 +86,9 @@ def annotate_rate(
     (<annotate>/model_ratings/); the ratings import takes its rows with the people's."""
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    spec = _model_spec(
+        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
+    )
     folder, _ = annotate_folder(dataset, manifest, out)
     record = rate(folder, spec, force)
     if not say_up_to_date(record):
@@ -82,6 +106,9 @@ def annotate_draft(
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
     device: LmDeviceOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    run_timeout: RunTimeoutOpt = None,
+    read: ReadOpt = "auto",
     min_applies: Annotated[
         float,
         typer.Option(
@@ -99,7 +126,9 @@ def annotate_draft(
 
     if stage != "conditions":
         raise UserError(f"--stage {stage!r}: only conditions can be drafted")
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    spec = _model_spec(
+        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
+    )
     folder, _ = annotate_folder(dataset, manifest, out)
     record = draft(folder, spec, force, min_applies)
     if not say_up_to_date(record):
@@ -117,6 +146,9 @@ def annotate_check_conditions(
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
     device: LmDeviceOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    run_timeout: RunTimeoutOpt = None,
+    read: ReadOpt = "auto",
     below: Annotated[
         float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")
     ] = 0.5,
@@ -129,7 +161,9 @@ def annotate_check_conditions(
     doubtful ones go to doubtful.csv for a manual verdict."""
     from csts_pipeline.stages.annotate.steps.condition_check import check_conditions, describe_check
 
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    spec = _model_spec(
+        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
+    )
     folder = out if out is not None else file.with_name(f"{file.stem}_check")
     record = check_conditions(file, folder, spec, below, force)
     if not say_up_to_date(record):

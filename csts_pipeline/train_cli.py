@@ -192,6 +192,9 @@ def evaluate(
             "its API key from OPENAI_API_KEY."
         ),
     ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="--endpoint: seconds one request may take, all its tries together.")
+    ] = 60.0,
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
     from csts_pipeline.stages.train import evaluate as stage
@@ -216,6 +219,7 @@ def evaluate(
         metrics_out=metrics_out,
         prompt=prompt,
         endpoint=endpoint,
+        timeout=timeout,
     )
     results = stage.run(options)
     _print_metrics(results)

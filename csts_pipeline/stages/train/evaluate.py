@@ -47,6 +47,7 @@ class EvaluateOptions:
     metrics_out: Path = Path("runs/evaluate/metrics.json")
     prompt: PromptOptions | None = None  # --encoding prompt: the prompting baseline's settings
     endpoint: str | None = None  # --encoding prompt: an OpenAI-compatible server serving `model`
+    timeout: float = 60.0  # --endpoint: seconds one request may take, all its tries together
 
 
 def load_splits(options: EvaluateOptions) -> dict[str, PairData]:
@@ -105,7 +106,7 @@ def run_prompting(options: EvaluateOptions, splits: dict[str, PairData]) -> dict
     prompt.check()
     if options.task != "csts":
         raise UserError("--encoding prompt rates C-STS rows (sentences and a condition); use --task csts")
-    model = open_generator(options.model, options.device, options.batch_size, options.endpoint)
+    model = open_generator(options.model, options.device, options.batch_size, options.endpoint, options.timeout)
     results = {}
     for name, data in splits.items():
         answers = generate(model, build_prompts(data, prompt))

@@ -100,10 +100,12 @@ def build_prompts(data: PairData, options: PromptOptions) -> list[str]:
     return prompts
 
 
-def open_generator(name: str, device: str, batch_size: int, endpoint: str | None = None) -> LanguageModel:
+def open_generator(
+    name: str, device: str, batch_size: int, endpoint: str | None = None, timeout: float = 60.0
+) -> LanguageModel:
     """The model through pipeline.language_model: a local causal or sequence-to-sequence model (hub name, folder or
     .gguf file), or with `endpoint` an OpenAI-compatible server serving `name` (its /v1/completions)."""
-    return open_model(ModelSpec(model=name, endpoint=endpoint, batch_size=batch_size, device=device))
+    return open_model(ModelSpec(model=name, endpoint=endpoint, batch_size=batch_size, device=device, timeout=timeout))
 
 
 def generate(model: LanguageModel, prompts: list[str]) -> list[str]:
