@@ -247,6 +247,24 @@ def test_logprobs_dropped_mid_run_are_recorded_per_answer(folder: Path) -> None:
     assert len(reasons) == 2 * ITEMS - 6 and set(reasons) == {"pertinent:no_logprobs", "rate:no_logprobs"}
 
 
+def test_drafts_and_the_condition_check_take_no_answer_for_no(folder: Path, tmp_path: Path) -> None:
+    """A yes/no with no answer never passes a draft nor clears a condition: the draft is dropped as no_answer, the
+    condition goes to doubtful.csv for the manual verdict."""
+    from csts_pipeline.stages.annotate.layout import CONDITIONS, TRIPLETS
+    from csts_pipeline.stages.annotate.steps.condition_check import check_conditions
+    from csts_pipeline.stages.annotate.steps.drafts import DRAFTS, DRAFTS_FILE, draft
+
+    with fake_server("no_option_logprobs") as (url, _):
+        drafted = draft(folder, ModelSpec(endpoint=url))
+        checked = check_conditions(folder / CONDITIONS / TRIPLETS, tmp_path / "check", ModelSpec(endpoint=url))
+    drafts = read_jsonl(folder / DRAFTS / DRAFTS_FILE)
+    assert drafts and all(d["problem_high"] == "no_answer" and d["p_applies_high"] is None for d in drafts)
+    assert drafted["counts"]["drafted_high"] == 0 and drafted["counts"]["rejected_high"] == {"no_answer": len(drafts)}
+    doubtful = pq.read_table(tmp_path / "check" / "checked.parquet").to_pylist()
+    assert doubtful and all(r["doubt"] == "no_answer" and r["p_applies"] is None for r in doubtful)
+    assert checked["counts"]["no_answer"] == checked["counts"]["doubtful"] == len(doubtful)
+
+
 # --------------------------------------------------------------------------------------------------- identity
 
 
@@ -276,6 +294,7 @@ def test_a_well_behaved_server_stays_clean(folder: Path) -> None:
         result = cli("annotate", "rate", "--endpoint", url, "--out", folder)
     assert result.returncode == 0 and "error" not in result.stderr, result.stderr
     assert f"{ITEMS} of {ITEMS} items rated" in result.stdout and server.posts == 2 * ITEMS
+    assert record(folder)["cost"]["prompts"] == 2 * ITEMS and record(folder)["cost"]["prompt_tokens"] == 50 * 2 * ITEMS
     for row in rows(folder):
         assert row["no_answer"] is None and row["rating"] == 4 and row["read_mode"] == "logprobs"
         assert row["option_mass"] == pytest.approx(0.9) and row["samples_asked"] is None

@@ -33,7 +33,7 @@ class EndpointModel(LanguageModel):
     def __init__(self, spec: ModelSpec):
         self.spec = spec
         self.cost = Cost()
-        self.http = ServerConnection(spec, self.cost)
+        self.http = ServerConnection(spec)
         self.base = self.http.base
         served = served_models(self.http)
         if spec.model is not None and spec.model not in served:
@@ -69,6 +69,15 @@ class EndpointModel(LanguageModel):
         found["system_fingerprints"] = sorted(self.fingerprints)
         return found
 
+    def _post_all(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The replies, their time and tokens counted in this model's cost (a step swaps in its own `Cost`)."""
+        with self.cost.timed():
+            replies = self.http.post_all(path, bodies)
+        for reply in replies:
+            usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
+            self.cost.add(1, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
+        return replies
+
     # --- questions ----------------------------------------------------------------------------------------------
 
     def option_probs(self, chats: list[Messages], options: Sequence[str]) -> list[Answer]:
@@ -77,7 +86,7 @@ class EndpointModel(LanguageModel):
         found: list[Answer | None] = [None] * len(chats)
         if self.spec.read != "samples":
             body = {"model": self.model, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": TOP_K}
-            replies = self.http.post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
+            replies = self._post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
             for index, reply in enumerate(replies):
                 found[index] = self._from_logprobs(reply, options)
         missing = [i for i, answer in enumerate(found) if answer is None]
@@ -103,7 +112,7 @@ class EndpointModel(LanguageModel):
         """`samples` answers at temperature 1 per chat, read by `read_samples` against the number asked for (a
         server that ignores `n` gives too few to be an answer)."""
         body = {"model": self.model, "max_tokens": SAMPLE_TOKENS, "temperature": 1.0, "n": self.spec.samples}
-        replies = self.http.post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
+        replies = self._post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
         found = []
         for reply in replies:
             texts = [_message(choice) for choice in reply["choices"]]
@@ -124,10 +133,14 @@ class EndpointModel(LanguageModel):
             raise ValueError("generate: all chats or all strings")
         body = {"model": self.model, "max_tokens": max_tokens, "temperature": 0}
         if chats:
-            replies = self.http.post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
+            replies = self._post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
             return [_message(reply["choices"][0]) for reply in replies]
-        replies = self.http.post_all("/completions", [body | {"prompt": prompt} for prompt in prompts])
+        replies = self._post_all("/completions", [body | {"prompt": prompt} for prompt in prompts])
         return [_text(reply["choices"][0]) for reply in replies]
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _message(choice: dict[str, Any]) -> str:

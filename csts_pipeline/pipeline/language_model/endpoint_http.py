@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.language_model.base import Cost, ModelSpec
+from csts_pipeline.pipeline.language_model.base import ModelSpec
 
 log = logging.getLogger(__name__)
 RETRIES = 4  # after the first try
@@ -69,11 +69,10 @@ def _read_body(response: Any, deadline: float) -> bytes:
 class ServerConnection:
     """Requests to one server's /v1 API, bounded in time, with the API key from the environment."""
 
-    def __init__(self, spec: ModelSpec, cost: Cost):
+    def __init__(self, spec: ModelSpec):
         base = (spec.endpoint or "").rstrip("/")
         self.base = base if base.endswith("/v1") else base + "/v1"
         self.spec = spec
-        self.cost = cost
         self.run_deadline = None if spec.run_timeout is None else time.monotonic() + spec.run_timeout
         self.stop = threading.Event()  # a request failed for good: the others stop retrying
         self.failure: UserError | None = None  # the first request that failed for good: the error shown
@@ -165,17 +164,12 @@ class ServerConnection:
         self.failure = None
         pool = ThreadPoolExecutor(self.spec.batch_size)
         try:
-            with self.cost.timed():
-                futures = [pool.submit(self.request, path, body, check) for body in bodies]
-                self._wait(futures, self.base + path)
-                replies = [future.result() for future in futures]
+            futures = [pool.submit(self.request, path, body, check) for body in bodies]
+            self._wait(futures, self.base + path)
+            return [future.result() for future in futures]
         finally:
             self.stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
-        for reply in replies:
-            usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-            self.cost.add(1, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
-        return replies
 
     def _wait(self, futures: list[Future], url: str) -> None:
         """Until every request is done, or one failed for good (then the others stop retrying)."""
@@ -192,10 +186,6 @@ class ServerConnection:
                     "endpoint %s: waiting for %d of %d replies, %.0f s so far (each may take %g s, --timeout)",
                     url, len(pending), len(futures), waited, self.spec.timeout,
                 )  # fmt: skip
-
-
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _choices(reply: Any) -> str | list[dict[str, Any]]:
