@@ -52,8 +52,11 @@ def _retry_after(headers: Any) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
-        when = email.utils.parsedate_to_datetime(value) if email.utils.parsedate_tz(value) else None
-        return None if when is None else max(0.0, when.timestamp() - time.time())
+        pass
+    try:  # an HTTP date
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _read_body(response: Any, deadline: float) -> bytes:
@@ -219,7 +222,7 @@ def served_models(http: ServerConnection) -> dict[str, dict[str, Any]]:
     server fails in seconds; a list of another shape is a one-line error."""
     limit = min(http.spec.connect_timeout, http.spec.timeout)
     listed = http.request("/models", None, _models_problem, limit=limit, tries=1)
-    served = {entry["id"]: entry for entry in listed["data"] if isinstance(entry, dict) and entry.get("id")}
+    served = {e["id"]: e for e in listed["data"] if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"]}
     if not served and http.spec.model is None:
         raise UserError(f"endpoint {http.base}: lists no model; name one with --model")
     return served
