@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
+from csts_pipeline.cli import app
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.language_model import ModelSpec, endpoint_http, load_prompt, open_model
@@ -56,6 +58,13 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess:
     env.pop(FAILPOINT, None)
     command = [sys.executable, "-m", "csts_pipeline", *map(str, args)]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=120)
+
+
+def in_process(*args: str | Path) -> str:
+    """A command that succeeds, run in this process (no interpreter start-up); its stdout."""
+    result = CliRunner().invoke(app, [str(arg) for arg in args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 def one_line_error(result: subprocess.CompletedProcess, *expected: str) -> str:
@@ -147,6 +156,7 @@ def test_a_model_list_of_another_shape_is_one_line(folder: Path, models: object,
     one_line_error(result, url, expected)
 
 
+@pytest.mark.slow  # two `evaluate` processes, each importing torch
 def test_the_prompting_baseline_says_the_same(tmp_path: Path) -> None:
     """`evaluate --encoding prompt --endpoint`: a silent server and a reply without `choices`, one line each."""
     from tests.support.train_sample import write_sample_csv
@@ -216,9 +226,8 @@ def test_mass_off_the_options_is_recorded_and_no_answer(folder: Path) -> None:
 
 def test_a_reply_rating_4_in_words_reads_as_4(folder: Path) -> None:
     with fake_server("rating_text") as (url, _):
-        result = cli("annotate", "rate", "--endpoint", url, "--out", folder)
-    assert result.returncode == 0, result.stderr
-    assert f"{ITEMS} of {ITEMS} items rated" in result.stdout and "0 no answer" in result.stdout
+        printed = in_process("annotate", "rate", "--endpoint", url, "--out", folder)
+    assert f"{ITEMS} of {ITEMS} items rated" in printed and "0 no answer" in printed
     for row in rows(folder):
         assert row["rating"] == 4 and row["distribution"] == [0, 0, 0, 1, 0] and row["p_not_pertinent"] == 0
         assert (row["read_mode"], row["samples_asked"], row["samples_readable"]) == ("samples", 10, 10)
@@ -226,9 +235,8 @@ def test_a_reply_rating_4_in_words_reads_as_4(folder: Path) -> None:
 
 def test_a_chatty_server_is_counted_in_the_summary(folder: Path) -> None:
     with fake_server("chatty") as (url, _):
-        result = cli("annotate", "rate", "--endpoint", url, "--out", folder)
-    assert result.returncode == 0, result.stderr
-    assert f"0 of {ITEMS} items rated" in result.stdout and f"{ITEMS} no answer" in result.stdout
+        printed = in_process("annotate", "rate", "--endpoint", url, "--out", folder)
+    assert f"0 of {ITEMS} items rated" in printed and f"{ITEMS} no answer (16 pertinent:few_readable" in printed
     assert record(folder)["counts"]["no_answer"] == ITEMS
 
 
@@ -291,9 +299,8 @@ def test_identity_is_what_the_server_says(folder: Path) -> None:
 
 def test_a_well_behaved_server_stays_clean(folder: Path) -> None:
     with fake_server() as (url, server):
-        result = cli("annotate", "rate", "--endpoint", url, "--out", folder)
-    assert result.returncode == 0 and "error" not in result.stderr, result.stderr
-    assert f"{ITEMS} of {ITEMS} items rated" in result.stdout and server.posts == 2 * ITEMS
+        printed = in_process("annotate", "rate", "--endpoint", url, "--out", folder)
+    assert f"{ITEMS} of {ITEMS} items rated" in printed and server.posts == 2 * ITEMS
     assert record(folder)["cost"]["prompts"] == 2 * ITEMS and record(folder)["cost"]["prompt_tokens"] == 50 * 2 * ITEMS
     for row in rows(folder):
         assert row["no_answer"] is None and row["rating"] == 4 and row["read_mode"] == "logprobs"
