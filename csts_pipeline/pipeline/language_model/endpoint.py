@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
@@ -105,8 +106,7 @@ class EndpointModel(LanguageModel):
             return Answer(None, "logprobs", None, missing="no_logprobs", system_fingerprint=fingerprint)
         if isinstance(top, str):
             return Answer(None, "logprobs", None, missing=top, system_fingerprint=fingerprint)
-        answer = read_logprobs(top, options)
-        return Answer(**{**answer.__dict__, "system_fingerprint": fingerprint})
+        return replace(read_logprobs(top, options), system_fingerprint=fingerprint)
 
     def _sampled(self, chats: list[Messages], options: Sequence[str]) -> list[Answer]:
         """`samples` answers at temperature 1 per chat, read by `read_samples` against the number asked for (a
@@ -117,7 +117,7 @@ class EndpointModel(LanguageModel):
         for reply in replies:
             texts = [_message(choice) for choice in reply["choices"]]
             answer = read_samples(texts, options, self.spec.samples)
-            found.append(Answer(**{**answer.__dict__, "system_fingerprint": self._fingerprint(reply)}))
+            found.append(replace(answer, system_fingerprint=self._fingerprint(reply)))
         return found
 
     def _fingerprint(self, reply: dict[str, Any]) -> str | None:
