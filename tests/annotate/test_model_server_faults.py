@@ -29,7 +29,7 @@ from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.layout import MODEL_RATINGS, RATINGS_TASKS, TASKS
 from csts_pipeline.stages.annotate.steps.model_ratings import model_answers, rate
-from tests.support.openai_server import FakeServer, fake_server
+from tests.support.openai_server import fake_server
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
@@ -335,8 +335,3 @@ def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: P
         with pytest.raises(UserError, match=stale):
             step()
 
-
-def test_fake_server_counts_what_it_is_asked() -> None:
-    """The fake server itself: a GET lists its model, every POST is counted."""
-    server = FakeServer()
-    assert server.listing()["data"][0]["id"] == "fake-model" and server.posts == 0
