@@ -334,4 +334,3 @@ def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: P
     ):
         with pytest.raises(UserError, match=stale):
             step()
-
