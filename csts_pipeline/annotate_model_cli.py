@@ -17,6 +17,7 @@ from csts_pipeline.options import (
     ForceOpt,
     ManifestOpt,
     ModelDeviceOpt,
+    TimeoutOpt,
     say_up_to_date,
     user_errors,
 )
@@ -40,12 +41,23 @@ SimilarityModelOpt = Annotated[
     ),
 ]
 LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]
+RunTimeoutOpt = Annotated[
+    float | None, typer.Option("--run-timeout", help="Endpoint: seconds all the run's requests may take (no limit).")
+]
+ReadOpt = Annotated[
+    str,
+    typer.Option(
+        "--read",
+        help="Endpoint: how answers are read: logprobs, samples, or auto (logprobs; samples for a reply without).",
+    ),
+]
 
 
-def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str):
+def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str, **how):
+    """The model to ask; `how`: timeout, run_timeout, read (an endpoint's)."""
     from csts_pipeline.pipeline.language_model import ModelSpec
 
-    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device)
+    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device, **how)
     spec.check()
     return spec
 
@@ -61,6 +73,9 @@ def annotate_rate(
     batch_size: LmBatchOpt = 8,
     device: ModelDeviceOpt = "auto",
     similarity_model: SimilarityModelOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    run_timeout: RunTimeoutOpt = None,
+    read: ReadOpt = "auto",
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
 ) -> None:
@@ -74,7 +89,9 @@ def annotate_rate(
         return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    spec = _model_spec(
+        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
+    )
     folder, _ = annotate_folder(dataset, manifest, out)
     record = rate(folder, spec, force)
     if not say_up_to_date(record):
@@ -101,6 +118,9 @@ def annotate_draft(
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
     device: ModelDeviceOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    run_timeout: RunTimeoutOpt = None,
+    read: ReadOpt = "auto",
     min_applies: Annotated[
         float,
         typer.Option(
@@ -118,7 +138,9 @@ def annotate_draft(
 
     if stage != "conditions":
         raise UserError(f"--stage {stage!r}: only conditions can be drafted")
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    spec = _model_spec(
+        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
+    )
     folder, _ = annotate_folder(dataset, manifest, out)
     record = draft(folder, spec, force, min_applies)
     if not say_up_to_date(record):
@@ -136,6 +158,9 @@ def annotate_check_conditions(
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     batch_size: LmBatchOpt = 8,
     device: ModelDeviceOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    run_timeout: RunTimeoutOpt = None,
+    read: ReadOpt = "auto",
     below: Annotated[
         float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")
     ] = 0.5,
@@ -148,7 +173,9 @@ def annotate_check_conditions(
     doubtful ones go to doubtful.csv for a manual verdict."""
     from csts_pipeline.stages.annotate.steps.condition_check import check_conditions, describe_check
 
-    spec = _model_spec(model, endpoint, api_key_env, batch_size, device)
+    spec = _model_spec(
+        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
+    )
     folder = out if out is not None else file.with_name(f"{file.stem}_check")
     record = check_conditions(file, folder, spec, below, force)
     if not say_up_to_date(record):

@@ -49,6 +49,15 @@ ApiKeyEnvOpt = Annotated[
     ),
 ]
 
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        help="Endpoint: seconds one request may take, all its tries and waits together; a server silent that long "
+        "is a one-line error.",
+    ),
+]
+
 
 def say_up_to_date(record: dict[str, Any], redo: str = "--force recomputes") -> bool:
     """The one way a command says it had nothing to do; True when `record` is such a marker."""

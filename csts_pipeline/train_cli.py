@@ -20,6 +20,7 @@ from csts_pipeline.options import (
     ForceOpt,
     ModelDeviceOpt,
     PrecisionOpt,
+    TimeoutOpt,
     say_up_to_date,
     user_errors,
 )
@@ -194,6 +195,7 @@ def evaluate(
     seed: Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")] = 42,
     endpoint: EndpointOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
+    timeout: TimeoutOpt = 60.0,
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
     from csts_pipeline.stages.train import evaluate as stage
@@ -219,6 +221,7 @@ def evaluate(
         prompt=prompt,
         endpoint=endpoint,
         api_key_env=api_key_env,
+        timeout=timeout,
     )
     results = stage.run(options)
     _print_metrics(results)

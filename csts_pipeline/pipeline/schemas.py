@@ -161,6 +161,24 @@ RATING_SCHEMA = pa.schema(
         ("p_not_pertinent", pa.float64()),
     ]
 )
+# `annotate rate`'s table (<annotate>/model_ratings/ratings.parquet): the ratings schema, and how each of the two
+# questions was read (language_model.base.Answer). An item without an answer to either question has a null
+# `rating` (never a made-up one), a null `distribution` or `p_not_pertinent` for the question without one, and
+# `no_answer` saying why ("rate:low_mass", "pertinent:few_readable", ...); the ratings import skips it.
+MODEL_RATING_SCHEMA = pa.schema(
+    [
+        *RATING_SCHEMA,
+        ("no_answer", pa.string()),  # null: both questions answered
+        ("read_mode", pa.string()),  # the rating question: logprobs or samples
+        ("option_mass", pa.float64()),  # logprobs: P(next token is one of 1-5); samples: readable share of those asked
+        ("samples_asked", pa.int64()),  # samples only
+        ("samples_readable", pa.int64()),
+        ("pertinent_read_mode", pa.string()),  # the same for the yes/no question
+        ("pertinent_option_mass", pa.float64()),
+        ("pertinent_samples_asked", pa.int64()),
+        ("pertinent_samples_readable", pa.int64()),
+    ]
+)
 BWS_ITEM_SCHEMA = pa.schema(
     [
         ("item_id", pa.string()),

@@ -63,7 +63,9 @@ def test_an_annotate_step_whose_input_changed_is_refused(tmp_path: Path, rated: 
     ):
         annotate.import_ratings(rated, [tmp_path / "r.csv"], "mean", 0.5, 1, False)
     annotate.export_ratings(rated, 1, True)  # new rating tasks: the imported ratings are of the old ones
-    with pytest.raises(UserError, match=r"ratings: stale: .*rerun `csts-pipeline annotate import --stage ratings`"):
+    with pytest.raises(
+        UserError, match=r"ratings: stale: .*rerun `csts-pipeline annotate import --stage ratings --results FILE`"
+    ):
         annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
 
 

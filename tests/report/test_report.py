@@ -206,6 +206,24 @@ def test_each_threshold_band_shows_kept_and_rejected_pairs_spread_on_both_sides(
         assert band["kept"] == sorted(band["kept"]) and band["rejected"] == sorted(band["rejected"])
 
 
+def test_compare_with_a_run_of_another_shape_says_what_it_lacks(work, tmp_path):
+    """A filter record without `funnel` (an older version's run) was a KeyError traceback; now one line naming the
+    record and what it lacks."""
+    from csts_pipeline.pipeline.records import read_record, sealed, write_json
+
+    other = tmp_path / "older"
+    shutil.copytree(work, other, ignore=shutil.ignore_patterns("annotate", "report*"))
+    found = read_record(other / "filter")
+    found.pop("funnel")
+    write_json(other / "filter" / "_stage.json", sealed(found))
+    args = ["report", "--dataset", "sample", "--out", str(work), "--page", str(tmp_path / "p.html"), "--compare"]
+    result = CliRunner().invoke(app, [*args, str(other)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"report --compare {other}: its filter record ({other / 'filter' / '_stage.json'}) has no `funnel`" in (
+        " ".join(result.output.split())
+    ), result.output
+
+
 @pytest.mark.slow
 def test_compare_shows_two_runs_with_different_thresholds_side_by_side(work, browser, tmp_path):
     other = tmp_path / "stricter"

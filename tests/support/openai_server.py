@@ -4,13 +4,21 @@ a transformers causal LM, with `logprobs`/`top_logprobs` of the first answer tok
 Why not `transformers serve`: its chat and completion handlers ignore `logprobs` and `top_logprobs` (listed as
 unused fields in transformers 5.x), so it cannot show the path a logprob-giving server (vLLM, llama.cpp) takes.
 This one answers as those do, from the same weights; `logprobs=False` makes it a server that gives none (the
-sampling fallback). `python tests/support/openai_server.py FOLDER [PORT]` serves a model folder until killed."""
+sampling fallback). `python tests/support/openai_server.py FOLDER [PORT]` serves a model folder until killed.
+
+`FakeServer` (`fake_server(mode)`) is the other kind: no model, answers that misbehave on purpose as a user's vLLM,
+llama.cpp or hosted endpoint sometimes does (`FAULTS`: silent, HTML, no `choices`, logprobs out of range, mass off
+the options, chatty samples, `n` ignored, logprobs dropped mid-run, Retry-After), each request counted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -121,6 +129,185 @@ def start(server: ModelServer, port: int = 0) -> ThreadingHTTPServer:
     httpd = ThreadingHTTPServer(("127.0.0.1", port), handler_for(server))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd
+
+
+# ------------------------------------------------------------------------------ a server that misbehaves on purpose
+
+HANG = "hang"  # a reply that never comes
+
+
+@dataclass
+class Reply:
+    """What the fake server sends: a status, a JSON value (or bytes as they are) and headers."""
+
+    body: Any = None
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def question(body: dict[str, Any]) -> str:
+    """Which question a request asks, from its prompt: yes_no, digit, or text (a draft, a raw completion)."""
+    system = " ".join(m.get("content", "") for m in body.get("messages", []) if m.get("role") == "system")
+    return "yes_no" if "yes or no" in system else "digit" if "one digit" in system else "text"
+
+
+def completion(texts: list[str], top: list[tuple[str, float]] | None = None, **extra: Any) -> dict[str, Any]:
+    """A chat completion with one choice per text, the first token's `top_logprobs` when `top` is given."""
+    logprobs = None
+    if top is not None:
+        alternatives = [{"token": token, "logprob": value} for token, value in top]
+        logprobs = {"content": [{**alternatives[0], "top_logprobs": alternatives}]}
+    choices = [
+        {"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": "stop"}
+        for i, text in enumerate(texts)
+    ]
+    usage = {"prompt_tokens": 50, "completion_tokens": len(texts)}
+    return {"id": "r", "object": "chat.completion", "model": "fake", "choices": choices, "usage": usage, **extra}
+
+
+WELL = {  # a well-behaved answer's top tokens: most of the mass on the options
+    "yes_no": [("yes", math.log(0.7)), ("no", math.log(0.25)), ("The", math.log(0.05))],
+    "digit": [("4", math.log(0.6)), ("3", math.log(0.3)), ("The", math.log(0.1))],
+}
+SAID = {"yes_no": "yes", "digit": "4", "text": "The weather."}
+
+
+def well_behaved(body: dict[str, Any], top: dict[str, list] | None = None, said: dict[str, str] | None = None) -> Reply:
+    """An answer as vLLM gives it: logprobs when asked (from `top`), `n` samples (from `said`), text for a draft."""
+    kind, top, said = question(body), top or WELL, said or SAID
+    if "prompt" in body:
+        return Reply({"id": "r", "object": "text_completion", "choices": [{"index": 0, "text": " 4"}]})
+    n = int(body.get("n") or 1)
+    if body.get("logprobs") and kind in top:
+        return Reply(completion([top[kind][0][0]], top[kind]))
+    return Reply(completion([said[kind]] * n))
+
+
+def _top(kind_values: dict[str, list[tuple[str, float]]]) -> Callable[[FakeServer, dict], Reply]:
+    return lambda server, body: well_behaved(body, top=kind_values)
+
+
+def _samples(texts: dict[str, str], logprobs: bool = False, one: bool = False) -> Callable[[FakeServer, dict], Reply]:
+    """No logprobs; each sample reads `texts[question]`; `one`: a server that ignores `n` and sends one."""
+
+    def reply(server: FakeServer, body: dict[str, Any]) -> Reply:
+        kind = question(body)
+        n = 1 if one else int(body.get("n") or 1)
+        return Reply(completion([texts.get(kind, SAID[kind])] * n))
+
+    return reply
+
+
+def _drops_logprobs(server: FakeServer, body: dict[str, Any]) -> Reply:
+    """Logprobs for the first 6 requests, then none (as a server restarted with other settings mid-run)."""
+    if body.get("logprobs") and server.posts <= 6:
+        return well_behaved(body)
+    return Reply(completion([SAID[question(body)]] * int(body.get("n") or 1)))
+
+
+def _retry_after(server: FakeServer, body: dict[str, Any]) -> Reply:
+    """503 with `Retry-After: <server.retry_after>` to the first request, then answers."""
+    if server.posts == 1:
+        return Reply({"error": "busy"}, 503, {"Retry-After": str(server.retry_after)})
+    return well_behaved(body)
+
+
+HTML = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+FAULTS: dict[str, Callable[[FakeServer, dict], Reply | str]] = {
+    "well": lambda server, body: well_behaved(body),
+    "silent": lambda server, body: HANG,
+    "html": lambda server, body: Reply(HTML, headers={"Content-Type": "text/html"}),
+    "no_choices": lambda server, body: Reply({"id": "r", "object": "chat.completion", "usage": {}}),
+    "logprob_800": _top({"digit": [("4", 800.0), ("3", -1.0)], "yes_no": [("yes", 800.0), ("no", -1.0)]}),
+    "infinite": _top({"digit": [("4", math.inf), ("3", -1.0)], "yes_no": [("yes", math.inf), ("no", -1.0)]}),
+    "nan": _top({"digit": [("4", math.nan), ("3", -1.0)], "yes_no": [("yes", math.nan), ("no", -1.0)]}),
+    "no_option_logprobs": _top(
+        {k: [("The", math.log(0.5)), ("Sure", math.log(0.3)), ("I", math.log(0.2))] for k in WELL}
+    ),
+    "mass_on_the": _top({"digit": [("The", math.log(0.99)), ("4", math.log(0.01))], "yes_no": WELL["yes_no"]}),
+    "chatty": _samples({"digit": "Sure! The answer", "yes_no": "Sure! The answer"}),
+    "rating_text": _samples({"digit": "Rating: 4", "yes_no": "Answer: yes"}),
+    "ignores_n": _samples({}, one=True),
+    "drops_logprobs": _drops_logprobs,
+    "retry_after": _retry_after,
+}
+
+
+class FakeServer:
+    """An OpenAI-compatible server with no model that misbehaves on purpose: POSTs are answered by
+    `FAULTS[mode]`, `GET /v1/models` with `models` (default: one model, `created` and the chat replies'
+    `system_fingerprint` from the attributes); requests are counted."""
+
+    def __init__(self, mode: str = "well", models: Any = None, name: str = "fake-model"):
+        self.mode, self.models, self.name = mode, models, name
+        self.created: int | None = None
+        self.fingerprint: str | None = None
+        self.retry_after = 1
+        self.posts = 0
+        self.gets = 0
+        self.lock = threading.Lock()
+        self.released = threading.Event()  # set: hung requests end (closed without a reply)
+
+    def listing(self) -> Any:
+        if self.models is not None:
+            return self.models
+        card: dict[str, Any] = {"id": self.name, "object": "model", "owned_by": "tests"}
+        if self.created is not None:
+            card["created"] = self.created
+        return {"object": "list", "data": [card]}
+
+    def answer(self, body: dict[str, Any]) -> Reply | str:
+        with self.lock:
+            self.posts += 1
+        found = FAULTS[self.mode](self, body)
+        if isinstance(found, Reply) and isinstance(found.body, dict) and self.fingerprint:
+            found.body["system_fingerprint"] = self.fingerprint
+        return found
+
+
+def fake_handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, reply: Reply) -> None:
+            blob = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            headers = {"Content-Type": "application/json", **reply.headers, "Content-Length": str(len(blob))}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(blob)
+
+        def do_GET(self) -> None:
+            server.gets += 1
+            self._send(Reply(server.listing()) if self.path.rstrip("/") == "/v1/models" else Reply({}, 404))
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            found = server.answer(body)
+            if found == HANG:
+                server.released.wait(120)
+                self.close_connection = True
+                return
+            assert isinstance(found, Reply)
+            self._send(found)
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+    return Handler
+
+
+@contextlib.contextmanager
+def fake_server(mode: str = "well", models: Any = None) -> Iterator[tuple[str, FakeServer]]:
+    """(base URL, server) of a FakeServer on 127.0.0.1 for the `with` block."""
+    server = FakeServer(mode, models)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake_handler(server))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", server
+    finally:
+        server.released.set()
+        httpd.shutdown()
+        httpd.server_close()
 
 
 if __name__ == "__main__":

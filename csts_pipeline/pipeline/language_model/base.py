@@ -1,11 +1,13 @@
 """What every language model offers (`LanguageModel`), how it is chosen (`ModelSpec`), what it cost (`Cost`), and
-the one rule that turns next-token probabilities into a distribution over answer options (`option_distribution`),
-applied alike to a local model's logits and to a server's `top_logprobs`, so both give the same distribution."""
+the rules that read an answer (`Answer`): from next-token probabilities (`read_logprobs`, applied alike to a local
+model's logits and to a server's `top_logprobs`, so both give the same distribution) or from sampled replies
+(`read_samples`). An answer is a real distribution or no answer: too little mass on the options, logprobs that are
+not log-probabilities, or too few readable samples give `probs=None`, never a made-up distribution."""
 
 from __future__ import annotations
 
-import math
 import os
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -17,6 +19,10 @@ import numpy as np
 from csts_pipeline.pipeline.errors import UserError
 
 TOP_K = 20  # next tokens read for the options: the most an OpenAI-compatible API returns (`top_logprobs`)
+MIN_OPTION_MASS = 0.1  # logprobs: less of the next token's probability than this on the options: no answer
+MIN_READABLE_SHARE = 0.5  # samples: fewer readable replies than this share of those asked for, no answer
+LOGPROB_SLACK = 1e-6  # a logprob above this, or top-20 probabilities summing above 1 + this, is out of range
+READ_MODES = ("auto", "logprobs", "samples")
 Messages = list[dict[str, str]]  # a chat: [{"role": "system"|"user"|"assistant", "content": ...}]
 
 
@@ -33,6 +39,9 @@ class ModelSpec:
     samples: int = 10  # an endpoint without logprobs: answers sampled per question
     device: str = "auto"
     connect_timeout: float = 5.0
+    timeout: float = 60.0  # an endpoint: the most one request may take, all its tries and waits together
+    run_timeout: float | None = None  # an endpoint: the most all requests of one run may take (None: no limit)
+    read: str = "auto"  # an endpoint: logprobs, samples, or auto (logprobs; samples for a reply without them)
 
     def check(self) -> None:
         if self.model is None and self.endpoint is None:
@@ -41,6 +50,10 @@ class ModelSpec:
             raise UserError(f"--batch-size must be at least 1 (got {self.batch_size})")
         if self.samples < 1:
             raise UserError(f"--samples must be at least 1 (got {self.samples})")
+        if not self.timeout > 0 or (self.run_timeout is not None and not self.run_timeout > 0):
+            raise UserError(f"--timeout and --run-timeout must be positive (got {self.timeout}, {self.run_timeout})")
+        if self.read not in READ_MODES:
+            raise UserError(f"--read must be one of {', '.join(READ_MODES)} (got {self.read!r})")
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
@@ -87,16 +100,86 @@ def same_option(token: str, option: str) -> bool:
     return token.strip().casefold() == option.strip().casefold()
 
 
-def option_distribution(top: Iterable[tuple[str, float]], options: Sequence[str]) -> np.ndarray | None:
+@dataclass(frozen=True)
+class Answer:
+    """One question's answer and how it was read: `probs` P(each option) (None: no answer, `missing` says why),
+    `read_mode` logprobs or samples, `option_mass` the share of the next token's probability (logprobs) or of the
+    samples asked for (samples) that fell on the options, and for samples how many were asked for and readable."""
+
+    probs: np.ndarray | None
+    read_mode: str
+    option_mass: float | None
+    samples_asked: int | None = None
+    samples_readable: int | None = None
+    missing: str | None = None  # low_mass, bad_logprobs, no_logprobs, few_readable
+    system_fingerprint: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The answer as the cache keeps it."""
+        found = asdict(self)
+        found["probs"] = None if self.probs is None else [float(p) for p in self.probs]
+        return found
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Answer:
+        probs = row.get("probs")
+        known: dict[str, Any] = {name: row.get(name) for name in cls.__dataclass_fields__ if name != "probs"}
+        return cls(probs=None if probs is None else np.asarray(probs, np.float64), **known)
+
+
+def read_logprobs(top: Iterable[tuple[str, float]], options: Sequence[str]) -> Answer:
     """P(option) from (token text, logprob) pairs of the most likely next tokens: the mass of the tokens that read
-    as each option, renormalised over the options; None when no option is among them."""
+    as each option, renormalised over the options; no answer when that mass is below MIN_OPTION_MASS, or when a
+    logprob is not a finite number <= 0 (or the probabilities sum above 1)."""
+    pairs = list(top)
+    values = np.array([value for _, value in pairs], np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values > LOGPROB_SLACK):
+        return Answer(None, "logprobs", None, missing="bad_logprobs")
+    probs = np.exp(np.minimum(values, 0.0))
+    if probs.sum() > 1 + LOGPROB_SLACK:
+        return Answer(None, "logprobs", None, missing="bad_logprobs")
     mass = np.zeros(len(options), np.float64)
-    for token, logprob in top:
+    for (token, _), p in zip(pairs, probs):
         for index, option in enumerate(options):
             if same_option(token, option):
-                mass[index] += math.exp(logprob)
-    total = mass.sum()
-    return mass / total if total > 0 else None
+                mass[index] += p
+    total = float(mass.sum())
+    if total < MIN_OPTION_MASS:
+        return Answer(None, "logprobs", round(total, 9), missing="low_mass")
+    return Answer(mass / total, "logprobs", round(total, 9))
+
+
+def read_option(text: str, options: Sequence[str]) -> int | None:
+    """The option a free-text reply names as a word ("4", "Rating: 4", "Yes, it does"); None when it names none
+    ("Sure! The answer") or more than one ("3 or 4")."""
+    value = text.casefold()
+    named = {i for i, option in enumerate(options) if re.search(rf"\b{re.escape(option.casefold())}\b", value)}
+    return named.pop() if len(named) == 1 else None
+
+
+def read_samples(texts: Sequence[str], options: Sequence[str], asked: int) -> Answer:
+    """The shares of the readable replies among `asked` samples; no answer when fewer than MIN_READABLE_SHARE of
+    those asked for are readable (a chatty reply, or a server that ignores `n` and sends one)."""
+    counts = np.zeros(len(options), np.float64)
+    for text in texts:
+        index = read_option(text, options)
+        if index is not None:
+            counts[index] += 1
+    readable = int(counts.sum())
+    share = round(readable / asked, 9)
+    if readable == 0 or readable < MIN_READABLE_SHARE * asked:
+        return Answer(None, "samples", share, asked, readable, missing="few_readable")
+    return Answer(counts / readable, "samples", share, asked, readable)
+
+
+def option_distribution(top: Iterable[tuple[str, float]], options: Sequence[str]) -> np.ndarray | None:
+    """P(option) by `read_logprobs`'s rule; None when it gives no answer."""
+    return read_logprobs(top, options).probs
+
+
+def reading() -> dict[str, Any]:
+    """The reading rule's constants, in every model's identity: changing one never reuses answers read by another."""
+    return {"top_logprobs": TOP_K, "min_option_mass": MIN_OPTION_MASS, "min_readable_share": MIN_READABLE_SHARE}
 
 
 class LanguageModel(ABC):
@@ -111,8 +194,8 @@ class LanguageModel(ABC):
         """What identifies the answers: the model id and its revision or file hash (cache key, record)."""
 
     @abstractmethod
-    def option_probs(self, chats: list[Messages], options: Sequence[str]) -> list[np.ndarray]:
-        """Per chat, P(each option) as the first token of the answer (sums to 1)."""
+    def option_probs(self, chats: list[Messages], options: Sequence[str]) -> list[Answer]:
+        """Per chat, the answer: P(each option) as the first token of the reply (sums to 1), or no answer."""
 
     @abstractmethod
     def generate(self, prompts: list[Messages | str], max_tokens: int) -> list[str]:
@@ -120,4 +203,4 @@ class LanguageModel(ABC):
 
     def decoding(self) -> dict[str, Any]:
         """The decoding settings, for the record."""
-        return {"options_from": f"next-token probabilities, top {TOP_K}", "generation": "greedy"}
+        return {"options_from": f"next-token probabilities, top {TOP_K}", "generation": "greedy", **reading()}

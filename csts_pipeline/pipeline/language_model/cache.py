@@ -20,7 +20,20 @@ from csts_pipeline.pipeline.records import fingerprint
 from csts_pipeline.pipeline.shards import read_table, write_table
 
 ANSWERS = "answers.parquet"
-ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("probs", pa.list_(pa.float64())), ("text", pa.string())])
+ANSWER_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("probs", pa.list_(pa.float64())),  # null: no answer (`missing` says why)
+        ("text", pa.string()),
+        # how an option answer was read (language_model.base.Answer); null for a generated text
+        ("read_mode", pa.string()),
+        ("option_mass", pa.float64()),
+        ("samples_asked", pa.int64()),
+        ("samples_readable", pa.int64()),
+        ("missing", pa.string()),
+        ("system_fingerprint", pa.string()),
+    ]
+)
 
 
 class AnswerCache:
@@ -59,7 +72,7 @@ class AnswerCache:
     def save_unit(self, unit: int, answers: dict[str, dict[str, Any]]) -> None:
         """The answers of one finished unit, durable before the next unit starts."""
         rows: list[dict[str, Any]] = [
-            {"key": key, "probs": a.get("probs"), "text": a.get("text")} for key, a in answers.items()
+            {"key": key, **{name: a.get(name) for name in ANSWER_SCHEMA.names[1:]}} for key, a in answers.items()
         ]
         write_table(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), self.out.staging / UNITS / f"{unit:06d}.parquet")
         self.answers.update((row["key"], row) for row in rows)

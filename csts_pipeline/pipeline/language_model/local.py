@@ -9,11 +9,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from csts_pipeline.pipeline.checksums import file_digest
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.language_model.base import TOP_K, Cost, LanguageModel, Messages, option_distribution
+from csts_pipeline.pipeline.language_model.base import (
+    TOP_K,
+    Answer,
+    Cost,
+    LanguageModel,
+    Messages,
+    read_logprobs,
+    reading,
+)
 from csts_pipeline.pipeline.packaged_models import hub_source, load_failure
 from csts_pipeline.pipeline.records import fingerprint
 
@@ -74,7 +80,7 @@ class LocalModel(LanguageModel):
     @property
     def identity(self) -> dict[str, Any]:
         """Known without loading the weights: the file's hash, the folder's config hash or the hub revision."""
-        return {"kind": "local", **self._identity}
+        return {"kind": "local", **self._identity, "reading": {"mode": "logprobs", **reading()}}
 
     def _texts(self, prompts: Sequence[Messages | str]) -> list[str]:
         """Chats through the model's chat template (the assistant's turn opened); strings as they are."""
@@ -105,14 +111,13 @@ class LocalModel(LanguageModel):
             self._token_text[token] = self.tokenizer.decode([token])
         return self._token_text[token]
 
-    def option_probs(self, chats: list[Messages], options: Sequence[str]) -> list[np.ndarray]:
-        """The options' share of the top-20 next-token probabilities (as a server reports them), or of the whole
-        vocabulary when none of them is among the top 20."""
+    def option_probs(self, chats: list[Messages], options: Sequence[str]) -> list[Answer]:
+        """The options' share of the top-20 next-token probabilities, read as a server's are (`read_logprobs`)."""
         import torch
 
         if self.model.config.is_encoder_decoder:
             raise UserError(f"model {self.name!r}: answers are read from a causal (decoder-only) model")
-        found: list[np.ndarray] = []
+        found: list[Answer] = []
         texts = self._texts(chats)
         with self.cost.timed(), torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
@@ -125,16 +130,9 @@ class LocalModel(LanguageModel):
                     found.append(self._read(row, options))
         return found
 
-    def _read(self, row: Any, options: Sequence[str]) -> np.ndarray:
+    def _read(self, row: Any, options: Sequence[str]) -> Answer:
         top = row.topk(TOP_K)
-        pairs = [(self.token_text(int(t)), float(v)) for v, t in zip(top.values, top.indices)]
-        probs = option_distribution(pairs, options)
-        if probs is None:  # no option among the top 20: the whole vocabulary's option tokens
-            ids = [self.tokenizer.encode(option, add_special_tokens=False)[0] for option in options]
-            probs = option_distribution([(options[i], float(row[t])) for i, t in enumerate(ids)], options)
-        if probs is None:
-            raise UserError(f"model {self.name!r}: no probability for any of the answers {list(options)}")
-        return probs
+        return read_logprobs([(self.token_text(int(t)), float(v)) for v, t in zip(top.values, top.indices)], options)
 
     def generate(self, prompts: list[Messages | str], max_tokens: int) -> list[str]:
         import torch

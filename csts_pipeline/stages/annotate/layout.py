@@ -5,6 +5,7 @@ One place for these, so the steps, the readers and the docs (docs/annotate.md, d
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from csts_pipeline.pipeline.schemas import PROVENANCE
 
@@ -16,6 +17,8 @@ RATINGS = "ratings"
 CSTS = "csts"
 BWS_TASKS = "bws_tasks"
 BWS = "bws"
+MODEL_RATINGS = "model_ratings"  # `annotate rate`: a language model's ratings, one more worker in the ratings import
+RATINGS_IMPORT = "annotate import --stage ratings --results FILE"  # the command that rebuilds RATINGS
 # files inside them
 HITS = "hits.csv"
 TASKS = "tasks.jsonl"
@@ -39,6 +42,12 @@ RATING_SCALE = (1, 5)
 SPLITS = ("train", "validation", "test")
 LABEL_SOURCES = ("likert", "bws")
 _MASK64 = (1 << 64) - 1
+
+
+def ratings_sources(annotate_dir: Path) -> dict[str, Path]:
+    """What the ratings import was computed from (its record's input key -> that folder), for every step that reads
+    it (split, export --more, publish, report): a new ratings export or a new `annotate rate` makes it stale."""
+    return {"tasks": annotate_dir / RATINGS_TASKS, MODEL_RATINGS: annotate_dir / MODEL_RATINGS}
 
 
 def condition_task_id(pair_id: int) -> str:

@@ -48,6 +48,7 @@ class EvaluateOptions:
     prompt: PromptOptions | None = None  # --encoding prompt: the prompting baseline's settings
     endpoint: str | None = None  # --encoding prompt: an OpenAI-compatible server serving `model`
     api_key_env: str = "OPENAI_API_KEY"  # the variable holding the endpoint's key
+    timeout: float = 60.0  # --endpoint: seconds one request may take, all its tries together
 
 
 def load_splits(options: EvaluateOptions) -> dict[str, PairData]:
@@ -106,7 +107,9 @@ def run_prompting(options: EvaluateOptions, splits: dict[str, PairData]) -> dict
     prompt.check()
     if options.task != "csts":
         raise UserError("--encoding prompt rates C-STS rows (sentences and a condition); use --task csts")
-    model = open_generator(options.model, options.device, options.batch_size, options.endpoint, options.api_key_env)
+    model = open_generator(
+        options.model, options.device, options.batch_size, options.endpoint, options.api_key_env, options.timeout
+    )
     results = {}
     for name, data in splits.items():
         answers = generate(model, build_prompts(data, prompt))

@@ -101,11 +101,18 @@ def build_prompts(data: PairData, options: PromptOptions) -> list[str]:
 
 
 def open_generator(
-    name: str, device: str, batch_size: int, endpoint: str | None = None, api_key_env: str = "OPENAI_API_KEY"
+    name: str,
+    device: str,
+    batch_size: int,
+    endpoint: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
+    timeout: float = 60.0,
 ) -> LanguageModel:
     """The model through pipeline.language_model: a local causal or sequence-to-sequence model (hub name, folder or
     .gguf file), or with `endpoint` an OpenAI-compatible server serving `name` (its /v1/completions)."""
-    spec = ModelSpec(model=name, endpoint=endpoint, api_key_env=api_key_env, batch_size=batch_size, device=device)
+    spec = ModelSpec(
+        model=name, endpoint=endpoint, api_key_env=api_key_env, batch_size=batch_size, device=device, timeout=timeout
+    )
     return open_model(spec)
 
 

@@ -30,7 +30,7 @@ CHECK_SCHEMA = pa.schema(
         *((name, pa.string()) for name in FIELDS),
         ("p_applies", pa.float64()),
         ("p_attribute", pa.float64()),
-        ("doubt", pa.string()),  # does_not_apply, a_value, both, or null
+        ("doubt", pa.string()),  # does_not_apply, a_value, both, no_answer, or null
     ]
 )
 
@@ -72,9 +72,10 @@ def check_conditions(
                 keys = [cache.key(prompt, {f: row[f] for f in fields[name]}) for row in chunk]
                 wanted = [i for i, k in enumerate(keys) if cache.get(k) is None and k not in new]
                 chats = [prompt.chat(**{f: chunk[i][f] for f in fields[name]}) for i in wanted]
-                new |= {keys[i]: {"probs": [float(p) for p in probs]} for i, probs in zip(wanted, _ask(model, chats))}
+                new |= {keys[i]: answer.row() for i, answer in zip(wanted, _ask(model, chats))}
                 for row, key in zip(chunk, keys):
-                    row[f"p_{name}"] = float((new.get(key) or cache.answers[key])["probs"][0])
+                    probs = (new.get(key) or cache.answers[key])["probs"]
+                    row[f"p_{name}"] = None if probs is None else float(probs[0])
             if new:
                 cache.save_unit(unit, new)
         table = pa.Table.from_pylist([_checked(i, row, below) for i, row in enumerate(rows)], schema=CHECK_SCHEMA)
@@ -82,7 +83,8 @@ def check_conditions(
         cache.write()
         write_parquet(table, out.staging / CHECKED)
         write_csv(doubtful.append_column("verdict", pa.array([""] * doubtful.num_rows)), out.staging / DOUBTFUL)
-        counts = {"rows": len(rows), "doubtful": doubtful.num_rows, **cache.counts()}
+        no_answer = sum(row["p_pertinent"] is None or row["p_attribute"] is None for row in rows)
+        counts = {"rows": len(rows), "doubtful": doubtful.num_rows, "no_answer": no_answer, **cache.counts()}
         return out.finish(
             counts,
             model=model.identity,
@@ -98,15 +100,20 @@ def _ask(model: LanguageModel, chats: list) -> list:
 
 
 def _checked(index: int, row: dict[str, Any], below: float) -> dict[str, Any]:
-    applies, attribute = row["p_pertinent"] >= below, row["p_attribute"] >= below
-    doubt = None if applies and attribute else "both" if not (applies or attribute) else "a_value"
-    if doubt == "a_value" and not applies:
-        doubt = "does_not_apply"
+    """A row's doubt: a question the model gave no answer to leaves it for the manual verdict (no_answer)."""
+    p_applies, p_attribute = row["p_pertinent"], row["p_attribute"]
+    if p_applies is None or p_attribute is None:
+        doubt: str | None = "no_answer"
+    else:
+        applies, attribute = p_applies >= below, p_attribute >= below
+        doubt = None if applies and attribute else "both" if not (applies or attribute) else "a_value"
+        if doubt == "a_value" and not applies:
+            doubt = "does_not_apply"
     return {
         "row": index,
         **{name: row[name] for name in FIELDS},
-        "p_applies": round(row["p_pertinent"], 6),
-        "p_attribute": round(row["p_attribute"], 6),
+        "p_applies": None if p_applies is None else round(p_applies, 6),
+        "p_attribute": None if p_attribute is None else round(p_attribute, 6),
         "doubt": doubt,
     }
 
@@ -114,7 +121,8 @@ def _checked(index: int, row: dict[str, Any], below: float) -> dict[str, Any]:
 def describe_check(record: dict[str, Any]) -> str:
     counts = record["counts"]
     return (
-        f"{counts['rows']} conditions checked, {counts['doubtful']} doubtful -> {record['files']['doubtful']} "
-        f"(fill its verdict column)\n  answers: {counts['answers_computed']} asked, {counts['answers_cached']} "
-        f"from the cache; {record['cost']['seconds']:.1f} s"
+        f"{counts['rows']} conditions checked, {counts['doubtful']} doubtful ({counts.get('no_answer', 0)} with no "
+        f"answer from the model) -> {record['files']['doubtful']} (fill its verdict column)\n  answers: "
+        f"{counts['answers_computed']} asked, {counts['answers_cached']} from the cache; "
+        f"{record['cost']['seconds']:.1f} s"
     )

@@ -25,6 +25,7 @@ from csts_pipeline.stages.annotate.layout import (
     RATINGS,
     RATINGS_TASKS,
     SPLITS,
+    ratings_sources,
 )
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,10 @@ def split(
     if labels not in LABEL_SOURCES:
         raise UserError(f"--labels must be likert or bws (got {labels!r})")
     ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
-    step = "annotate import --stage ratings" if labels == "likert" else "annotate import --stage bws"
+    step = f"annotate import --stage {'ratings' if labels == 'likert' else 'bws'} --results FILE"
     tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
-    upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
+    sources = ratings_sources(annotate_dir) if labels == "likert" else {"tasks": tasks_dir}
+    upstream = require_current(ratings_dir, step, sources)  # a new `annotate rate` makes the likert import stale
     with OutputFolder(
         "annotate-split",
         annotate_dir / CSTS,

@@ -143,8 +143,8 @@ def _draft_unit(
     keys = {(i, kind): cache.key(pertinent, _item(chunk[i], texts[i, kind])) for i, kind in asked}
     missing = [ik for ik in asked if cache.get(keys[ik]) is None and keys[ik] not in new]
     chats = [pertinent.chat(**_item(chunk[i], texts[i, kind])) for i, kind in missing]
-    for ik, probs in zip(missing, model.option_probs(chats, YES_NO) if chats else []):
-        new[keys[ik]] = {"probs": [float(p) for p in probs]}
+    for ik, answer in zip(missing, model.option_probs(chats, YES_NO) if chats else []):
+        new[keys[ik]] = answer.row()
     if new:
         cache.save_unit(unit, new)
     return [_draft_row(task, i, texts, keys, cache, least) for i, task in enumerate(chunk)]
@@ -157,8 +157,11 @@ def _draft_row(task: dict, i: int, texts: dict, keys: dict, cache: AnswerCache, 
         other = texts[i, "high" if kind == "low" else "low"]
         text = texts[i, kind]
         problem = page_problem(text, other, sentences, kind == "low")
-        p_applies = float(cache.answers[keys[i, kind]]["probs"][0]) if (i, kind) in keys else None
-        if problem is None and p_applies is not None and p_applies < least:
+        probs = cache.answers[keys[i, kind]]["probs"] if (i, kind) in keys else None
+        p_applies = None if probs is None else float(probs[0])
+        if problem is None and least > 0 and p_applies is None:
+            problem = "no_answer"  # the model gave no yes/no: the verdict asked for is not there
+        elif problem is None and p_applies is not None and p_applies < least:
             problem = "does_not_apply"
         row |= {f"draft_{kind}": text, f"p_applies_{kind}": p_applies, f"problem_{kind}": problem}
     return row

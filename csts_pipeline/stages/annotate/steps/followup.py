@@ -31,7 +31,16 @@ from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
-from csts_pipeline.stages.annotate.layout import INDIVIDUAL_RATINGS, ITEMS, RATINGS, RATINGS_TASKS, TASKS, WORKERS
+from csts_pipeline.stages.annotate.layout import (
+    INDIVIDUAL_RATINGS,
+    ITEMS,
+    RATINGS,
+    RATINGS_IMPORT,
+    RATINGS_TASKS,
+    TASKS,
+    WORKERS,
+    ratings_sources,
+)
 
 log = logging.getLogger(__name__)
 RATINGS_MORE = "ratings_more"
@@ -134,7 +143,7 @@ def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> d
     if budget is not None and budget < 1:
         raise UserError(f"--budget must be at least 1 (got {budget})")
     ratings_dir = annotate_dir / RATINGS
-    upstream = require_current(ratings_dir, "annotate import --stage ratings", {"tasks": annotate_dir / RATINGS_TASKS})
+    upstream = require_current(ratings_dir, RATINGS_IMPORT, ratings_sources(annotate_dir))
     params = {"more_above_sd": MORE_ABOVE_SD, "disagree_span": DISAGREE_SPAN, "max_answers": MAX_ANSWERS}
     params["budget"] = budget
     with OutputFolder(

@@ -4,9 +4,10 @@ worker `model:<name>` (docs/annotate.md, "Models in the loop").
 Two questions per item, each read as a distribution from next-token probabilities (pipeline.language_model):
 does the condition apply to both sentences (P(not pertinent) = P("no")), and how similar are they under it
 (P(1..5)). The items come from the conditions import, the same triplets the ratings export turns into tasks, so the
-model never sees the hidden gold mixed into the export. Output: `<annotate>/model_ratings/ratings.parquet` (the
-ratings schema, with `distribution` and `p_not_pertinent` filled) and the answer cache `answers.parquet`; the
-ratings import takes these rows as one more worker (`accepted`)."""
+model never sees the hidden gold mixed into the export. Output: `<annotate>/model_ratings/ratings.parquet`
+(schemas.MODEL_RATING_SCHEMA: the ratings schema with `distribution` and `p_not_pertinent` filled, and how each
+answer was read) and the answer cache `answers.parquet`; the ratings import takes the answered rows as one more
+worker (`accepted`). An item the model gave no answer for is counted and kept with nulls, never made a rating."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pyarrow as pa
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.language_model import (
+    Answer,
     AnswerCache,
     Cost,
     LanguageModel,
@@ -29,14 +31,19 @@ from csts_pipeline.pipeline.language_model import (
     open_model,
 )
 from csts_pipeline.pipeline.records import read_record, require_current
-from csts_pipeline.pipeline.schemas import RATING_SCHEMA
+from csts_pipeline.pipeline.schemas import MODEL_RATING_SCHEMA
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import write_parquet
 from csts_pipeline.stages.annotate.crowd.screening import Rating
-from csts_pipeline.stages.annotate.layout import CONDITIONS, CONDITIONS_TASKS, INDIVIDUAL_RATINGS, TRIPLETS
+from csts_pipeline.stages.annotate.layout import (
+    CONDITIONS,
+    CONDITIONS_TASKS,
+    INDIVIDUAL_RATINGS,
+    MODEL_RATINGS,
+    TRIPLETS,
+)
 
-MODEL_RATINGS = "model_ratings"  # <annotate>/model_ratings/: what `annotate rate` wrote
 UNIT_ITEMS = 8  # items per unit: the answers of a finished unit survive a killed run
 DIGITS = ("1", "2", "3", "4", "5")
 YES_NO = ("yes", "no")
@@ -74,8 +81,7 @@ def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = Fals
         cache.write()
         table = ratings_table(items, answers, worker_id(model))
         write_parquet(table, out.staging / INDIVIDUAL_RATINGS)
-        flagged = int(np.sum(table.column("not_pertinent").to_numpy(zero_copy_only=False)))
-        counts = {"items": len(items), "not_pertinent": flagged, **cache.counts()}
+        counts = {"items": len(items), **answer_counts(table), **cache.counts()}
         return out.finish(
             counts,
             worker_id=worker_id(model),
@@ -90,18 +96,37 @@ def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = Fals
 def describe_rate(record: dict[str, Any]) -> str:
     """What `annotate rate` did, as the command line prints it."""
     counts, cost = record["counts"], record["cost"]
+    missing = counts["no_answer"]
+    why = ", ".join(f"{n} {reason}" for reason, n in counts["no_answer_why"].items())
     return (
-        f"{counts['items']} items rated by {record['worker_id']} ({counts['not_pertinent']} not pertinent) -> "
-        f"{record['files']['ratings']}\n  answers: {counts['answers_computed']} asked, {counts['answers_cached']} "
-        f"from the cache; {cost['prompts']} prompts, {cost['prompt_tokens']} prompt tokens, {cost['seconds']:.1f} s"
+        f"{counts['answered']} of {counts['items']} items rated by {record['worker_id']} ({counts['not_pertinent']} "
+        f"not pertinent), {missing} no answer{f' ({why})' if missing else ''} -> {record['files']['ratings']}\n"
+        f"  read from: {counts['read_logprobs']} logprobs, {counts['read_samples']} samples; answers: "
+        f"{counts['answers_computed']} asked, {counts['answers_cached']} from the cache; {cost['prompts']} prompts, "
+        f"{cost['prompt_tokens']} prompt tokens, {cost['seconds']:.1f} s"
     )
+
+
+def answer_counts(table: pa.Table) -> dict[str, Any]:
+    """How many items have an answer, why the others have none, and how the answers were read."""
+    rows = table.select(["no_answer", "not_pertinent", "read_mode", "pertinent_read_mode"]).to_pylist()
+    reasons = [reason for row in rows if row["no_answer"] for reason in row["no_answer"].split("; ")]
+    modes = [row[name] for row in rows for name in ("read_mode", "pertinent_read_mode")]
+    return {
+        "answered": sum(row["no_answer"] is None for row in rows),
+        "not_pertinent": sum(bool(row["not_pertinent"]) for row in rows if row["no_answer"] is None),
+        "no_answer": sum(row["no_answer"] is not None for row in rows),
+        "no_answer_why": {reason: reasons.count(reason) for reason in sorted(set(reasons))},
+        "read_logprobs": modes.count("logprobs"),
+        "read_samples": modes.count("samples"),
+    }
 
 
 def ask(
     model: LanguageModel, prompts: dict[str, Prompt], items: list[dict[str, Any]], cache: AnswerCache
-) -> list[dict[str, np.ndarray]]:
-    """Per item, the distribution of each question; unit by unit, asking only what the cache lacks."""
-    found: list[dict[str, np.ndarray]] = []
+) -> list[dict[str, Answer]]:
+    """Per item, the answer to each question; unit by unit, asking only what the cache lacks."""
+    found: list[dict[str, Answer]] = []
     for unit, start in enumerate(range(0, len(items), UNIT_ITEMS)):
         chunk = items[start : start + UNIT_ITEMS]
         keyed = {
@@ -113,33 +138,44 @@ def ask(
         for name, prompt in prompts.items():
             wanted = [i for i, key in enumerate(keyed[name]) if known[key] is None and key not in new]
             chats = [prompt.chat(**{f: chunk[i][f] for f in ITEM_FIELDS}) for i in wanted]
-            for i, probs in zip(wanted, model.option_probs(chats, QUESTIONS[name]) if chats else []):
-                new[keyed[name][i]] = {"probs": [float(p) for p in probs]}
+            for i, answer in zip(wanted, model.option_probs(chats, QUESTIONS[name]) if chats else []):
+                new[keyed[name][i]] = answer.row()
         if new:
             cache.save_unit(unit, new)
         for i in range(len(chunk)):
-            found.append({name: np.asarray(cache.answers[keyed[name][i]]["probs"]) for name in prompts})
+            found.append({name: Answer.from_row(cache.answers[keyed[name][i]]) for name in prompts})
     return found
 
 
-def ratings_table(items: list[dict[str, Any]], answers: list[dict[str, np.ndarray]], worker: str) -> pa.Table:
-    """One row per item in the ratings schema: the most likely digit, flagged when P(not pertinent) > 0.5, and the
-    whole distribution."""
+def ratings_table(items: list[dict[str, Any]], answers: list[dict[str, Answer]], worker: str) -> pa.Table:
+    """One row per item (schemas.MODEL_RATING_SCHEMA): the most likely digit, flagged when P(not pertinent) > 0.5,
+    the whole distribution and how each answer was read; no rating where either question has no answer."""
     rows = []
     for item, answer in zip(items, answers):
-        p_not = float(answer["pertinent"][1])
+        rate, pertinent = answer["rate"], answer["pertinent"]
+        p_not = None if pertinent.probs is None else float(pertinent.probs[1])
+        missing = "; ".join(f"{name}:{a.missing or 'no_answer'}" for name, a in answer.items() if a.probs is None)
         rows.append(
             {
                 "item_id": item["item_id"],
                 "worker_id": worker,
                 "assignment_id": None,
-                "rating": int(np.argmax(answer["rate"])) + 1,
-                "not_pertinent": p_not > 0.5,
-                "distribution": [round(float(p), 9) for p in answer["rate"]],
-                "p_not_pertinent": round(p_not, 9),
+                "rating": None if missing else int(np.argmax(rate.probs)) + 1,
+                "not_pertinent": None if p_not is None else p_not > 0.5,
+                "distribution": None if rate.probs is None else [round(float(p), 9) for p in rate.probs],
+                "p_not_pertinent": None if p_not is None else round(p_not, 9),
+                "no_answer": missing or None,
+                **_how_read(rate, ""),
+                **_how_read(pertinent, "pertinent_"),
             }
         )
-    return pa.Table.from_pylist(rows, schema=RATING_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=MODEL_RATING_SCHEMA)
+
+
+def _how_read(answer: Answer, prefix: str) -> dict[str, Any]:
+    found = {"read_mode": answer.read_mode, "option_mass": answer.option_mass}
+    found |= {"samples_asked": answer.samples_asked, "samples_readable": answer.samples_readable}
+    return {prefix + name: value for name, value in found.items()}
 
 
 # ------------------------------------------------------------------------------------ into the ratings import
@@ -174,8 +210,8 @@ def model_answers(annotate_dir: Path, rating_tasks: list[dict[str, Any]]) -> Mod
     found = ModelAnswers(inputs=inputs)
     for row in read_table(folder / INDIVIDUAL_RATINGS).to_pylist():
         item = at.get(row["item_id"])
-        if item is None:
-            continue
+        if item is None or row["distribution"] is None or row["p_not_pertinent"] is None:
+            continue  # another item, or no answer (never a rating)
         flagged = bool(row["not_pertinent"])
         found.ratings.append(Rating(item, row["worker_id"], "", None if flagged else row["rating"], flagged))
         soft = {name: row[name] for name in ("rating", "distribution", "p_not_pertinent")}

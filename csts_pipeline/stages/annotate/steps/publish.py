@@ -22,7 +22,17 @@ from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import RECORD, read_json, read_record, require_current, require_record
 from csts_pipeline.pipeline.shards import read_table, write_atomic, write_table
-from csts_pipeline.stages.annotate.layout import AGREEMENT, BWS, BWS_TASKS, CSTS, RATINGS, RELIABILITY, SPLITS
+from csts_pipeline.stages.annotate.layout import (
+    AGREEMENT,
+    BWS,
+    BWS_TASKS,
+    CSTS,
+    RATINGS,
+    RATINGS_IMPORT,
+    RELIABILITY,
+    SPLITS,
+    ratings_sources,
+)
 from csts_pipeline.stages.annotate.release import licenses, soft_labels
 from csts_pipeline.stages.annotate.release.card import Histogram, Release, render_card
 
@@ -87,6 +97,8 @@ def gather(annotate_dir: Path, work_dir: Path | None, name: str, license: str) -
         design = require_record(annotate_dir / BWS_TASKS, "annotate export --stage bws")
         release.design = design.get("design")
     else:
+        if read_record(annotate_dir / RATINGS) is not None:  # stale when a new `annotate rate` replaced its model rows
+            require_current(annotate_dir / RATINGS, RATINGS_IMPORT, ratings_sources(annotate_dir))
         release.agreement = _optional_json(annotate_dir / RATINGS / AGREEMENT, release)
     filter_record = None if work_dir is None else read_record(work_dir / "filter")
     if work_dir is None:
