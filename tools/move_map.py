@@ -24,6 +24,7 @@ FOLDERS = ("pipeline", "stages", "report")
 IMPORT_NAMES = [
     (re.compile(r"\bcsts_pipeline\.frame\b"), "csts_pipeline.pipeline"),
     (re.compile(r"\bcsts_pipeline/frame/"), "csts_pipeline/pipeline/"),
+    (re.compile(r'"csts_pipeline" / "frame"'), '"csts_pipeline" / "pipeline"'),
 ]
 # folder paths in prose (docs, build files): `pipeline/x.py` -> `csts_pipeline/pipeline/x.py`; a path already under
 # another folder (runs/sample/report/) is preceded by a slash or a word and stays

@@ -25,7 +25,7 @@ def test_the_built_wheel_runs_the_sample_from_any_folder(tmp_path: Path):
     # every package folder pip put there (bin/ holds the console script, not a package)
     ours = sorted(p.name for p in target.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
     assert ours == ["csts_pipeline"], ours  # one installed import name: no top-level pipeline, stages or report
-    assert sorted(p.name for p in (target / "csts_pipeline" / "frame" / "manifests").glob("*.yaml")) == [
+    assert sorted(p.name for p in (target / "csts_pipeline" / "pipeline" / "manifests").glob("*.yaml")) == [
         "coco.yaml",
         "flickr30k.yaml",
         "sample.yaml",
