@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from csts_pipeline.pipeline.language_model import Cost, LanguageModel, load_prompt
+from csts_pipeline.pipeline.language_model.base import Answer
 from csts_pipeline.pipeline.records import fingerprint
 from csts_pipeline.stages.annotate.steps.model_ratings import ITEM_FIELDS, QUESTIONS, rate
 
@@ -41,9 +42,10 @@ class ChosenAnswers(LanguageModel):
     def identity(self) -> dict[str, Any]:
         return self._identity
 
-    def option_probs(self, chats: list[Any], options: Sequence[str]) -> list[np.ndarray]:
+    def option_probs(self, chats: list[Any], options: Sequence[str]) -> list[Answer]:
+        """Each chat's chosen distribution, as a next-token reading with all its mass on the options."""
         self.cost.add(len(chats), 0, 0)
-        return [np.asarray(self._by_chat[self._key(chat)]) for chat in chats]
+        return [Answer(np.asarray(self._by_chat[self._key(chat)]), "logprobs", 1.0) for chat in chats]
 
     def generate(self, prompts: list[Any], max_tokens: int) -> list[str]:
         raise NotImplementedError("chosen answers are distributions over options only")
