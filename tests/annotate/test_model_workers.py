@@ -104,7 +104,7 @@ def routed_items(seed: int) -> dict[str, np.ndarray]:
     people = simulate_crowd(per_item=1, seed=seed)
     crowd = with_models(people, ("strong",), seed)
     fit = quality.anchored_fit(crowd.ratings, crowd.n_items, None)
-    gap = quality.model_gap(fit, crowd.ratings, crowd.n_items)
+    gap = quality.model_log10_ratio(fit, crowd.ratings, crowd.n_items)
     answers = np.bincount(people.ratings.item, minlength=crowd.n_items)
     chosen = followup.route(fit.posterior, answers, np.full(crowd.n_items, "kept"), None, gap)
     r = crowd.ratings
@@ -125,7 +125,7 @@ def test_routing_asks_people_first_where_the_model_is_unsure_or_disagrees():
         asked = np.isin(np.arange(n), found["chosen"])
         left = ~asked
         assert asked.any() and left.any()  # some items already settled by a person and the model together
-        assert found["sd"][left].max() <= followup.MORE_ABOVE_SD and found["gap"][left].max() <= followup.GAP_ABOVE
+        assert found["sd"][left].max() <= followup.MORE_ABOVE_SD and found["gap"][left].max() <= followup.RATIO_ABOVE
         expected = found["q"] @ np.arange(1, 6)
         asked_apart += list(asked[np.abs(found["said"] - expected) >= 1.5])  # a careful person 1.5+ points away
         asked_agree += list(asked[np.abs(found["said"] - expected) < 0.5])
@@ -142,7 +142,7 @@ def test_the_budget_takes_the_disagreements_then_the_widest_posteriors():
     budget = 60
     first = followup.route(found["fit"].posterior, found["answers"], np.full(n, "kept"), budget, gap)
     assert len(first) == budget and np.array_equal(first, chosen[:budget])
-    apart = chosen[gap[chosen] > followup.GAP_ABOVE]
+    apart = chosen[gap[chosen] > followup.RATIO_ABOVE]
     assert 0 < len(apart) < budget and set(apart) <= set(first)
     rest = np.setdiff1d(first, apart)
     others = np.setdiff1d(chosen, apart)
@@ -182,7 +182,7 @@ def test_the_summary_card_report_and_ratings_tables_say_what_the_model_replaced(
     rows = dict(_agreement(folder))
     assert rows["human ratings bought"] == f"{share['human_ratings']:,}"
     assert rows["human ratings the models' answers replaced"] == f"{share['replaced_ratings']:.3f}"
-    assert rows["model:strong: answers, reliability"].startswith(f"{crowd.n_items:,}, ")
+    assert rows["model:strong"].startswith(f"{crowd.n_items:,} answers, reliability ")
     # the published table keeps a model's id and distribution, and pseudonymises people only
     assert pseudonyms(["model:strong", "W001"], b"k")[0] == "model:strong"
     assert {"distribution", "p_not_pertinent"} <= set(PUBLISHED_RATINGS.names) & set(RATING_SCHEMA.names)
@@ -215,7 +215,7 @@ def test_export_more_with_a_budget_asks_the_widest_first(tmp_path: Path, rated: 
     first = write_results(tmp_path / "first.csv", rows)
     cli("annotate", "import", "--stage", "ratings", "--out", rated, "--results", first, "--aggregate", "model")
     output = cli("annotate", "export", "--stage", "ratings", "--more", "--out", rated, "--budget", "3")
-    assert "the 3 widest first (--budget)" in output
+    assert "the 3 most needed first (--budget 3: 3 spent)" in output
     table = {r["item_id"]: r for r in pq.read_table(rated / "ratings" / "items.parquet").to_pylist()}
     with (rated / "ratings_more" / "hits.csv").open(newline="") as handle:
         asked = [row["item_id"] for row in csv.DictReader(handle)]

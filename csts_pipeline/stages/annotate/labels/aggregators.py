@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+import numpy as np
+
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, label_items
 from csts_pipeline.stages.annotate.labels.quality import Anchor, ModelResult, model_labels
@@ -62,11 +64,13 @@ class OrdinalModel:
     not_pertinent_share: float
     min_ratings: int
     anchor: Anchor | None = None
+    kinds: np.ndarray | None = None  # per item, then per gold item: its condition's kind (model_workers)
     result: ModelResult | None = field(default=None, init=False)
     name: ClassVar[str] = "model"
 
     def fit(self, ratings: RatingArrays, n_items: int) -> ItemLabels:
-        labels, self.result = model_labels(ratings, n_items, self.not_pertinent_share, self.min_ratings, self.anchor)
+        share, least = self.not_pertinent_share, self.min_ratings
+        labels, self.result = model_labels(ratings, n_items, share, least, self.anchor, self.kinds)
         return labels
 
 
@@ -75,10 +79,16 @@ AGGREGATORS: dict[str, type[_Plain] | type[OrdinalModel]] = {
 }
 
 
-def aggregator(how: str, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None) -> Aggregator:
+def aggregator(
+    how: str,
+    not_pertinent_share: float,
+    min_ratings: int,
+    anchor: Anchor | None = None,
+    kinds: np.ndarray | None = None,
+) -> Aggregator:
     """The aggregator `--aggregate how` names (mean, median, round or model)."""
     if how not in AGGREGATORS:
         raise UserError(f"--aggregate must be {', '.join(AGGREGATORS)} (got {how!r})")
     if how == OrdinalModel.name:
-        return OrdinalModel(not_pertinent_share, min_ratings, anchor)
+        return OrdinalModel(not_pertinent_share, min_ratings, anchor, kinds)
     return AGGREGATORS[how](not_pertinent_share, min_ratings)
