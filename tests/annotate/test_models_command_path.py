@@ -150,8 +150,8 @@ def test_a_model_that_flags_everything_moves_no_verdict_where_people_never_flag(
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_model_sure_of_five_on_one_kind_leaves_that_kind_to_the_people(tmp_path: Path, seed: int):
     crowd = simulate_crowd(per_item=2, seed=seed)
-    colour = condition_kind(crowd.n_items, seed)
     alone, both = import_batch(crowd, (), seed), import_batch(crowd, ("five_on_colour",), seed)
+    colour = condition_kind(crowd.n_items, seed) & ~np.isnan(alone.labels.label)  # labelled: a person rated it
 
     def on_colour(found) -> tuple[float, float]:
         low, high = found.model.low, found.model.high

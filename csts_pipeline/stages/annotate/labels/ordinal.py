@@ -24,7 +24,8 @@ it answers every item, enough for 20 cells, and its errors repeat (one answer fa
 of condition), a pattern the two-parameter kernel smears into noise. And each answer enters the item's
 posterior as the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a
 rating, an unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its
-weight against the people (docs/annotate.md, "Models in the loop").
+weight against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and
+leaves out what it has not earned (docs/annotate.md, "Models in the loop").
 
 A worker's **reliability** is the correlation between the true label and the worker's answer under the fitted
 P(y | t, w), with the true label uniform on 1..5: about 0.95 for a careful worker, 0.8-0.9 for one shifted by a
