@@ -18,12 +18,17 @@ import pytest
 from scipy.stats import spearmanr
 
 from csts_pipeline.report.annotations import _agreement
+from csts_pipeline.stages.annotate.crowd import hidden_gold
+from csts_pipeline.stages.annotate.crowd.hidden_gold import GoldCheck
+from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.steps.model_ratings import answers_of
+from csts_pipeline.stages.annotate.steps.ratings import label_batch
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
 from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
 from tests.annotate.test_quality import crowd_rows
 from tests.support.openai_server import ChosenServer, start
-from tests.support.simulate import simulate_crowd
-from tests.support.simulate_models import condition_kind, import_batch
+from tests.support.simulate import gold_crowd, simulate_crowd
+from tests.support.simulate_models import batch_tasks, condition_kind, import_batch, model_table, people_answers
 
 SHARP = 0.92  # q on the most likely digit of the sure model
 ITEM = re.compile(r"Sentence 1: (.*)\nSentence 2: (.*)\nCondition: (.*)\n")
@@ -168,3 +173,27 @@ def test_a_model_sure_of_five_on_one_kind_leaves_that_kind_to_the_people(tmp_pat
     assert "weak on colour" in "\n".join(model_share_lines(share))
     (tmp_path / "agreement.json").write_text(__import__("json").dumps(both.agreement))
     assert "weak on colour" in dict(_agreement(tmp_path))["model:five_on_colour"]
+
+
+def test_gold_scores_the_model_and_enters_its_confusion():
+    made = gold_crowd(n_items=400, share=0.1, per_item=2, seed=6)
+    crowd = made.crowd
+    tasks = batch_tasks(crowd, 6)
+    for task, answer in zip(tasks, made.gold_answer):
+        task["gold_answer"] = answer
+    people = people_answers(crowd)
+    models = answers_of(model_table(crowd, tasks, "strong", 6), tasks, {}).ratings
+    found = label_batch(tasks, people, models, "model", gold=GoldCheck.of(tasks, people))
+    scored = [(m, made.gold_answer[m.item]) for m in models if made.gold_answer[m.item] is not None]
+    right = sum(hidden_gold.right(answer, m) for m, answer in scored)
+    workers = {w["worker_id"]: w for w in found.workers.to_pylist()}
+    assert workers["model:strong"]["gold_answers"] == len(scored) > 20
+    assert workers["model:strong"]["gold_accuracy"] == pytest.approx(right / len(scored), abs=1e-4)
+    share = found.agreement["model_workers"]["model_share"]["models"][0]
+    assert share["gold_answers"] == len(scored) and f"gold {right / len(scored):.3f} right" in model_workers.describe(
+        share
+    )
+    # the numeric controls are in the model's fit (their known labels count its answers), not only in the score
+    numeric = sum(1 for _, answer in scored if answer != "not_pertinent")
+    real = sum(1 for t in tasks if t["gold_answer"] is None)
+    assert share["answers"] == real + numeric
