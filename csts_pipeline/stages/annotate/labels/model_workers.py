@@ -4,7 +4,7 @@ do to the labels and the not-pertinent verdict (docs/annotate.md, "Models in the
 A model answers every item, and its mistakes repeat: one kind of condition it gets wrong, one answer it favours.
 So, unlike a person, it is fitted once per kind of condition (the audit's kinds: colour, number, place, ...;
 audit_stats.condition_kind), each kind with its own confusion table, earned against the people and the hidden
-gold. A (model, kind) whose reliability is below UNRELIABLE_BELOW is left out and the labels refitted without
+gold. A (model, kind) whose reliability is below MODEL_UNRELIABLE_BELOW is left out and the labels refitted without
 it, so there the labels are the people's own; a model whose answers pooled over its kinds are below it is left
 out whole: it changes no label. Its not-pertinent votes enter only as far as they agree with the people's
 verdict and the gold (weigh_flags); a model whose flag skill is below FLAG_SKILL_BELOW changes no verdict."""
@@ -20,7 +20,8 @@ from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, is_model_worker
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 
-UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random
+UNRELIABLE_BELOW = 0.5  # a person whose reliability (a correlation) is below this answers close to at random
+MODEL_UNRELIABLE_BELOW = 0.3  # a language model whose reliability (a correlation ratio) is below this
 FLAG_SKILL_BELOW = 0.6  # a model's balanced flag accuracy below this: its flags are close to a constant
 KIND_SEP = " @ "  # a model worker fitted on one kind of condition: "model:<name> @ colour"
 FAIR_VOTER = np.array([[0.8, 0.2], [0.2, 0.8]])  # pseudo-votes of a fair voter, [true verdict, vote]
@@ -100,7 +101,7 @@ def predictive_reliability(table: np.ndarray) -> np.ndarray:
 
 def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays) -> dict[str, ModelFit]:
     """Every model of a fit on `split` (by_kind): its kinds' reliability and error, and its pooled reliability;
-    a kind is weak, and a model left out, below UNRELIABLE_BELOW."""
+    a kind is weak, and a model left out, below MODEL_UNRELIABLE_BELOW."""
     table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
     virtual = np.flatnonzero(is_model_worker(fit.workers))
     found: dict[str, ModelFit] = {}
@@ -111,16 +112,15 @@ def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays) -> dict[str, ModelF
         mine = virtual[model_name(fit.workers[virtual]) == name]
         weights = fit.answers[mine] / max(fit.answers[mine].sum(), 1)
         pooled = float(predictive_reliability(np.einsum("k,kty->ty", weights, table[mine])))
-        kinds = []
+        left_out = pooled < MODEL_UNRELIABLE_BELOW
+        kinds: list[KindFit] = []
         for at in mine:
             rows = rated.worker == fit.workers[at]
             error = float(error_of[rows].mean()) if rows.any() else None
-            kind = str(fit.workers[at]).partition(KIND_SEP)[2] or "all"
             reliability = float(predictive_reliability(table[at]))
-            kinds.append(KindFit(kind, int(fit.answers[at]), reliability, error, reliability < UNRELIABLE_BELOW))
-        left_out = pooled < UNRELIABLE_BELOW
-        for kind in kinds:
-            kind.weak |= left_out
+            weak = left_out or reliability < MODEL_UNRELIABLE_BELOW
+            kind_name = str(fit.workers[at]).partition(KIND_SEP)[2] or "all"
+            kinds.append(KindFit(kind_name, int(fit.answers[at]), reliability, error, weak))
         found[str(name)] = ModelFit(pooled, float(weights @ fit.bias[mine]), float(weights @ fit.noise[mine]),
                                     sorted(kinds, key=lambda k: -k.answers), left_out)  # fmt: skip
     return found
@@ -147,10 +147,11 @@ def weigh_flags(
     skills: dict[str, float] = {}
     for name in np.unique(models.worker.astype(str)):
         mine = models.subset(models.worker.astype(str) == name)
-        p_vote, z = np.nan_to_num(mine.p_flag, nan=0.5), np.nan_to_num(p_people[mine.item], nan=0.5)
+        q = np.nan_to_num(_p_flag(mine), nan=0.5)
+        p_vote, z = q, np.nan_to_num(p_people[mine.item], nan=0.5)
         if gold is not None:
             on = gold[0].worker.astype(str) == name
-            p_vote = np.concatenate([p_vote, np.nan_to_num(gold[0].p_flag[on], nan=0.5)])
+            p_vote = np.concatenate([p_vote, np.nan_to_num(_p_flag(gold[0])[on], nan=0.5)])
             z = np.concatenate([z, gold[1][gold[0].item[on]].astype(np.float64)])
         vote = (p_vote > 0.5).astype(np.float64)
         counts = FAIR_VOTER + np.array([[z @ vote, z @ (1 - vote)], [(1 - z) @ vote, (1 - z) @ (1 - vote)]])
@@ -158,11 +159,15 @@ def weigh_flags(
         skills[name] = float((confusion[0, 0] + confusion[1, 1]) / 2)
         if skills[name] < FLAG_SKILL_BELOW:
             continue
-        q = np.nan_to_num(mine.p_flag, nan=0.5)
         like = np.stack([q * confusion[z_, 0] + (1 - q) * confusion[z_, 1] for z_ in (0, 1)], axis=1)
         log_odds += np.bincount(mine.item, weights=np.log(like[:, 0] / like[:, 1]), minlength=len(p_people))
     p_flag = np.where(np.isnan(p_people), np.nan, 1 / (1 + np.exp(-log_odds)))
     return p_flag, skills
+
+
+def _p_flag(rows: RatingArrays) -> np.ndarray:
+    """Each row's P(not pertinent): a model's own, or its hard flag."""
+    return rows.flagged.astype(np.float64) if rows.p_flag is None else rows.p_flag
 
 
 def describe(m: dict[str, Any]) -> str:

@@ -259,6 +259,7 @@ def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
         "unreliable_below": UNRELIABLE_BELOW,
+        "model_unreliable_below": model_workers.MODEL_UNRELIABLE_BELOW,
         "flag_skill_below": model_workers.FLAG_SKILL_BELOW,
         "gold_accuracy": _mean_gold_accuracy(table),
         "em_iterations": model.fit.iterations,
