@@ -42,7 +42,8 @@ def main() -> None:
         tasks = read_jsonl(folder / "ratings_tasks" / "tasks.jsonl")
         models = answers_of(pq.read_table(folder / MODEL_RATINGS / "ratings.parquet"), tasks, {}).ratings
     print(f"{len(models)} answers, mean P(not pertinent) {np.mean([m.p_not_pertinent for m in models]):.3f}\n")
-    print("| ratings an item | seed | mean P(not pertinent), people | with SmolLM2 | reliability | flag skill | unreliable |")  # noqa: E501
+    header = ("ratings an item", "seed", "mean P(not pertinent), people", "with SmolLM2", "reliability", "flag skill")
+    print("| " + " | ".join((*header, "unreliable")) + " |")
     print("|---:|---:|---:|---:|---:|---:|---|")
     for per_item in (1, 2):
         for seed in range(seeds):
