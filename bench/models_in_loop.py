@@ -1,23 +1,20 @@
-"""Models in the loop on simulated crowds (docs/annotate.md, "Models in the loop").
+"""Models in the loop on simulated crowds, through the import's own functions (docs/annotate.md, "Models in the
+loop").
 
     python -m bench.models_in_loop --seeds 10
 
 Crowds from tests.support.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
-careful; 10% of conditions not pertinent) and the simulated model raters of tests.support.simulate_models
-(strong, weak, confident_wrong). Prints, as Markdown, per way of labelling: the Spearman of the labels with the
-truth, the human ratings bought per item, and the 90% intervals' coverage, each the mean over the seeds
-(standard deviation in brackets):
+careful; 10% of conditions not pertinent) and the simulated model raters of tests.support.simulate_models. Every
+figure goes through the command's path: the model's answers as the table `annotate rate` writes, read back as
+the import reads it, labelled by ratings.label_batch (what `annotate import --stage ratings --aggregate model`
+runs), follow-ups picked by followup.select from the items table the import writes. Prints, as Markdown, per way
+of labelling, the mean over the seeds (standard deviation in brackets) of: the Spearman of the labels with the
+truth (over the items with a human rating), the human ratings bought per item, the 90% intervals' coverage, the
+mean label error on the colour conditions (the kind the strong model rates a point high and five_on_colour
+says 5 on) and their coverage, the items' mean P(not pertinent), and whether the model was marked unreliable:
 
-- people alone, fixed 3 and 5 ratings an item (the ordinal rater model);
-- people alone, 2 ratings an item then `--more` rounds (follow-up batches of one rating on each item the
-  posterior still leaves wide);
-- people with each model: the model answers every item, people give 1 rating an item, then `--more` rounds
-  routed by the posterior that holds the model's answers;
-- people with each model at a fixed 3 ratings an item (the same human ratings as people alone at 3);
-- the model alone: its expected rating, sum_y y q(y).
-
-Spearman is taken over the items with a human rating (an item no person rated is `unanswered`), as in
-bench/crowd_models.py.
+- people alone, fixed 1, 2, 3 and 5 ratings an item, and 2 then `--more` rounds;
+- people with each model at fixed 1 and 2 ratings an item, and 1 then `--more` rounds.
 """
 
 from __future__ import annotations
@@ -28,49 +25,48 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import spearmanr
 
-from csts_pipeline.stages.annotate.labels import quality
-from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from tests.support.simulate import Crowd, simulate_crowd
-from tests.support.simulate_models import MODEL_KINDS, model_answers, routed_rounds, with_models
+from tests.support.simulate_models import MODEL_KINDS, condition_kind, import_batch, routed_rounds
 
 ROUNDS = 6  # follow-up batches at most
+COLUMNS = ("spearman", "human_per_item", "coverage", "colour_error", "colour_coverage", "p_not_pertinent", "unreliable")
 
 
-def figures(crowd: Crowd) -> dict[str, float]:
-    """Spearman with the truth of the rater model's labels, human ratings per item, 90% interval coverage."""
-    fit = quality.anchored_fit(crowd.ratings, crowd.n_items, None)
-    low, high = fit.interval()
-    r = crowd.ratings
-    rated = np.bincount(r.item[r.rated & r.human], minlength=crowd.n_items) > 0  # a label needs a person's rating
-    return {
-        "spearman": float(spearmanr(fit.label[rated], crowd.truth[rated]).statistic),
+def figures(crowd: Crowd, kinds: tuple[str, ...], seed: int) -> dict[str, float]:
+    """The import's labels for the crowd (and models) against the truth."""
+    found = import_batch(crowd, kinds, seed)
+    assert found.model is not None
+    label, low, high, truth = found.labels.label, found.model.low, found.model.high, crowd.truth
+    heard = ~np.isnan(label)  # a label needs a person's rating
+    covered = (low <= truth) & (truth <= high)
+    colour = condition_kind(crowd.n_items, seed) & heard
+    result = {
+        "spearman": float(spearmanr(label[heard], truth[heard]).statistic),
         "human_per_item": float(crowd.ratings.human.sum() / crowd.n_items),
-        "coverage": float(np.mean((low <= crowd.truth) & (crowd.truth <= high))),
+        "coverage": float(covered.mean()),
+        "colour_error": float(np.mean(label[colour] - truth[colour])),
+        "colour_coverage": float(covered[colour].mean()),
+        "p_not_pertinent": float(np.nanmean(found.model.verdict.p_flag)),
     }
-
-
-def model_alone(seed: int, kind: str) -> dict[str, float]:
-    """The model's expected rating against the truth; no human rating, no interval."""
-    crowd = simulate_crowd(per_item=1, seed=seed)
-    q, _ = model_answers(crowd, kind, seed)
-    return {"spearman": float(spearmanr(q @ SCALE, crowd.truth).statistic), "human_per_item": 0.0}
+    if kinds:
+        result["unreliable"] = float(np.mean([m.unreliable for m in found.model.model_fits.values()]))
+    return result
 
 
 def scenarios() -> dict[str, Callable[[int], dict[str, float]]]:
     """Every way of labelling the bench compares, by name: seed -> figures."""
-    made: dict[str, Callable[[int], dict[str, float]]] = {
-        "people, fixed 3": lambda seed: figures(simulate_crowd(per_item=3, seed=seed)),
-        "people, fixed 5": lambda seed: figures(simulate_crowd(per_item=5, seed=seed)),
-        "people, 2 then --more": lambda seed: figures(routed_rounds(2, ROUNDS, seed).crowd),
-    }
+    made: dict[str, Callable[[int], dict[str, float]]] = {}
+    for per in (1, 2, 3, 5):
+        made[f"people, fixed {per}"] = lambda seed, p=per: figures(simulate_crowd(per_item=p, seed=seed), (), seed)
+    made["people, 2 then --more"] = lambda seed: figures(routed_rounds(2, ROUNDS, seed).crowd, (), seed)
     for kind in MODEL_KINDS:
-        made[f"people + {kind} model, 1 then --more"] = lambda seed, k=kind: figures(
-            routed_rounds(1, ROUNDS, seed, kinds=(k,)).crowd
+        for per in (1, 2):
+            made[f"people + {kind}, fixed {per}"] = lambda seed, k=kind, p=per: figures(
+                simulate_crowd(per_item=p, seed=seed), (k,), seed
+            )
+        made[f"people + {kind}, 1 then --more"] = lambda seed, k=kind: figures(
+            routed_rounds(1, ROUNDS, seed, kinds=(k,)).crowd, (k,), seed
         )
-        made[f"people + {kind} model, fixed 3"] = lambda seed, k=kind: figures(
-            with_models(simulate_crowd(per_item=3, seed=seed), (k,), seed)
-        )
-        made[f"{kind} model alone"] = lambda seed, k=kind: model_alone(seed, k)
     return made
 
 
@@ -81,13 +77,16 @@ def cell(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10)
-    seeds = range(parser.parse_args().seeds)
-    print("| labels | Spearman with the truth | human ratings per item | 90% interval coverage |")
-    print("|---|---:|---:|---:|")
+    parser.add_argument("--only", help="run the scenarios whose name contains this")
+    options = parser.parse_args()
+    print("| labels | " + " | ".join(COLUMNS) + " |")
+    print("|---|" + "---:|" * len(COLUMNS))
     for name, run in scenarios().items():
-        found = [run(seed) for seed in seeds]
-        columns = [[f[key] for f in found if key in f] for key in ("spearman", "human_per_item", "coverage")]
-        print(f"| {name} | " + " | ".join(cell(c) for c in columns) + " |")
+        if options.only and options.only not in name:
+            continue
+        found = [run(seed) for seed in range(options.seeds)]
+        columns = [[f[key] for f in found if key in f] for key in COLUMNS]
+        print(f"| {name} | " + " | ".join(cell(c) for c in columns) + " |", flush=True)
 
 
 if __name__ == "__main__":

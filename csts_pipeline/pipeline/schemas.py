@@ -88,7 +88,23 @@ WORKERS_SCHEMA = pa.schema(
         ("bias", pa.float64()),  # ordinal model: shift in points (> 0 lenient, < 0 harsh)
         ("noise", pa.float64()),  # ordinal model: spread of the answers around the shifted true label
         ("flag_skill", pa.float64()),  # not-pertinent votes: mean P(vote = verdict | verdict) (Dawid-Skene)
-        ("unreliable", pa.bool_()),  # reliability below the stated threshold
+        ("unreliable", pa.bool_()),  # reliability below the stated threshold (a language model: or its flag skill)
+        # language models: per kind of condition, answers, reliability, mean error and whether left out (weak)
+        (
+            "kinds",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("kind", pa.string()),
+                        ("answers", pa.int64()),
+                        ("reliability", pa.float64()),
+                        ("error", pa.float64()),
+                        ("weak", pa.bool_()),
+                    ]
+                )
+            ),
+        ),
+        ("weak_kinds", pa.list_(pa.string())),
         ("gold_accuracy", pa.float64()),  # share of gold items answered right; null until gold is scored
         ("gold_answers", pa.int64()),
     ]
@@ -144,9 +160,9 @@ ITEM_SCHEMA = pa.schema(
         ("interval_low", pa.int64()),
         ("interval_high", pa.int64()),
         ("p_not_pertinent", pa.float64()),
-        # --aggregate model with a model worker (null otherwise): log10 of how many times less likely the models'
-        # answers make the people's label than the label they favour (stages/annotate/labels/quality.py, model_gap)
-        ("model_gap", pa.float64()),
+        # --aggregate model with a model worker (null otherwise): a log10 likelihood ratio, how many times less
+        # likely the models' answers make the people's label than the label they favour (quality.model_log10_ratio)
+        ("model_log10_ratio", pa.float64()),
     ]
 )
 RATING_SCHEMA = pa.schema(

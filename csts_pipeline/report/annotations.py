@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from csts_pipeline.pipeline.records import read_json, read_record, require_current
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.report.plots import label_histogram
+from csts_pipeline.stages.annotate.labels import model_workers
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     ANNOTATIONS,
@@ -67,7 +68,7 @@ def _model_share(found: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [("human ratings bought", _number(share["human_ratings"]))]
     rows.append(("human ratings the models' answers replaced", _number(share["replaced_ratings"])))
     for m in share["models"]:
-        rows.append((f"{m['worker_id']}: answers, reliability", f"{m['answers']:,}, {_number(m['reliability'])}"))
+        rows.append((m["worker_id"], model_workers.describe(m)))
     return rows
 
 

@@ -22,7 +22,11 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.language_model import ModelSpec, load_prompt, open_model, option_distribution
 from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.steps.model_ratings import MODEL_RATINGS, rate
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl
+from csts_pipeline.stages.annotate.steps.model_ratings import MODEL_RATINGS, answers_of, rate
+from csts_pipeline.stages.annotate.steps.ratings import label_batch
+from tests.support.simulate import simulate_crowd
+from tests.support.simulate_models import people_answers
 from tests.support.smollm2 import SERVED_NAME, local_model, served
 
 pytestmark = pytest.mark.slow  # a real model: loading it and asking ~80 questions takes minutes on 2 shared cores
@@ -53,12 +57,19 @@ def model_rows(folder: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def local_rated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample's batch rated by the local model."""
+    folder = example(tmp_path_factory.mktemp("local"))
+    rate(folder, local_model())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def both(local_rated: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The sample's batch rated by the local model, and by the server through the command line in two runs: the
     first killed after its first unit, the second resuming it (the API key set, to check it stays out)."""
     os.environ["CSTS_TEST_KEY"] = SECRET
-    folders = {"local": example(tmp_path_factory.mktemp("local"))}
-    rate(folders["local"], local_model())
+    folders = {"local": local_rated}
     folders["endpoint"] = folder = example(tmp_path_factory.mktemp("endpoint"))
     url, _ = served()
     args = ("annotate", "rate", "--endpoint", url, "--api-key-env", "CSTS_TEST_KEY", "--batch-size", "4", "--out")
@@ -197,3 +208,21 @@ def test_the_prompting_baseline_runs_through_the_same_server(tmp_path: Path) -> 
     answers = open_generator(SERVED_NAME, "cpu", 2, url).generate(prompts, 20)
     assert metrics["invalid_share"] == round(sum(parse_answer(a) is None for a in answers) / 2, 4)
     assert server.requests > 0
+
+
+@pytest.mark.parametrize("per_item", [1, 2])
+def test_smollm2_is_unreliable_and_moves_no_verdict(local_rated: Path, per_item: int) -> None:
+    """SmolLM2's real answers on the sample's batch (it says "no, not pertinent" to nearly every item) beside a
+    simulated crowd of one or two ratings an item, through the import's own function: the model is marked
+    unreliable, and the items' mean P(not pertinent) moves by at most 0.05 from people alone."""
+    tasks = read_jsonl(local_rated / "ratings_tasks" / "tasks.jsonl")
+    crowd = simulate_crowd(n_items=len(tasks), per_item=per_item, n_workers=6, seed=per_item)
+    people = people_answers(crowd)
+    table = pq.read_table(local_rated / MODEL_RATINGS / "ratings.parquet")
+    models = answers_of(table, tasks, {}).ratings
+    assert len(models) == len(tasks) and np.mean([m.p_not_pertinent for m in models]) > 0.5
+    alone, both = label_batch(tasks, people, [], "model"), label_batch(tasks, people, models, "model")
+    workers = {w["worker_id"]: w for w in both.workers.to_pylist()}
+    assert workers["model:SmolLM2-135M-Instruct.Q4_1"]["unreliable"], workers
+    moved = np.nanmean(both.model.verdict.p_flag) - np.nanmean(alone.model.verdict.p_flag)
+    assert abs(moved) <= 0.05, moved

@@ -93,7 +93,35 @@ class ModelServer:
         return {"id": f"r-{self.requests}", "object": kind, "model": self.name, "choices": choices, "usage": usage}
 
 
-def handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
+class ChosenServer:
+    """The same API answering from chosen distributions instead of a model: `answer(messages)` gives the next
+    token's probabilities ({token: p}) for a chat, and the reply carries them as `top_logprobs`, as vLLM's would.
+    For tests that need a model whose answers are known exactly (the soft path of the ratings import)."""
+
+    def __init__(self, name: str, answer: Callable[[list[dict[str, str]]], dict[str, float]]):
+        self.name, self.answer = name, answer
+        self.lock = threading.Lock()
+        self.requests = 0
+
+    def complete(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        chat = path.endswith("/chat/completions")
+        messages = body["messages"] if chat else [{"role": "user", "content": body["prompt"]}]
+        with self.lock:
+            self.requests += 1
+        probs = sorted(self.answer(messages).items(), key=lambda kv: -kv[1])[
+            : max(int(body.get("top_logprobs") or 1), 1)
+        ]
+        alternatives = [{"token": token, "logprob": math.log(p)} for token, p in probs if p > 0]
+        first = {"content": [{**alternatives[0], "top_logprobs": alternatives}]}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": first}
+        text = alternatives[0]["token"]
+        choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        usage = {"prompt_tokens": sum(len(m["content"].split()) for m in messages), "completion_tokens": 1}
+        kind = "chat.completion" if chat else "text_completion"
+        return {"id": f"r-{self.requests}", "object": kind, "model": self.name, "choices": [choice], "usage": usage}
+
+
+def handler_for(server: ModelServer | ChosenServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, value: Any) -> None:
             blob = json.dumps(value).encode()
@@ -124,7 +152,7 @@ def handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def start(server: ModelServer, port: int = 0) -> ThreadingHTTPServer:
+def start(server: ModelServer | ChosenServer, port: int = 0) -> ThreadingHTTPServer:
     """Serve on 127.0.0.1 in a daemon thread; `httpd.server_address[1]` is the port."""
     httpd = ThreadingHTTPServer(("127.0.0.1", port), handler_for(server))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

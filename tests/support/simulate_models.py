@@ -3,7 +3,7 @@ bench (bench/models_in_loop.py) and the figures of docs/annotate.md, "Models in 
 
 A model rater answers every item once, as `annotate rate` does: a distribution q over 1..5 (its ratings given
 the condition pertinent) and P(not pertinent), stored as a row of worker `model:<name>` with `rating` the most
-likely digit and `not_pertinent` P > 0.5. Three kinds:
+likely digit and `not_pertinent` P > 0.5. Five kinds:
 
 - **strong**: less noise than a careful worker (sd 0.35 before the distribution, against 0.6), but errors that
   repeat across items, as a model's do: one point too high on one kind of condition (a hidden fifth of the
@@ -13,24 +13,48 @@ likely digit and `not_pertinent` P > 0.5. Three kinds:
   no relation to the truth; P(not pertinent) near 0.4 whatever the condition.
 - **confident_wrong**: sharp distributions (kernel sd 0.3 around a whole digit: 0.93 on it) at the truth plus
   one point (off by one more one time in ten), and sure flags that are right only half the time on a bad
-  condition."""
+  condition.
+- **five_on_colour**: the strong model, but sure of 5 (q = 0.99) on every colour condition (the strong model's
+  shifted kind).
+- **constant**: sure of 5 (q = 0.99) on every item, P(not pertinent) 0.8 on every item.
+
+The batch goes through the command's path (import_batch, routed_rounds): the items become rating tasks with a
+condition of their kind (colour for the shifted fifth, the audit's other kinds for the rest), the people's
+answers accepted ratings, the model's answers the table `annotate rate` writes (model_ratings.ratings_table),
+read back as the import reads it (model_ratings.answers_of), and labelled by ratings.label_batch, the import's
+own function; `--more` picks the next batch with followup.select from the items table the import writes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pyarrow as pa
 
-from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, RatingArrays
+from csts_pipeline.pipeline.schemas import PROVENANCE
+from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, Rating, RatingArrays
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
-from tests.support.simulate import Crowd, follow_up_rounds, more_ratings, simulate_crowd
+from csts_pipeline.stages.annotate.steps import followup, model_ratings
+from csts_pipeline.stages.annotate.steps.ratings import Labelled, label_batch
+from tests.support.simulate import Crowd, more_ratings, simulate_crowd
 
-MODEL_KINDS = ("strong", "weak", "confident_wrong")
+MODEL_KINDS = ("strong", "weak", "confident_wrong", "five_on_colour", "constant")
 HARDER_KINDS = ("correlated", "overconfident", "kind_wrong", "sure_five")
 WRONG_KIND_SHARE = 0.25  # kind_wrong: the share of items of the kind of condition it gets wrong
 SHIFTED_SHARE = 0.2  # strong: the share of items of the kind of condition it rates a point too high
 FAVOURED, FAVOURED_P = 4, 0.3  # strong: the answer it favours, and how often it gives it when within a point
 WEAK_LEAN = np.array([0.16, 0.2, 0.28, 0.2, 0.16])
+SURE_FIVE = np.array([0.0025, 0.0025, 0.0025, 0.0025, 0.99])
+# a condition of each kind of the audit (audit_stats.CONDITION_KINDS); the shifted fifth is colour
+CONDITIONS = {
+    "colour": "The colour of the main object.",
+    "number": "The number of people.",
+    "place": "The place where it happens.",
+    "action": "The activity shown.",
+    "people": "The clothing of the person.",
+    "object": "The type of vehicle.",
+    "time and weather": "The weather.",
+}
 
 
 def kernel(centre: np.ndarray, sd: float) -> np.ndarray:
@@ -40,7 +64,7 @@ def kernel(centre: np.ndarray, sd: float) -> np.ndarray:
 
 
 def condition_kind(n_items: int, seed: int) -> np.ndarray:
-    """Per item: it belongs to the kind of condition the strong model rates a point too high."""
+    """Per item: it belongs to the kind of condition the strong model rates a point too high (colour)."""
     return np.random.default_rng(seed + 5).random(n_items) < SHIFTED_SHARE
 
 
@@ -80,12 +104,16 @@ def model_answers(crowd: Crowd, kind: str, seed: int) -> tuple[np.ndarray, np.nd
         return harder_answers(crowd, kind, seed)
     rng = np.random.default_rng(seed * 7919 + MODEL_KINDS.index(kind))
     truth, bad, n = crowd.truth.astype(np.float64), crowd.bad, crowd.n_items
-    if kind == "strong":
+    if kind in ("strong", "five_on_colour"):
         answer = truth + condition_kind(n, seed) + rng.normal(0, 0.35, n)
         favoured = (np.abs(answer - FAVOURED) <= 1) & (rng.random(n) < FAVOURED_P)
         answer = np.clip(np.where(favoured, FAVOURED, answer), 1, 5)
         q = kernel(answer, 0.6)
+        if kind == "five_on_colour":
+            q[condition_kind(n, seed)] = SURE_FIVE
         p_flag = np.where(bad, rng.beta(8, 2, n), rng.beta(1, 12, n))
+    elif kind == "constant":
+        q, p_flag = np.tile(SURE_FIVE, (n, 1)), np.full(n, 0.8)
     elif kind == "weak":
         q = rng.dirichlet(WEAK_LEAN * 60, n)
         p_flag = rng.beta(8, 12, n)
@@ -115,6 +143,48 @@ def with_models(crowd: Crowd, kinds: tuple[str, ...], seed: int) -> Crowd:
     return replace(crowd, ratings=RatingArrays.concat(parts))
 
 
+def batch_tasks(crowd: Crowd, seed: int) -> list[dict]:
+    """The crowd's items as the ratings export's tasks: pairs (high, low), a condition of each item's kind."""
+    others = [kind for kind in CONDITIONS if kind != "colour"]
+    drawn = np.random.default_rng(seed + 13).integers(0, len(others), crowd.n_items)
+    colour = condition_kind(crowd.n_items, seed)
+    return [
+        {
+            "item_id": f"s{seed}-{i}",
+            **{name: i // 2 for name in PROVENANCE},
+            "sentence1": f"A scene {i // 2}.",
+            "sentence2": f"Another scene {i // 2}.",
+            "condition": CONDITIONS["colour" if colour[i] else others[drawn[i]]],
+            "condition_type": "high" if i % 2 == 0 else "low",
+        }
+        for i in range(crowd.n_items)
+    ]
+
+
+def people_answers(crowd: Crowd) -> list[Rating]:
+    """The crowd's people's answers as the import accepts them (a flagged answer carries no rating)."""
+    r = crowd.ratings.subset(crowd.ratings.human)
+    return [
+        Rating(int(i), str(w), "", None if f else int(v), bool(f))
+        for i, w, v, f in zip(r.item, r.worker, r.rating, r.flagged)
+    ]
+
+
+def model_table(crowd: Crowd, tasks: list[dict], kind: str, seed: int) -> pa.Table:
+    """What `annotate rate` would write for the model `kind` (model_ratings.ratings_table)."""
+    q, p_flag = model_answers(crowd, kind, seed)
+    answers = [{"rate": row, "pertinent": np.array([1 - p, p])} for row, p in zip(q, p_flag)]
+    return model_ratings.ratings_table(tasks, answers, MODEL_WORKER + kind)
+
+
+def import_batch(crowd: Crowd, kinds: tuple[str, ...], seed: int, tasks: list[dict] | None = None) -> Labelled:
+    """`annotate import --stage ratings --aggregate model` on the crowd's answers and the models' (the import's
+    own functions on the answers in memory)."""
+    tasks = tasks or batch_tasks(crowd, seed)
+    models = [a for k in kinds for a in model_ratings.answers_of(model_table(crowd, tasks, k, seed), tasks, {}).ratings]
+    return label_batch(tasks, people_answers(crowd), models, "model")
+
+
 @dataclass
 class Routed:
     """A crowd grown by routed follow-up rounds, and the human ratings it bought."""
@@ -128,28 +198,22 @@ def routed_rounds(
     start: int, rounds: int, seed: int, kinds: tuple[str, ...] = (), budget: int | None = None, **shape
 ) -> Routed:
     """People give `start` ratings an item, the models of `kinds` answer every item, then up to `rounds` batches of
-    one more human rating on each item `annotate export --more` routes to (followup.route, with `budget`), from
-    the people it does not exclude. Without models this is simulate.follow_up_rounds."""
-    from csts_pipeline.stages.annotate.labels import quality
-    from csts_pipeline.stages.annotate.steps import followup
-
-    if not kinds and budget is None:
-        grown = follow_up_rounds(start, rounds, seed, **shape)
-        return Routed(grown, int(grown.ratings.human.sum()), rounds)
-    grown = with_models(simulate_crowd(per_item=start, seed=seed, **shape), kinds, seed)
-    done = 0
+    one more human rating on each item `annotate export --more` picks (followup.select on the import's items
+    table; `budget`: the human ratings all follow-ups may ask together), from the people it does not exclude."""
+    grown = simulate_crowd(per_item=start, seed=seed, **shape)
+    tasks = batch_tasks(grown, seed)
+    spent, done = 0, 0
     for done in range(rounds):
-        r = grown.ratings
-        fit = quality.anchored_fit(r, grown.n_items, None)
-        people = r.subset(r.human)
-        rated = np.bincount(people.item[people.rated], minlength=grown.n_items) > 0
-        distribution = np.where(rated[:, None], fit.posterior, np.nan)
-        answers = np.bincount(people.item, minlength=grown.n_items)
-        gap = quality.model_gap(fit, r, grown.n_items)
-        wanted = followup.route(distribution, answers, np.full(grown.n_items, "kept"), budget, gap)
-        if len(wanted) == 0:
+        found = import_batch(grown, kinds, seed, tasks)
+        left = None if budget is None else budget - spent
+        if left is not None and left <= 0:
             break
-        human = ~np.char.startswith(fit.workers.astype(str), MODEL_WORKER)
-        exclude = frozenset(fit.workers[human & (fit.reliability < quality.UNRELIABLE_BELOW)].tolist())
+        ids, _ = followup.select(found.item_table(), left, lambda: pa.table({}))
+        if len(ids) == 0:
+            break
+        at = {task["item_id"]: i for i, task in enumerate(tasks)}
+        exclude = frozenset(followup.unreliable_people(found.workers).column("worker_id").to_pylist())
+        wanted = np.array([at[i] for i in ids.tolist()], np.int64)
         grown = more_ratings(grown, wanted, 1, exclude=exclude, seed=seed * 1000 + 100 + done)
+        spent += len(wanted)
     return Routed(grown, int(grown.ratings.human.sum()), done + 1)

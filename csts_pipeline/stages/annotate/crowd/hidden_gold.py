@@ -176,6 +176,7 @@ class Separated:
     accepted: list[Rating]
     anchor: list[Rating]
     anchor_truth: np.ndarray
+    anchor_conditions: list[str] = field(default_factory=list)
 
 
 def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
@@ -186,4 +187,5 @@ def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
     real = [r._replace(item=real_at[r.item]) for r in accepted if r.item in real_at]
     anchor = [r._replace(item=anchor_at[r.item]) for r in accepted if r.item in anchor_at]
     truth = np.array([parse_rating(tasks[i]["gold_answer"]) for i in numeric], np.int64)
-    return Separated([t for t in tasks if not is_control(t)], real, anchor, truth)
+    conditions = [str(tasks[i].get("condition", "")) for i in numeric]
+    return Separated([t for t in tasks if not is_control(t)], real, anchor, truth, conditions)

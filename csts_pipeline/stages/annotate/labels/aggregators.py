@@ -130,6 +130,16 @@ class OrdinalModel(Aggregator):
     not-pertinent verdict; `anchor` is fitted alongside with its labels fixed. `result_` keeps the fit (posterior,
     intervals, verdict, each worker's reliability) for the workers table and the published distributions."""
 
+    def __init__(
+        self,
+        not_pertinent_share: float = 0.5,
+        min_ratings: int = 1,
+        anchor: Anchor | None = None,
+        kinds: np.ndarray | None = None,
+    ):
+        super().__init__(not_pertinent_share, min_ratings, anchor)
+        self.kinds = kinds  # per item, then per gold item: its condition's kind (model_workers)
+
     name: ClassVar[str] = "model"
     help: ClassVar[str] = (
         "model (an ordinal rater model weighing each worker by reliability and bias: a distribution and a 90% "
@@ -145,9 +155,8 @@ class OrdinalModel(Aggregator):
     def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
         from csts_pipeline.stages.annotate.labels.quality import model_labels
 
-        self.labels_, self.result_ = model_labels(
-            ratings, n_items, self.not_pertinent_share, self.min_ratings, self.anchor
-        )
+        share, least = self.not_pertinent_share, self.min_ratings
+        self.labels_, self.result_ = model_labels(ratings, n_items, share, least, self.anchor, self.kinds)
         return self
 
 
@@ -164,6 +173,15 @@ def aggregator_class(how: str) -> type[Aggregator]:
     return REGISTERED[how]
 
 
-def aggregator(how: str, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None) -> Aggregator:
-    """The policy `--aggregate how` names, with the import's options."""
-    return aggregator_class(how)(not_pertinent_share, min_ratings, anchor)
+def aggregator(
+    how: str,
+    not_pertinent_share: float,
+    min_ratings: int,
+    anchor: Anchor | None = None,
+    kinds: np.ndarray | None = None,
+) -> Aggregator:
+    """The policy `--aggregate how` names, with the import's options (`kinds`: only a model uses them)."""
+    cls = aggregator_class(how)
+    if issubclass(cls, OrdinalModel):
+        return cls(not_pertinent_share, min_ratings, anchor, kinds)
+    return cls(not_pertinent_share, min_ratings, anchor)

@@ -17,13 +17,16 @@ from csts_pipeline.stages.annotate.layout import RATING_SCALE
 
 
 class Rating(NamedTuple):
-    """One accepted rating: the item's index in the rating tasks, and `rating` None when flagged."""
+    """One accepted rating: the item's index in the rating tasks, and `rating` None when flagged. A language
+    model's answer (`annotate rate`) also carries its distribution over 1..5 and its P(not pertinent)."""
 
     item: int
     worker: str
     assignment: str
     rating: int | None
     not_pertinent: bool
+    distribution: tuple[float, ...] | None = None
+    p_not_pertinent: float | None = None
 
 
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
@@ -87,8 +90,8 @@ class RatingArrays:
 
     @classmethod
     def of(cls, accepted: list[Rating]) -> RatingArrays:
-        soft = [getattr(a, "distribution", None) for a in accepted]
-        p_flag = [getattr(a, "p_not_pertinent", None) for a in accepted]
+        soft = [a.distribution for a in accepted]
+        p_flag = [a.p_not_pertinent for a in accepted]
         has = any(d is not None for d in soft)
         return cls(
             np.array([a.item for a in accepted], np.int64),

@@ -19,12 +19,13 @@ one matrix product for all workers, exact and free of step sizes.
 
 A **language model** (a worker whose rows carry a distribution q over 1..5, `soft`) is estimated like anyone,
 against the people and the hidden gold, with two differences. Its P(y | t) is a free 5 x 5 confusion (with
-FREE_PSEUDO pseudo-answers per true label spread as its best kernel), estimated from its most likely digits:
+FREE_PSEUDO pseudo-answers per true label spread as its answers overall), estimated from its most likely digits:
 it answers every item, enough for 20 cells, and its errors repeat (one answer favoured, a point off on a kind
 of condition), a pattern the two-parameter kernel smears into noise. And each answer enters the item's
 posterior as the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a
 rating, an unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its
-weight against the people (docs/annotate.md, "Models in the loop").
+weight against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and
+leaves out what it has not earned (docs/annotate.md, "Models in the loop").
 
 A worker's **reliability** is the correlation between the true label and the worker's answer under the fitted
 P(y | t, w), with the true label uniform on 1..5: about 0.95 for a careful worker, 0.8-0.9 for one shifted by a
@@ -44,7 +45,7 @@ BIAS_PRIOR_SD = 1.0
 PSEUDO_RATINGS = 2.0
 TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 INTERVAL_MASS = 0.9
-FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its fitted kernel
+FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
 
 
 def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
@@ -248,10 +249,14 @@ def fit(
 def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray) -> np.ndarray:
     """The workers' P(y | t): the fitted kernel, and for the `free` workers (language models, who answer every
     item) a free 5 x 5 confusion from their expected counts with FREE_PSEUDO answers per true label spread as
-    their kernel. Why: a model's errors repeat (one answer favoured, a point off on one kind of condition), a
-    pattern a two-parameter kernel smears into noise, which left its posteriors too wide where it is right and
-    too narrow where it is wrong; hundreds of answers estimate 20 cells well."""
+    their answers overall (whatever the truth), so a row with little evidence says nothing about t. Why free: a
+    model's errors repeat (one answer favoured, a point off on one kind of condition), a pattern a two-parameter
+    kernel smears into noise. Why not its kernel for the pseudo-answers, as before: a model that says 5 for
+    every item fitted a kernel two points up, whose pseudo-answers made a 5 evidence against a true 1, which
+    pulled the labels up EM round by EM round (coverage 0.45 with one human rating an item)."""
     table = kernel.copy()
-    smoothed = counts[free] + FREE_PSEUDO * kernel[free]
+    marginal = counts[free].sum(axis=1, keepdims=True)  # [free workers, 1, y]: its answers whatever the truth
+    marginal = marginal / np.maximum(marginal.sum(axis=2, keepdims=True), 1e-12)
+    smoothed = counts[free] + FREE_PSEUDO * marginal
     table[free] = smoothed / smoothed.sum(axis=2, keepdims=True)
     return table

@@ -9,31 +9,34 @@ with the model, a pair whose order the model holds less likely than UNSURE_BELOW
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import ordinal, verdict
+from csts_pipeline.stages.annotate.labels import model_workers, ordinal, verdict
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
+from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
 
 MODEL = "model"
-UNRELIABLE_BELOW = 0.5  # a worker whose reliability is below this answers close to at random
 UNSURE_BELOW = 0.9  # P(high condition's true label > low's) below this: the order is not established
 
 
 @dataclass
 class ModelResult:
-    """The fitted ordinal model, the not-pertinent verdict, and each item's 90% interval."""
+    """The fitted ordinal model, the not-pertinent verdict, and each item's 90% interval; with language models
+    among the raters, what they gave (`models`, model_share), the log10 likelihood ratio per item
+    (model_log10_ratio) and each model's fit (model_workers.ModelFit)."""
 
     fit: ordinal.OrdinalFit
     verdict: verdict.Verdict
     low: np.ndarray
     high: np.ndarray
-    models: dict[str, Any] | None = None  # model_share: the human ratings bought and what the models' answers gave
-    gap: np.ndarray | None = None  # model_gap per item
+    models: dict[str, Any] | None = None
+    log10_ratio: np.ndarray | None = None
+    model_fits: dict[str, ModelFit] = field(default_factory=dict)
 
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
@@ -47,7 +50,7 @@ def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> 
         return ordinal.fit(rated.item, rated.worker, rated.rating, n_items, soft=rated.distribution)
     gold, truth = anchor
     shifted = gold.subset(gold.rated)
-    shifted = RatingArrays(shifted.item + n_items, shifted.worker, shifted.rating, shifted.flagged)
+    shifted = replace(shifted, item=shifted.item + n_items)  # a model's distributions on gold stay with it
     both = RatingArrays.concat([rated, shifted])
     known = np.concatenate([np.zeros(n_items, np.int64), truth])
     fit = ordinal.fit(both.item, both.worker, both.rating, n_items + len(truth), known=known, soft=both.distribution)
@@ -55,12 +58,28 @@ def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> 
 
 
 def model_labels(
-    ratings: RatingArrays, n_items: int, not_pertinent_share: float, min_ratings: int, anchor: Anchor | None = None
+    ratings: RatingArrays,
+    n_items: int,
+    not_pertinent_share: float,
+    min_ratings: int,
+    anchor: Anchor | None = None,
+    kinds: np.ndarray | None = None,
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
-    and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`."""
-    fit = anchored_fit(ratings, n_items, anchor)
-    found = verdict.infer(ratings.item, ratings.worker, ratings.flagged, n_items, p_flag=ratings.p_flag)
+    and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. `kinds` (per
+    item, then per gold item of `anchor`): each condition's kind, which a language model is fitted by
+    (model_workers); its weak kinds, or all of a model found unreliable, are left out and the labels refitted."""
+    split = model_workers.by_kind(ratings, None if kinds is None else kinds[:n_items])
+    gold = None if anchor is None else (model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items)), anchor[1])
+    fit = anchored_fit(split, n_items, gold)
+    fits = model_workers.model_fits(fit, split)
+    out = model_workers.left_out_rows(split, fits)
+    if out.any():
+        split = split.subset(~out)
+        if gold is not None:
+            gold = (gold[0].subset(~model_workers.left_out_rows(gold[0], fits)), gold[1])
+        fit = anchored_fit(split, n_items, gold)
+    found = flag_verdict(ratings, n_items, anchor, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
     n_ratings = np.bincount(people.item[people.rated], minlength=n_items)
     answers = np.bincount(people.item, minlength=n_items)
@@ -71,17 +90,47 @@ def model_labels(
     status[np.nan_to_num(found.p_flag) > not_pertinent_share] = "not_pertinent"
     status[answers == 0] = "unanswered"
     low, high = fit.interval()
-    result = ModelResult(fit, found, low, high, model_share(fit, ratings), model_gap(fit, ratings, n_items))
+    share = model_share(fit, split, fits) if fits else None
+    ratio = model_log10_ratio(fit, split, n_items) if fits else None
+    result = ModelResult(fit, found, low, high, share, ratio, fits)
     return ItemLabels(label, n_ratings, answers, flags, status), result
 
 
-def model_gap(fit: ordinal.OrdinalFit, ratings: RatingArrays, n_items: int) -> np.ndarray:
-    """Per item, how far the models' answers disagree with the people's: log10 of how many times less likely the
-    models' answers make the people's label (the people-only posterior mean, rounded) than the label the models'
-    answers favour most; 0 for a flat answer (no opinion), nan without a model's or a person's answer. Why,
-    beside the posterior's width: the posterior takes a model's errors as independent from item to item, but
-    they repeat (a kind of condition it gets wrong), so a model that outvotes a person must not settle the
-    item; routing asks people there (followup.route)."""
+def _gold_kinds(kinds: np.ndarray | None, n_items: int) -> np.ndarray | None:
+    return None if kinds is None else kinds[n_items:]
+
+
+def flag_verdict(
+    ratings: RatingArrays, n_items: int, anchor: Anchor | None, fits: dict[str, ModelFit]
+) -> verdict.Verdict:
+    """The people's verdict (crowd-kit's Dawid-Skene over their flags), then the models' votes as far as their
+    agreement with it and with the gold has earned them (model_workers.weigh_flags); each model's flag skill is
+    added to the verdict's workers and to its fit."""
+    people = ratings.subset(ratings.human)
+    found = verdict.infer(people.item, people.worker, people.flagged, n_items)
+    if ratings.p_flag is None:
+        return found
+    models = ratings.subset(~ratings.human & np.isfinite(ratings.p_flag))  # a model asked whether it is pertinent
+    if len(models.item) == 0:
+        return found
+    gold = None
+    if anchor is not None and anchor[0].p_flag is not None:
+        gold = (anchor[0].subset(~anchor[0].human), np.zeros(len(anchor[1]), np.int64))  # numeric: pertinent
+    p_flag, skills = model_workers.weigh_flags(found.p_flag, models, gold)
+    for name, skill in skills.items():
+        if name in fits:
+            fits[name].flag_skill = skill
+    names = np.array(list(skills), dtype=str)
+    return verdict.Verdict(p_flag, np.concatenate([found.workers.astype(str), names]),
+                           np.concatenate([found.skill, list(skills.values())]))  # fmt: skip
+
+
+def model_log10_ratio(fit: ordinal.OrdinalFit, ratings: RatingArrays, n_items: int) -> np.ndarray:
+    """Per item, a log10 likelihood ratio: how many times less likely the models' answers make the people's
+    label (the people-only posterior mean, rounded) than the label the models' answers favour most, in powers
+    of ten; 0 for a flat answer (no opinion), nan without a model's or a person's answer. Why, beside the
+    posterior's width: the posterior takes a model's errors as independent from item to item, but they repeat,
+    so a model that outvotes a person must not settle the item; routing asks people there (followup.route)."""
     rated = ratings.subset(ratings.rated)
     code = np.searchsorted(fit.workers, rated.worker.astype(str))
     table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
@@ -116,24 +165,29 @@ def answer_information(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> np.nda
     return (post * np.log(ratio)).sum(axis=1)
 
 
-def model_share(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> dict[str, Any]:
+def model_share(fit: ordinal.OrdinalFit, ratings: RatingArrays, fits: dict[str, ModelFit]) -> dict[str, Any]:
     """The human ratings bought, the model workers' answers, and how many human ratings those answers replaced:
-    their information about the labels (answer_information) in units of the mean human rating's. A model whose
-    reliability is low moves the labels little and so replaces few ratings, however many answers it gave."""
+    their information about the labels (answer_information) in units of the mean human rating's. A model's
+    answers left out (unreliable, or on its weak kinds) replace nothing; a model of low reliability left in moves
+    the labels little and so replaces few ratings, however many answers it gave."""
     rated = ratings.subset(ratings.rated)
     human = rated.human
     information = answer_information(fit, ratings)
     per_rating = float(information[human].mean()) if human.any() else float("nan")
+    owner = model_workers.model_name(rated.worker)
     models: list[dict[str, Any]] = []
-    for name in np.unique(rated.worker[~human].astype(str)):
-        mine = rated.worker.astype(str) == name
-        at = int(np.searchsorted(fit.workers, name))
-        worth = float(information[mine].sum() / per_rating) if per_rating > 0 else None
+    for name, found in fits.items():
+        worth = float(information[owner == name].sum() / per_rating) if per_rating > 0 else None
         models.append(
             {
-                "worker_id": str(name),
-                "answers": int(mine.sum()),
-                "reliability": round(float(fit.reliability[at]), 4),
+                "worker_id": name,
+                "answers": sum(k.answers for k in found.kinds),
+                "reliability": round(found.reliability, 4),
+                "flag_skill": None if found.flag_skill is None else round(found.flag_skill, 4),
+                "unreliable": found.unreliable,
+                "left_out": found.left_out,
+                "weak_kinds": found.weak_kinds,
+                "kinds": [k.row() for k in found.kinds],
                 "replaced_ratings": None if worth is None else round(worth, 1),
             }
         )
@@ -146,16 +200,17 @@ def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, 
     """The items table's model columns (null for items without ratings, and for the other policies)."""
     n = len(n_ratings)
     if model is None:
-        names = ("distribution", "interval_low", "interval_high", "p_not_pertinent", "model_gap")
+        names = ("distribution", "interval_low", "interval_high", "p_not_pertinent", "model_log10_ratio")
         return {name: [None] * n for name in names}
     has = n_ratings > 0
     p_flag = model.verdict.p_flag
+    ratio = _or_nans(model.log10_ratio, n)
     return {
         "distribution": [[round(float(p), 6) for p in row] if h else None for row, h in zip(model.fit.posterior, has)],
         "interval_low": [int(v) if h else None for v, h in zip(model.low, has)],
         "interval_high": [int(v) if h else None for v, h in zip(model.high, has)],
         "p_not_pertinent": [None if np.isnan(p) else round(float(p), 6) for p in p_flag],
-        "model_gap": [None if g is None or np.isnan(g) else round(float(g), 4) for g in _or_nans(model.gap, n)],
+        "model_log10_ratio": [None if np.isnan(g) else round(float(g), 4) for g in ratio],
     }
 
 
@@ -165,14 +220,16 @@ def _or_nans(values: np.ndarray | None, n: int) -> np.ndarray:
 
 def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[str, Any] | None = None) -> pa.Table:
     """`workers.parquet`: every worker with accepted answers; reliability, bias and noise from the ordinal model
-    (null for one who only flagged, and for the other policies); gold accuracy and answers from the hidden gold
-    (`gold`: worker -> hidden_gold.WorkerGold; null and 0 without gold in the batch)."""
+    (null for one who only flagged, and for the other policies), and for a language model the pooled figures,
+    its flag skill and its fit per kind of condition (`kinds`, `weak_kinds`); gold accuracy and answers from the
+    hidden gold (`gold`: worker -> hidden_gold.WorkerGold; null and 0 without gold in the batch)."""
     names, codes = np.unique(ratings.worker.astype(str), return_inverse=True)
     answers = np.bincount(codes, minlength=len(names))
     rated = np.bincount(codes[ratings.rated], minlength=len(names))
     columns: dict[str, Any] = {"worker_id": names, "answers": answers, "ratings": rated}
-    for name in ("reliability", "bias", "noise", "flag_skill"):
+    for name in ("reliability", "bias", "noise", "flag_skill", "kinds", "weak_kinds"):
         columns[name] = [None] * len(names)
+    unreliable = [False] * len(names)
     if model is not None:
         fitted = {w: i for i, w in enumerate(model.fit.workers)}
         at = [fitted.get(w) for w in names]
@@ -181,7 +238,16 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
             columns[name] = [None if i is None else round(float(values[i]), 4) for i in at]
         skill = dict(zip(model.verdict.workers, model.verdict.skill))
         columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
-    columns["unreliable"] = [r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
+        unreliable = [r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
+        for n, name in enumerate(names):
+            found = model.model_fits.get(str(name))
+            if found is not None:
+                columns["reliability"][n] = round(found.reliability, 4)
+                columns["bias"][n], columns["noise"][n] = round(found.bias, 4), round(found.noise, 4)
+                columns["kinds"][n] = [k.row() for k in found.kinds]
+                columns["weak_kinds"][n] = found.weak_kinds
+                unreliable[n] = found.unreliable
+    columns["unreliable"] = unreliable
     scored = [(gold or {}).get(w) for w in names]
     columns["gold_accuracy"] = [None if g is None or g.accuracy is None else round(g.accuracy, 4) for g in scored]
     columns["gold_answers"] = [0 if g is None else g.answers for g in scored]
@@ -195,6 +261,8 @@ def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
         "unreliable_below": UNRELIABLE_BELOW,
+        "model_unreliable_below": model_workers.MODEL_UNRELIABLE_BELOW,
+        "flag_skill_below": model_workers.FLAG_SKILL_BELOW,
         "gold_accuracy": _mean_gold_accuracy(table),
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,

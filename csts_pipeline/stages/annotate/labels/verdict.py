@@ -60,13 +60,9 @@ def infer(
     flagged: np.ndarray,
     n_items: int,
     model: str = CHOSEN,
-    p_flag: np.ndarray | None = None,
 ) -> Verdict:
-    """P(not pertinent) per item and each worker's skill, by the crowd-kit `model` (one of MODELS); with soft
-    votes (`p_flag`: a model worker's P(not pertinent) per row, nan for people's votes), by soft_dawid_skene."""
-    if p_flag is not None and not np.isnan(p_flag).all():
-        votes = np.where(np.isnan(p_flag), flagged.astype(np.float64), p_flag)
-        return soft_dawid_skene(item, worker, votes, n_items)
+    """P(not pertinent) per item and each worker's skill, by the crowd-kit `model` (one of MODELS), from people's
+    votes; a language model's votes are weighed against this verdict afterwards (model_workers.weigh_flags)."""
     workers = np.unique(np.asarray(worker).astype(str))
     p_flag = np.full(n_items, np.nan)
     skill = np.full(len(workers), np.nan)
@@ -99,41 +95,3 @@ def balanced_skill(errors: pd.DataFrame, workers: np.ndarray) -> np.ndarray:
         if vote in verdicts and str(name) in order:
             right[order[str(name)]] += row[vote] / len(verdicts)
     return right
-
-
-def soft_dawid_skene(
-    item: np.ndarray, worker: np.ndarray, vote: np.ndarray, n_items: int, n_iter: int = 100, tol: float = 1e-6
-) -> Verdict:
-    """Two-class Dawid-Skene by EM where a vote may be soft (`vote`: P(flag) per row; 0 or 1 for a person). As in
-    the ordinal model, a worker's 2 x 2 confusion is estimated from its most likely votes and a soft vote q
-    enters as the expected likelihood q P(flag | z) + (1 - q) P(ok | z), so an unsure model weighs little.
-    Each confusion has one pseudo-vote of a fair worker (right 0.8 of the time) per verdict, so a worker with a
-    handful of votes is not judged on them alone. With only hard votes this is Dawid-Skene as crowd-kit fits
-    it, up to that smoothing."""
-    workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
-    q = np.stack([np.asarray(vote, np.float64), 1 - np.asarray(vote, np.float64)], axis=1)  # [rows, (flag, ok)]
-    most = np.eye(2)[(q[:, 0] < 0.5).astype(np.int64)]  # the most likely vote: what the confusions count
-    p_flag = np.full(n_items, np.nan)
-    votes = np.bincount(item, minlength=n_items)
-    answered = votes > 0
-    share = np.bincount(item, weights=q[:, 0], minlength=n_items) / np.maximum(votes, 1)  # start: the mean vote
-    post = np.stack([share, 1 - share], axis=1)
-    confusion = np.tile(np.array([[0.8, 0.2], [0.2, 0.8]]), (len(workers), 1, 1))  # [worker, z, vote]
-    for _ in range(n_iter):
-        counts = np.zeros((len(workers), 2, 2)) + np.array([[0.8, 0.2], [0.2, 0.8]])
-        np.add.at(counts, code, post[item][:, :, None] * most[:, None, :])
-        confusion = counts / counts.sum(axis=2, keepdims=True)
-        prior = (post[answered].sum(axis=0) + 1) / (answered.sum() + 2)
-        log_post = np.tile(np.log(prior), (n_items, 1))
-        joint = q[:, None, :] * confusion[code]
-        for z in range(2):
-            log_post[:, z] += np.bincount(item, weights=np.log(joint[:, z].sum(axis=1)), minlength=n_items)
-        updated = np.exp(log_post - log_post.max(axis=1, keepdims=True))
-        updated /= updated.sum(axis=1, keepdims=True)
-        change = float(np.abs(updated - post).max()) if n_items else 0.0
-        post = updated
-        if change < tol:
-            break
-    p_flag[answered] = post[answered, 0]
-    skill = (confusion[:, 0, 0] + confusion[:, 1, 1]) / 2
-    return Verdict(p_flag, workers, skill)

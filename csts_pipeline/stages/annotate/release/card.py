@@ -12,6 +12,7 @@ import pyarrow as pa
 import yaml
 
 from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
+from csts_pipeline.stages.annotate.labels import model_workers
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator_class
 
 
@@ -187,11 +188,7 @@ def _model_share(share: dict[str, Any] | None) -> list[str]:
     """The card's sentence on language models as raters: human ratings bought, and what the models replaced."""
     if not share or not share.get("models"):
         return []
-    each = "; ".join(
-        f"`{m['worker_id']}` answered {m['answers']:,} items with reliability {m['reliability']:.3f}, worth "
-        f"{m['replaced_ratings']} human ratings"
-        for m in share["models"]
-    )
+    each = "; ".join(f"`{m['worker_id']}`: {model_workers.describe(m)}" for m in share["models"])
     return [
         f"\nLanguage models rated alongside people, weighed by the same rater model and never taken as truth: "
         f"{share['human_ratings']:,} human ratings were bought and the models' answers replaced "

@@ -9,13 +9,16 @@ fewer than two ratings. The batch is closed to the workers the model found unrel
 a qualification or block list on the platform). Its items keep their ids, so the next import takes the first
 batch's results and the follow-up's together (`--results first.csv --results more.csv`) and merges them.
 
-With a language model among the raters (worker `model:<name>`) its answers are in the posterior routed by, an
-item whose model and people disagree (`model_gap` above GAP_ABOVE) is asked again however narrow its posterior,
-and only people's answers count towards MAX_ANSWERS; `--budget N` keeps the N most needed items (route)."""
+With a language model among the raters (worker `model:<name>`) its answers are in the posterior routed by (but
+not on its weak kinds of condition, where the import left them out: there the posterior is the people's), an
+item where the models' answers make the people's label ten times less likely than their own favourite
+(`model_log10_ratio` above RATIO_ABOVE) is asked again however narrow its posterior, and only people's answers
+count towards MAX_ANSWERS. `--budget N` caps the human ratings all follow-up batches ask together (spent)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ import pyarrow.compute as pc
 
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.records import require_current
+from csts_pipeline.pipeline.records import read_record, require_current
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
@@ -46,7 +49,7 @@ log = logging.getLogger(__name__)
 RATINGS_MORE = "ratings_more"
 EXCLUDE = "exclude_workers.csv"
 MORE_ABOVE_SD = 0.5
-GAP_ABOVE = 1.0  # a model's expected label and the people's this far apart: ask people, however narrow
+RATIO_ABOVE = 1.0  # log10: the models' answers make the people's label 10 times less likely: ask people
 DISAGREE_SPAN = 2
 MAX_ANSWERS = 8
 OPEN = ("kept", "too_few_ratings", "unanswered")
@@ -59,14 +62,15 @@ def posterior_sd(distribution: np.ndarray) -> np.ndarray:
 
 
 def needs_more(
-    distribution: np.ndarray, answers: np.ndarray, status: np.ndarray, gap: np.ndarray | None = None
+    distribution: np.ndarray, answers: np.ndarray, status: np.ndarray, log10_ratio: np.ndarray | None = None
 ) -> np.ndarray:
     """Model labels: items open for ratings, under the answer cap, without ratings or with a posterior sd above
-    MORE_ABOVE_SD (`distribution` rows of nan for items without ratings), or where a model's answers and the
-    people's expected labels are more than GAP_ABOVE apart (`gap`, quality.model_gap; nan: no model)."""
+    MORE_ABOVE_SD (`distribution` rows of nan for items without ratings), or where the models' answers make the
+    people's label more than 10**RATIO_ABOVE times less likely than their favourite (`log10_ratio`,
+    quality.model_log10_ratio; nan: no model)."""
     sd = posterior_sd(np.nan_to_num(distribution, nan=0.0))
     unrated = np.isnan(distribution).any(axis=1)
-    apart = np.zeros(len(sd), bool) if gap is None else np.nan_to_num(gap, nan=0.0) > GAP_ABOVE
+    apart = np.zeros(len(sd), bool) if log10_ratio is None else np.nan_to_num(log10_ratio, nan=0.0) > RATIO_ABOVE
     return np.isin(status, OPEN) & (answers < MAX_ANSWERS) & (unrated | (sd > MORE_ABOVE_SD) | apart)
 
 
@@ -75,16 +79,16 @@ def route(
     answers: np.ndarray,
     status: np.ndarray,
     budget: int | None = None,
-    gap: np.ndarray | None = None,
+    log10_ratio: np.ndarray | None = None,
 ) -> np.ndarray:
     """The items of the next batch, most needed first: those needs_more picks, the ones without a human rating
-    first, then those where a model and the people disagree (`gap`), then by posterior sd, widest first (a
-    model's answers are in the posterior: where people and the model agree tightly it is narrow, where the
-    model is unsure it is wide); with `budget`, only the first `budget` of them (one human rating each)."""
-    chosen = np.flatnonzero(needs_more(distribution, answers, status, gap))
+    first, then those where the models and the people disagree (`log10_ratio`), then by posterior sd, widest
+    first (a model's answers are in the posterior: where people and the model agree tightly it is narrow, where
+    the model is unsure it is wide); with `budget`, only the first `budget` of them (one human rating each)."""
+    chosen = np.flatnonzero(needs_more(distribution, answers, status, log10_ratio))
     sd = posterior_sd(np.nan_to_num(distribution[chosen], nan=0.0))
-    if gap is not None:
-        sd[np.nan_to_num(gap[chosen], nan=0.0) > GAP_ABOVE] += 10.0  # after the unrated, before the rest
+    if log10_ratio is not None:
+        sd[np.nan_to_num(log10_ratio[chosen], nan=0.0) > RATIO_ABOVE] += 10.0  # after the unrated, before the rest
     sd[np.isnan(distribution[chosen]).any(axis=1)] = np.inf
     ordered = chosen[np.argsort(-sd, kind="stable")]
     return ordered if budget is None else ordered[:budget]
@@ -112,17 +116,23 @@ def human_ratings(ratings_dir: Path) -> pa.Table:
 def _selection(ratings_dir: Path, budget: int | None) -> tuple[np.ndarray, str]:
     """The item ids that need more ratings, most needed first, and the rule used."""
     items = read_table(ratings_dir / ITEMS)
+    return select(items, budget, lambda: human_ratings(ratings_dir))
+
+
+def select(items: pa.Table, budget: int | None, people: Callable[[], pa.Table]) -> tuple[np.ndarray, str]:
+    """From the import's items table (and, for the policies without the rater model, `people`: the people's rows
+    of its ratings table), the item ids of the next batch, most needed first, and the rule used."""
     ids = items.column("item_id").to_numpy(zero_copy_only=False)
     status = items.column("status").to_numpy(zero_copy_only=False)
     answers = items.column("answers").to_numpy()  # people's answers (model workers are not counted there)
     distribution = items.column("distribution")
     if distribution.null_count < items.num_rows:
         rows = np.array([[np.nan] * len(SCALE) if d is None else d for d in distribution.to_pylist()])
-        gap = None
-        if "model_gap" in items.column_names:  # items written before the column have none
-            gap = np.array([np.nan if g is None else g for g in items.column("model_gap").to_pylist()], float)
-        return ids[route(rows, answers, status, budget, gap)], "model"
-    ratings = human_ratings(ratings_dir).filter(pc.invert(pc.field("not_pertinent")))
+        ratio = None
+        if "model_log10_ratio" in items.column_names:  # items written before the column have none
+            ratio = np.array([np.nan if g is None else g for g in items.column("model_log10_ratio").to_pylist()])
+        return ids[route(rows, answers, status, budget, ratio)], "model"
+    ratings = people().filter(pc.invert(pc.field("not_pertinent")))
     index = pc.index_in(ratings.column("item_id"), items.column("item_id")).to_numpy(zero_copy_only=False)
     values = ratings.column("rating").to_numpy(zero_copy_only=False).astype(np.float64)
     chosen = np.flatnonzero(disagreeing(index.astype(np.int64), values, answers, status))
@@ -131,21 +141,32 @@ def _selection(ratings_dir: Path, budget: int | None) -> tuple[np.ndarray, str]:
 
 def excluded_workers(ratings_dir: Path) -> pa.Table:
     """The workers the model found unreliable, with their reliability (empty without the model)."""
-    workers = read_table(ratings_dir / WORKERS)
+    return unreliable_people(read_table(ratings_dir / WORKERS))
+
+
+def unreliable_people(workers: pa.Table) -> pa.Table:
+    """The people of a workers table marked unreliable (a follow-up batch is closed to them)."""
     people = pc.invert(pc.starts_with(workers.column("worker_id"), MODEL_WORKER))  # a model takes no HITs
     unreliable = workers.filter(pc.and_(workers.column("unreliable"), people))
     return unreliable.select(["worker_id", "reliability", "ratings"])
 
 
 def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> dict[str, Any]:
-    """Write `ratings_more/`: hits.csv and tasks.jsonl for the items that need more ratings (at most `budget`,
-    the widest posteriors first), exclude_workers.csv."""
+    """Write `ratings_more/`: hits.csv and tasks.jsonl for the items that need more ratings (the most needed
+    first; with `budget`, as many as the budget has left after the earlier follow-ups, spent_before),
+    exclude_workers.csv."""
     if budget is not None and budget < 1:
         raise UserError(f"--budget must be at least 1 (got {budget})")
     ratings_dir = annotate_dir / RATINGS
     upstream = require_current(ratings_dir, RATINGS_IMPORT, ratings_sources(annotate_dir))
+    spent = spent_before(annotate_dir / RATINGS_MORE, upstream["fingerprint"])
+    if budget is not None and spent >= budget:
+        raise UserError(
+            f"{annotate_dir / RATINGS_MORE}: --budget {budget} is spent: the follow-up batches so far asked "
+            f"{spent} human ratings; nothing was written"
+        )
     params = {"more_above_sd": MORE_ABOVE_SD, "disagree_span": DISAGREE_SPAN, "max_answers": MAX_ANSWERS}
-    params["budget"] = budget
+    params |= {"budget": budget, "spent_before": spent}
     with OutputFolder(
         "annotate-export-more",
         annotate_dir / RATINGS_MORE,
@@ -155,7 +176,7 @@ def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> d
     ) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
-        wanted, rule = _selection(ratings_dir, budget)
+        wanted, rule = _selection(ratings_dir, None if budget is None else budget - spent)
         if len(wanted) == 0:
             raise UserError(f"{ratings_dir / ITEMS}: no item needs more ratings (rule: {rule}); nothing was written")
         order = {item_id: n for n, item_id in enumerate(wanted.tolist())}
@@ -172,7 +193,21 @@ def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> d
         write_csv(exclude, out.staging / EXCLUDE)
         files["exclude"] = str(out.folder / EXCLUDE)
         counts = {"items": len(records), "exclude_workers": exclude.num_rows}
+        counts |= {"spent_before": spent, "spent": spent + len(records)}  # one human rating per item
         return out.finish(counts, rule=rule, budget=budget, files=files)
+
+
+def spent_before(more_dir: Path, ratings_fingerprint: str) -> int:
+    """Human ratings asked by the follow-up batches before this one: the last batch's running total when the
+    ratings import has changed since it was exported (its results were imported), else the total before it
+    (the same round exported again). Each batch asks one rating per item."""
+    record = read_record(more_dir)
+    if record is None:
+        return 0
+    counts = record.get("counts", {})
+    total = int(counts.get("spent", counts.get("items", 0)))
+    before = int(counts.get("spent_before", 0))
+    return before if record.get("inputs", {}).get("ratings") == ratings_fingerprint else total
 
 
 def describe_more(record: dict[str, Any]) -> str:
@@ -186,7 +221,8 @@ def describe_more(record: dict[str, Any]) -> str:
         else f"ratings {DISAGREE_SPAN}+ points apart or fewer than 2"
     )
     if record.get("budget") is not None:
-        rule += f"; the {record['budget']} widest first (--budget)"
+        left = record["budget"] - counts.get("spent_before", 0)
+        rule += f"; the {left} most needed first (--budget {record['budget']}: {counts.get('spent', 0)} spent)"
     return (
         f"{counts['items']} items need more ratings ({rule}; at most {MAX_ANSWERS} answers each)\n"
         f"  upload: {files['hits']} (1 assignment per HIT)\n  ids:    {files['tasks']}\n"

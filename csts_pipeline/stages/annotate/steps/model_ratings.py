@@ -1,13 +1,14 @@
-"""`annotate rate`: a language model rates every (s1, s2, c) that the ratings export sends to people, as one more
-worker `model:<name>` (docs/annotate.md, "Models in the loop").
+"""`annotate rate`: a language model rates every row that the ratings export sends to people, as one more worker
+`model:<name>` (docs/annotate.md, "Models in the loop").
 
 Two questions per item, each read as a distribution from next-token probabilities (pipeline.language_model):
 does the condition apply to both sentences (P(not pertinent) = P("no")), and how similar are they under it
-(P(1..5)). The items come from the conditions import, the same triplets the ratings export turns into tasks, so the
-model never sees the hidden gold mixed into the export. Output: `<annotate>/model_ratings/ratings.parquet`
-(schemas.MODEL_RATING_SCHEMA: the ratings schema with `distribution` and `p_not_pertinent` filled, and how each
-answer was read) and the answer cache `answers.parquet`; the ratings import takes the answered rows as one more
-worker (`accepted`). An item the model gave no answer for is counted and kept with nulls, never made a rating."""
+(P(1..5)). The items are the ratings export's rows, hidden controls included: the model sees the sentences and
+the condition only, so, as a person, it cannot tell a control from a real item, and the hidden gold scores it.
+Output: `<annotate>/model_ratings/ratings.parquet` (schemas.MODEL_RATING_SCHEMA: the ratings schema with
+`distribution` and `p_not_pertinent` filled, and how each answer was read) and the answer cache `answers.parquet`;
+the ratings import takes the answered rows as one more worker, each with its distribution (model_answers). An item
+the model gave no answer for is counted and kept with nulls, never made a rating."""
 
 from __future__ import annotations
 
@@ -33,15 +34,14 @@ from csts_pipeline.pipeline.language_model import (
 from csts_pipeline.pipeline.records import read_record, require_current
 from csts_pipeline.pipeline.schemas import MODEL_RATING_SCHEMA
 from csts_pipeline.pipeline.shards import read_table
-from csts_pipeline.stages.annotate.crowd import tasks
-from csts_pipeline.stages.annotate.crowd.files import write_parquet
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_parquet
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.layout import (
     CONDITIONS,
-    CONDITIONS_TASKS,
     INDIVIDUAL_RATINGS,
     MODEL_RATINGS,
-    TRIPLETS,
+    RATINGS_TASKS,
+    TASKS,
 )
 
 UNIT_ITEMS = 8  # items per unit: the answers of a finished unit survive a killed run
@@ -56,24 +56,22 @@ def worker_id(model: LanguageModel) -> str:
 
 
 def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = False) -> dict[str, Any]:
-    """Rate every item of the conditions import with the model (`spec`, or a model already open); a no-op when
+    """Rate every row of the ratings export with the model (`spec`, or a model already open); a no-op when
     model, prompts and items are unchanged, and answers already in the folder's cache are never asked again."""
-    conditions_dir = annotate_dir / CONDITIONS
-    upstream = require_current(
-        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
-    )
+    tasks_dir = annotate_dir / RATINGS_TASKS
+    upstream = require_current(tasks_dir, "annotate export --stage ratings", {"conditions": annotate_dir / CONDITIONS})
     # a server is contacted here: an unreachable one fails before anything is written
     model = spec if isinstance(spec, LanguageModel) else open_model(spec)
     prompts = {name: load_prompt("csts_pipeline.stages.annotate", name) for name in QUESTIONS}
     params = {"model": model.identity, "prompts": {name: p.describe() for name, p in prompts.items()}}
-    inputs = {"conditions": upstream["fingerprint"]}
+    inputs = {"tasks": upstream["fingerprint"]}
     folder = annotate_dir / MODEL_RATINGS
-    with OutputFolder("annotate-rate", folder, params, inputs, reads=(conditions_dir,)) as out:
+    with OutputFolder("annotate-rate", folder, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
-        items = tasks.rating_tasks(read_table(conditions_dir / TRIPLETS))
+        items = [{"item_id": t["item_id"], **{f: t[f] for f in ITEM_FIELDS}} for t in read_jsonl(tasks_dir / TASKS)]
         if not items:
-            raise UserError(f"{conditions_dir / TRIPLETS}: no items to rate")
+            raise UserError(f"{tasks_dir / TASKS}: no items to rate")
         out.begin(force)
         model.cost = Cost()  # this run's cost only (a model may be shared by several steps)
         cache = AnswerCache(out, model.identity)
@@ -183,11 +181,10 @@ def _how_read(answer: Answer, prefix: str) -> dict[str, Any]:
 
 @dataclass
 class ModelAnswers:
-    """The model rows for the ratings import: as accepted ratings (indexed into the rating tasks), their soft
-    answers by (item id, worker), and the fingerprint that makes the import depend on them."""
+    """The model rows for the ratings import: as accepted answers with their distributions (indexed into the
+    rating tasks), and the fingerprint that makes the import depend on them."""
 
     ratings: list[Rating] = field(default_factory=list)
-    soft: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)
 
 
@@ -195,25 +192,31 @@ def model_input(annotate_dir: Path) -> dict[str, str]:
     """The ratings import's input from `annotate rate` (none when it never ran; refused when it is stale)."""
     if read_record(annotate_dir / MODEL_RATINGS) is None:
         return {}
-    record = require_current(annotate_dir / MODEL_RATINGS, "annotate rate", {"conditions": annotate_dir / CONDITIONS})
+    record = require_current(annotate_dir / MODEL_RATINGS, "annotate rate", {"tasks": annotate_dir / RATINGS_TASKS})
     return {"model_ratings": record["fingerprint"]}
 
 
 def model_answers(annotate_dir: Path, rating_tasks: list[dict[str, Any]]) -> ModelAnswers:
-    """What `annotate rate` left, matched to the exported rating tasks by item id (none when it never ran). A
-    flagged answer carries no rating, as a person's; its most likely digit stays in `soft`."""
-    folder = annotate_dir / MODEL_RATINGS
+    """What `annotate rate` left, matched to the exported rating tasks (none when it never ran)."""
     inputs = model_input(annotate_dir)
     if not inputs:
         return ModelAnswers()
+    return answers_of(read_table(annotate_dir / MODEL_RATINGS / INDIVIDUAL_RATINGS), rating_tasks, inputs)
+
+
+def answers_of(table: pa.Table, rating_tasks: list[dict[str, Any]], inputs: dict[str, str]) -> ModelAnswers:
+    """Model rows (the ratings schema, as `annotate rate` writes them) as accepted answers indexed into
+    `rating_tasks` by item id, each with its distribution q and P(not pertinent): the rater model weighs the
+    answer by q, and the verdict by P. A row without a distribution is no answer and is left out; `rating` is
+    q's most likely digit (also when flagged, so the gold check can score it)."""
     at = {task["item_id"]: i for i, task in enumerate(rating_tasks)}
     found = ModelAnswers(inputs=inputs)
-    for row in read_table(folder / INDIVIDUAL_RATINGS).to_pylist():
-        item = at.get(row["item_id"])
-        if item is None or row["distribution"] is None or row["p_not_pertinent"] is None:
+    for row in table.to_pylist():
+        item, q, p_not = at.get(row["item_id"]), row.get("distribution"), row.get("p_not_pertinent")
+        if item is None or q is None or row.get("rating") is None or len(q) != len(DIGITS):
             continue  # another item, or no answer (never a rating)
-        flagged = bool(row["not_pertinent"])
-        found.ratings.append(Rating(item, row["worker_id"], "", None if flagged else row["rating"], flagged))
-        soft = {name: row[name] for name in ("rating", "distribution", "p_not_pertinent")}
-        found.soft[row["item_id"], row["worker_id"]] = soft
+        flagged = p_not is not None and p_not > 0.5  # p_not null: not asked (a similarity model)
+        digit = None if flagged else int(np.argmax(q)) + 1
+        p = None if p_not is None else float(p_not)
+        found.ratings.append(Rating(item, row["worker_id"], "", digit, flagged, tuple(q), p))
     return found

@@ -4,7 +4,9 @@ agreement, the workers table and the high-against-low check. The previous output
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +19,7 @@ from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, platform, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
-from csts_pipeline.stages.annotate.labels import quality
+from csts_pipeline.stages.annotate.labels import model_workers, quality
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
 from csts_pipeline.stages.annotate.labels.sampling import hash64
@@ -136,40 +138,24 @@ def import_ratings(
         gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
         if gold is not None and gold.blocked:
             screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
-        if not accepted:
+        if not any(not hidden_gold.is_control(tasks_all[a.item]) for a in accepted):
             raise screen.nothing_valid(results, "ratings")
-        accepted = accepted + by_model.ratings
-        parts = hidden_gold.separate(tasks_all, accepted)
-        items, accepted = parts.items, parts.accepted
-        if not accepted:
-            raise screen.nothing_valid(results, "ratings")
-        ratings = RatingArrays.of(accepted)
-        anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
-        policy = aggregator(how, not_pertinent_share, min_ratings, anchor)
-        labels = policy.fit_predict(ratings, len(items))
-        model = policy.result_
-        agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
-        checks = quality.high_low(items, labels, model)
-        workers = quality.workers_table(model, ratings, gold.workers if gold else None)
-        agreement |= {
-            "high_low": checks.summary,
-            "model_workers": quality.workers_summary(model, workers) if model else None,
-            "gold": gold.summary() if gold else None,
-        }
+        done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
+                           agreement_sample, seed)  # fmt: skip
 
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
-        write_parquet(_item_table(items, labels, quality.item_columns(model, labels.ratings)), out.staging / ITEMS)
-        write_parquet(_individual_table(items, accepted, by_model.soft), out.staging / INDIVIDUAL_RATINGS)
-        write_parquet(workers, out.staging / WORKERS)
-        write_csv(checks.table, out.staging / INVERSIONS)
-        write_json(out.staging / AGREEMENT, agreement)
+        write_parquet(done.item_table(), out.staging / ITEMS)
+        write_parquet(_individual_table(done.items, done.accepted), out.staging / INDIVIDUAL_RATINGS)
+        write_parquet(done.workers, out.staging / WORKERS)
+        write_csv(done.checks.table, out.staging / INVERSIONS)
+        write_json(out.staging / AGREEMENT, done.agreement)
         blocked = platform.block(out.staging, gold.blocklist()) if gold is not None else {}
-        status = labels.status
+        status = done.labels.status
         counts = {
-            "items": len(items),
+            "items": len(done.items),
             "rows_read": screen.rows_read,
-            "ratings_accepted": len(accepted),
+            "ratings_accepted": len(done.accepted),
             "excluded_rows": screen.excluded_rows(),
             **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
             "items_unanswered": int((status == "unanswered").sum()),
@@ -178,9 +164,65 @@ def import_ratings(
         files["report"] = str(out.folder / REPORT)
         if gold is not None:
             files |= {key: str(out.folder / value) for key, value in blocked.items()}
-            counts |= {"gold_answers": agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
-        figures = {name: agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
+            counts |= {"gold_answers": done.agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
+        figures = {name: done.agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
         return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
+
+
+@dataclass
+class Labelled:
+    """What the ratings import computes from the tasks and the accepted answers, before anything is written."""
+
+    items: list[dict]
+    accepted: list[screening.Rating]
+    labels: ItemLabels
+    model: quality.ModelResult | None
+    workers: pa.Table
+    agreement: dict[str, Any]
+    checks: quality.HighLow
+
+    def item_table(self) -> pa.Table:
+        """`items.parquet`."""
+        return _item_table(self.items, self.labels, quality.item_columns(self.model, self.labels.ratings))
+
+
+def label_batch(
+    tasks_all: list[dict],
+    people: list[screening.Rating],
+    models: list[screening.Rating],
+    how: str,
+    not_pertinent_share: float = 0.5,
+    min_ratings: int = 1,
+    gold: hidden_gold.GoldCheck | None = None,
+    agreement_sample: int | None = None,
+    seed: int = 0,
+) -> Labelled:
+    """The import's labels from the rating tasks (hidden controls included, `gold` their check on people) and the
+    accepted answers of people and of language models (model_ratings.answers_of: each with its distribution):
+    the label policy `how`, agreement, the workers table and the high-against-low check. Everything the command
+    computes goes through here; a bench or a simulation calls it with answers made in memory."""
+    parts = hidden_gold.separate(tasks_all, people + models)
+    items, accepted = parts.items, parts.accepted
+    ratings = RatingArrays.of(accepted)
+    anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
+    conditions = [str(t.get("condition", "")) for t in items] + parts.anchor_conditions
+    kinds = model_workers.condition_kinds(conditions) if models else None
+    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds)
+    labels = policy.fit_predict(ratings, len(items))
+    model = policy.result_
+    agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
+    checks = quality.high_low(items, labels, model)
+    scored = hidden_gold.GoldCheck.of(tasks_all, models).workers if gold is not None else {}
+    workers = quality.workers_table(model, ratings, (gold.workers | scored) if gold else None)
+    for found in (model.models or {}).get("models", []) if model else []:  # a model's gold, as a person's
+        found |= {"gold_answers": scored[found["worker_id"]].answers if found["worker_id"] in scored else 0}
+        found["gold_accuracy"] = scored[found["worker_id"]].accuracy if found["gold_answers"] else None
+    agreement |= {
+        "high_low": checks.summary,
+        "model_workers": quality.workers_summary(model, workers) if model else None,
+        "gold": gold.summary() if gold else None,
+    }
+    return Labelled(items, accepted, labels, model, workers, agreement, checks)
 
 
 def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
@@ -209,11 +251,9 @@ def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, list]) -
     return pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)
 
 
-def _individual_table(
-    items: list[dict], accepted: list[screening.Rating], soft: dict[tuple[str, str], dict] | None = None
-) -> pa.Table:
-    """`ratings.parquet`: every accepted rating, so labels and agreement can be recomputed; a model worker's rows
-    (`soft`, by item and worker) also carry its most likely digit, distribution and P(not pertinent)."""
+def _individual_table(items: list[dict], accepted: list[screening.Rating]) -> pa.Table:
+    """`ratings.parquet`: every accepted answer, so labels and agreement can be recomputed; a model worker's rows
+    also carry its distribution and P(not pertinent)."""
     rows = [
         {
             "item_id": items[a.item]["item_id"],
@@ -221,7 +261,8 @@ def _individual_table(
             "assignment_id": a.assignment or None,
             "rating": a.rating,
             "not_pertinent": a.not_pertinent,
-            **(soft or {}).get((items[a.item]["item_id"], a.worker), {}),
+            "distribution": None if a.distribution is None else list(a.distribution),
+            "p_not_pertinent": a.p_not_pertinent,
         }
         for a in accepted
     ]

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from csts_pipeline.stages.annotate.labels import model_workers
 from csts_pipeline.stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
@@ -170,18 +171,15 @@ def _import_ratings(record: dict[str, Any]) -> str:
 
 
 def model_share_lines(share: dict[str, Any] | None) -> list[str]:
-    """What the language models gave: the human ratings bought, each model's answers, its reliability and the
-    human ratings its answers replaced (quality.model_share); nothing without a model worker."""
+    """What the language models gave: the human ratings bought, and per model its answers, reliability, flag
+    skill, gold, weak kinds and the human ratings its answers replaced (quality.model_share); nothing without a
+    model worker."""
     if not share or not share.get("models"):
         return []
     lines = [
         f"human ratings bought: {share['human_ratings']:,}; the models' answers replaced {share['replaced_ratings']:,}"
     ]
-    for m in share["models"]:
-        lines.append(
-            f"  {m['worker_id']}: {m['answers']:,} answers, reliability {m['reliability']:.3f}, worth "
-            f"{m['replaced_ratings']} human ratings"
-        )
+    lines.extend(f"  {m['worker_id']}: {model_workers.describe(m)}" for m in share["models"])
     return lines
 
 
