@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
+from csts_pipeline.pipeline.language_model.base import Answer
 from csts_pipeline.pipeline.schemas import PROVENANCE
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, Rating, RatingArrays
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
@@ -173,7 +174,10 @@ def people_answers(crowd: Crowd) -> list[Rating]:
 def model_table(crowd: Crowd, tasks: list[dict], kind: str, seed: int) -> pa.Table:
     """What `annotate rate` would write for the model `kind` (model_ratings.ratings_table)."""
     q, p_flag = model_answers(crowd, kind, seed)
-    answers = [{"rate": row, "pertinent": np.array([1 - p, p])} for row, p in zip(q, p_flag)]
+    answers = [
+        {"rate": Answer(np.asarray(row), "logprobs", 1.0), "pertinent": Answer(np.array([1 - p, p]), "logprobs", 1.0)}
+        for row, p in zip(q, p_flag)
+    ]
     return model_ratings.ratings_table(tasks, answers, MODEL_WORKER + kind)
 
 
