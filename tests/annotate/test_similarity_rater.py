@@ -160,4 +160,4 @@ def test_the_round_trip_with_a_trained_model(tmp_path: Path):
     card = tmp_path / "card"
     cli("export", "--format", "hf", "--annotate", second, "--out", card)
     text = (card / "README.md").read_text()
-    assert "`model:trained` answered 200 items" in text and "human ratings were bought" in text
+    assert "`model:trained`: 200 answers" in text and "human ratings were bought" in text
