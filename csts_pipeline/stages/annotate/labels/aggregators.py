@@ -130,16 +130,6 @@ class OrdinalModel(Aggregator):
     not-pertinent verdict; `anchor` is fitted alongside with its labels fixed. `result_` keeps the fit (posterior,
     intervals, verdict, each worker's reliability) for the workers table and the published distributions."""
 
-    def __init__(
-        self,
-        not_pertinent_share: float = 0.5,
-        min_ratings: int = 1,
-        anchor: Anchor | None = None,
-        kinds: np.ndarray | None = None,
-    ):
-        super().__init__(not_pertinent_share, min_ratings, anchor)
-        self.kinds = kinds  # per item, then per gold item: its condition's kind (model_workers)
-
     name: ClassVar[str] = "model"
     help: ClassVar[str] = (
         "model (an ordinal rater model weighing each worker by reliability and bias: a distribution and a 90% "
@@ -151,6 +141,16 @@ class OrdinalModel(Aggregator):
         "each item's posterior over 1-5 and its 90% interval are published with the individual ratings "
         "(below). The not-pertinent verdict is Dawid-Skene's over the raters' flags."
     )
+
+    def __init__(
+        self,
+        not_pertinent_share: float = 0.5,
+        min_ratings: int = 1,
+        anchor: Anchor | None = None,
+        kinds: np.ndarray | None = None,
+    ):
+        super().__init__(not_pertinent_share, min_ratings, anchor)
+        self.kinds = kinds  # per item, then per gold item: its condition's kind (model_workers)
 
     def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
         from csts_pipeline.stages.annotate.labels.quality import model_labels
