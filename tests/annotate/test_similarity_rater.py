@@ -161,3 +161,22 @@ def test_the_round_trip_with_a_trained_model(tmp_path: Path):
     cli("export", "--format", "hf", "--annotate", second, "--out", card)
     text = (card / "README.md").read_text()
     assert "`model:trained`: 200 answers" in text and "human ratings were bought" in text
+
+
+def test_a_question_not_asked_is_no_flag_and_a_missing_rating_is_no_answer():
+    """A similarity row (P(not pertinent) null: never asked) enters as an unflagged answer with its distribution;
+    a language-model row whose rating is null (no answer) is left out."""
+    import pyarrow as pa
+
+    from csts_pipeline.stages.annotate.steps.model_ratings import answers_of
+
+    one_hot = [0.0, 0.0, 1.0, 0.0, 0.0]
+    table = pa.Table.from_pylist(
+        [
+            {"item_id": "a", "worker_id": "model:sim", "rating": 3, "distribution": one_hot, "p_not_pertinent": None},
+            {"item_id": "b", "worker_id": "model:lm", "rating": None, "distribution": one_hot, "p_not_pertinent": 0.1},
+        ]
+    )
+    found = answers_of(table, [{"item_id": "a"}, {"item_id": "b"}], {})
+    assert [(r.item, r.worker, r.rating, r.not_pertinent) for r in found.ratings] == [(0, "model:sim", 3, False)]
+    assert found.ratings[0].p_not_pertinent is None
