@@ -207,7 +207,8 @@ def label_batch(
     anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
     conditions = [str(t.get("condition", "")) for t in items] + parts.anchor_conditions
     kinds = model_workers.condition_kinds(conditions) if models else None
-    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds)
+    controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
+    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls)
     labels = policy.fit_predict(ratings, len(items))
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
