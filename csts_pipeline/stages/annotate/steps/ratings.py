@@ -146,7 +146,7 @@ def import_ratings(
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
         write_parquet(done.item_table(), out.staging / ITEMS)
-        write_parquet(_individual_table(done.items, done.accepted), out.staging / INDIVIDUAL_RATINGS)
+        write_parquet(done.rating_table(), out.staging / INDIVIDUAL_RATINGS)
         write_parquet(done.workers, out.staging / WORKERS)
         write_csv(done.checks.table, out.staging / INVERSIONS)
         write_json(out.staging / AGREEMENT, done.agreement)
@@ -184,6 +184,10 @@ class Labelled:
     def item_table(self) -> pa.Table:
         """`items.parquet`."""
         return _item_table(self.items, self.labels, quality.item_columns(self.model, self.labels.ratings))
+
+    def rating_table(self) -> pa.Table:
+        """`ratings.parquet`."""
+        return _individual_table(self.items, self.accepted)
 
 
 def label_batch(
