@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from csts_pipeline.stages.annotate.labels import model_workers
 from csts_pipeline.stages.annotate.steps import followup
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, first_batch, import_model, prepare_folder
@@ -69,6 +70,9 @@ def test_a_model_sure_of_five_on_colour_sends_the_colour_items_to_people(tmp_pat
     kinds = json.loads((tmp_path / "annotate" / "ratings" / "agreement.json").read_text())
     model = kinds["model_workers"]["model_share"]["models"][0]
     assert [k["kind"] for k in model["kinds"] if k["weak"]] == ["colour"]
+    assert "weak on colour" in model_workers.describe(model) and "--more asks people there" in model_workers.describe(
+        model
+    )
 
 
 def test_without_the_kind_error_the_narrow_colour_items_are_left_alone(tmp_path: Path):
@@ -98,3 +102,8 @@ def test_a_kind_is_doubtful_when_weak_or_off_by_half_a_point_and_only_below_the_
     assert not followup.kind_doubt(items, rows, [{**models[0], "left_out": True}]).any()
     # a model that did not answer an item leaves it alone
     assert not followup.kind_doubt(items, rows.slice(1, 0), models).any()
+    # the summary, report and card name the kinds it errs on besides its weak ones
+    share = {**models[0], "answers": 40, "reliability": 0.7, "replaced_ratings": 12.0}
+    said = model_workers.describe(share)
+    assert "errs on colour, number (colour: mean error +0.60 on 10; number: mean error -0.50 on 10)" in said, said
+    assert "weak on time and weather" in said and "place" not in said

@@ -57,16 +57,8 @@ EXCLUDE = "exclude_workers.csv"
 REASONS_FILE = "reasons.csv"  # ratings_more/: each item of the batch and why it was asked (never uploaded)
 MORE_ABOVE_SD = 0.5
 RATIO_ABOVE = 1.0  # log10: the models' answers make the people's label 10 times less likely: ask people
-# A model's mean error on a kind of condition (its expected answer minus the label, model_workers.KindFit) from
-# which that kind's items go to people: half a point moves a label across a rounding boundary, the gap the
-# 1-5 scale's labels are read at, and it is as far as a careful person's own noise (sd 0.6) typically leaves a
-# mean of two ratings. Its table on the kind corrects a steady offset, but only as well as the people's answers
-# on that kind have measured it.
-KIND_ERROR_AT = 0.5
-# People's ratings an item of such a kind is asked up to: people alone reach a Spearman of 0.91 with 0.89
-# coverage at a fixed 3 an item on the simulated crowds (docs/annotate.md, "Models in the loop"), about what
-# their own `--more` rounds spend (3.3 an item), so there the labels are as good as people's alone.
-KIND_MIN_RATINGS = 3
+KIND_ERROR_AT = model_workers.KIND_ERROR_AT  # a model's mean error on a kind from which its items go to people
+KIND_MIN_RATINGS = model_workers.KIND_MIN_RATINGS  # people's ratings such an item is asked up to
 DISAGREE_SPAN = 2
 MAX_ANSWERS = 8
 OPEN = ("kept", "too_few_ratings", "unanswered")
@@ -142,16 +134,15 @@ def route(
 
 
 def doubtful_kinds(models: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """The (model, kind of condition) pairs a model's answers cannot settle: the kind is weak (its answers there
-    were left out) or its mean error there is KIND_ERROR_AT points or more either way. From agreement.json's
-    model_share models (model_workers.KindFit rows); a model left out whole is in no pair: it changed no label,
-    so routing is the people's alone there."""
+    """The (model, kind of condition) pairs a model's answers cannot settle (model_workers.doubtful: weak, or a
+    mean error of KIND_ERROR_AT points or more either way), from agreement.json's model_share models; a model
+    left out whole is in no pair: it changed no label, so routing is the people's alone there."""
     return {
         (m["worker_id"], k["kind"])
         for m in models
         if not m.get("left_out")
         for k in m.get("kinds") or []
-        if k["weak"] or (k["error"] is not None and abs(k["error"]) >= KIND_ERROR_AT)
+        if model_workers.doubtful(k)
     }
 
 
