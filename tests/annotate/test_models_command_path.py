@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy.stats import spearmanr
@@ -197,3 +198,34 @@ def test_gold_scores_the_model_and_enters_its_confusion():
     numeric = sum(1 for _, answer in scored if answer != "not_pertinent")
     real = sum(1 for t in tasks if t["gold_answer"] is None)
     assert share["answers"] == real + numeric
+
+
+def never_flags_on(unscored_not_pertinent: bool) -> dict:
+    """People who never flag a real item, a model that never flags (the strong model's ratings with P(not
+    pertinent) 0.02 on every row), hidden controls among them; with `unscored_not_pertinent` the not-pertinent
+    controls stay in the batch but carry no answer to score. The model's row of workers.parquet."""
+    made = gold_crowd(n_items=400, share=0.1, per_item=2, seed=8)
+    crowd = made.crowd
+    tasks = batch_tasks(crowd, 8)
+    for task, answer in zip(tasks, made.gold_answer):
+        unscored = unscored_not_pertinent and answer == "not_pertinent"
+        task["gold_answer"], task["control"] = (None if unscored else answer), answer is not None
+    r = crowd.ratings
+    real = np.array([answer is None for answer in made.gold_answer])[r.item]
+    r.flagged[real] = False
+    r.rating[real & (r.rating == 0)] = 3
+    table = model_table(crowd, tasks, "strong", 8)
+    table = table.set_column(table.schema.get_field_index("p_not_pertinent"), "p_not_pertinent",
+                             pa.array([0.02] * table.num_rows, pa.float64()))  # fmt: skip
+    models = answers_of(table, tasks, {}).ratings
+    people = people_answers(crowd)
+    found = label_batch(tasks, people, models, "model", gold=GoldCheck.of(tasks, people))
+    return {w["worker_id"]: w for w in found.workers.to_pylist()}["model:strong"]
+
+
+def test_not_pertinent_controls_score_a_model_that_never_flags():
+    caught = never_flags_on(unscored_not_pertinent=False)
+    assert caught["flag_skill"] < model_workers.FLAG_SKILL_BELOW and caught["unreliable"], caught
+    # without the not-pertinent controls nothing shows it: people never flag, so every vote it gave looks right
+    missed = never_flags_on(unscored_not_pertinent=True)
+    assert missed["flag_skill"] > 0.8 and not missed["unreliable"], missed

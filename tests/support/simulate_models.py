@@ -27,9 +27,11 @@ own function; `--more` picks the next batch with followup.select from the items 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from csts_pipeline.pipeline.language_model.base import Answer
 from csts_pipeline.pipeline.schemas import PROVENANCE
@@ -212,7 +214,7 @@ def routed_rounds(
         left = None if budget is None else budget - spent
         if left is not None and left <= 0:
             break
-        ids, _ = followup.select(found.item_table(), left, lambda: pa.table({}))
+        ids = followup.select(found.item_table(), left, lambda: pa.table({}), partial(kinds_of, found)).ids
         if len(ids) == 0:
             break
         at = {task["item_id"]: i for i, task in enumerate(tasks)}
@@ -221,3 +223,11 @@ def routed_rounds(
         grown = more_ratings(grown, wanted, 1, exclude=exclude, seed=seed * 1000 + 100 + done)
         spent += len(wanted)
     return Routed(grown, int(grown.ratings.human.sum()), done + 1)
+
+
+def kinds_of(found: Labelled) -> followup.ModelKinds:
+    """What `export --more` reads of the models from the import's files (followup.model_kinds), from an import
+    in memory: the models' rows of its ratings table and agreement.json's model_share models."""
+    rows = found.rating_table()
+    share = (found.agreement.get("model_workers") or {}).get("model_share") or {}
+    return rows.filter(pc.starts_with(rows.column("worker_id"), MODEL_WORKER)), share.get("models", [])

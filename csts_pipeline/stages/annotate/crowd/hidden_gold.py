@@ -169,14 +169,18 @@ class GoldCheck:
 
 @dataclass
 class Separated:
-    """The real items and their accepted ratings (reindexed to them), and the ratings of gold items with a
-    numeric answer (indexed 0.. over those items) with the answers, to anchor the ordinal model."""
+    """The real items and their accepted ratings (reindexed to them); the ratings of gold items with a numeric
+    answer (indexed 0.. over those items) with the answers, to anchor the ordinal model; and the ratings of every
+    scored control (indexed 0.. over them) with 1 where its answer is not pertinent, 0 where it is numeric, which
+    score a language model's flags (model_workers.weigh_flags)."""
 
     items: list[dict[str, Any]]
     accepted: list[Rating]
     anchor: list[Rating]
     anchor_truth: np.ndarray
     anchor_conditions: list[str] = field(default_factory=list)
+    controls: list[Rating] = field(default_factory=list)
+    controls_flag: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
@@ -188,4 +192,9 @@ def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
     anchor = [r._replace(item=anchor_at[r.item]) for r in accepted if r.item in anchor_at]
     truth = np.array([parse_rating(tasks[i]["gold_answer"]) for i in numeric], np.int64)
     conditions = [str(tasks[i].get("condition", "")) for i in numeric]
-    return Separated([t for t in tasks if not is_control(t)], real, anchor, truth, conditions)
+    scored = [i for i, t in enumerate(tasks) if is_gold(t)]
+    scored_at = {i: n for n, i in enumerate(scored)}
+    controls = [r._replace(item=scored_at[r.item]) for r in accepted if r.item in scored_at]
+    flag = np.array([tasks[i]["gold_answer"] == gold_set.NOT_PERTINENT for i in scored], np.int64)
+    items = [t for t in tasks if not is_control(t)]
+    return Separated(items, real, anchor, truth, conditions, controls, flag)

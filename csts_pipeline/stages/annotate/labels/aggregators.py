@@ -18,7 +18,7 @@ from csts_pipeline.pipeline.errors import UserError
 
 if TYPE_CHECKING:
     from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
-    from csts_pipeline.stages.annotate.labels.quality import Anchor, ModelResult
+    from csts_pipeline.stages.annotate.labels.quality import Anchor, Controls, ModelResult
 
 REGISTERED: dict[str, type[Aggregator]] = {}  # --aggregate name -> class, in the order they are defined
 
@@ -128,7 +128,8 @@ class RoundedMedian(PerItem):
 class OrdinalModel(Aggregator):
     """The ordinal rater model's posterior mean (labels/ordinal.py, labels/quality.py) with the worker-skill
     not-pertinent verdict; `anchor` is fitted alongside with its labels fixed. `result_` keeps the fit (posterior,
-    intervals, verdict, each worker's reliability) for the workers table and the published distributions."""
+    intervals, verdict, each worker's reliability) for the workers table and the published distributions;
+    `controls` (every scored hidden control, numeric or not pertinent) score a language model's flags."""
 
     name: ClassVar[str] = "model"
     help: ClassVar[str] = (
@@ -148,15 +149,18 @@ class OrdinalModel(Aggregator):
         min_ratings: int = 1,
         anchor: Anchor | None = None,
         kinds: np.ndarray | None = None,
+        controls: Controls | None = None,
     ):
         super().__init__(not_pertinent_share, min_ratings, anchor)
         self.kinds = kinds  # per item, then per gold item: its condition's kind (model_workers)
+        self.controls = controls
 
     def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
         from csts_pipeline.stages.annotate.labels.quality import model_labels
 
         share, least = self.not_pertinent_share, self.min_ratings
-        self.labels_, self.result_ = model_labels(ratings, n_items, share, least, self.anchor, self.kinds)
+        found = model_labels(ratings, n_items, share, least, self.anchor, self.kinds, self.controls)
+        self.labels_, self.result_ = found
         return self
 
 
@@ -179,9 +183,11 @@ def aggregator(
     min_ratings: int,
     anchor: Anchor | None = None,
     kinds: np.ndarray | None = None,
+    controls: Controls | None = None,
 ) -> Aggregator:
-    """The policy `--aggregate how` names, with the import's options (`kinds`: only a model uses them)."""
+    """The policy `--aggregate how` names, with the import's options (`kinds`, `controls`: only a model uses
+    them)."""
     cls = aggregator_class(how)
     if issubclass(cls, OrdinalModel):
-        return cls(not_pertinent_share, min_ratings, anchor, kinds)
+        return cls(not_pertinent_share, min_ratings, anchor, kinds, controls)
     return cls(not_pertinent_share, min_ratings, anchor)

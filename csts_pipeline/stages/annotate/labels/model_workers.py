@@ -6,8 +6,10 @@ So, unlike a person, it is fitted once per kind of condition (the audit's kinds:
 audit_stats.condition_kind), each kind with its own confusion table, earned against the people and the hidden
 gold. A (model, kind) whose reliability is below MODEL_UNRELIABLE_BELOW is left out and the labels refitted without
 it, so there the labels are the people's own; a model whose answers pooled over its kinds are below it is left
-out whole: it changes no label. Its not-pertinent votes enter only as far as they agree with the people's
-verdict and the gold (weigh_flags); a model whose flag skill is below FLAG_SKILL_BELOW changes no verdict."""
+out whole: it changes no label. A weak kind, or one where its mean error is KIND_ERROR_AT points or more
+(doubtful), sends its items to people at `export --more` (steps/followup.py). Its not-pertinent votes enter
+only as far as they agree with the people's verdict and the gold (weigh_flags); a model whose flag skill is below
+FLAG_SKILL_BELOW changes no verdict."""
 
 from __future__ import annotations
 
@@ -23,6 +25,15 @@ from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 UNRELIABLE_BELOW = 0.5  # a person whose reliability (a correlation) is below this answers close to at random
 MODEL_UNRELIABLE_BELOW = 0.3  # a language model whose reliability (a correlation ratio) is below this
 FLAG_SKILL_BELOW = 0.6  # a model's balanced flag accuracy below this: its flags are close to a constant
+# A model's mean error on a kind of condition (its expected answer minus the label, KindFit.error) from which
+# `export --more` asks people for that kind's items (steps/followup.py): half a point moves a label across a
+# rounding boundary, the step the 1-5 labels are read at. Its table on the kind corrects a steady offset, but
+# only as well as the people's answers on that kind have measured it.
+KIND_ERROR_AT = 0.5
+# People's ratings an item of such a kind (or of a weak kind) is asked up to: people alone reach a Spearman of
+# 0.91 with 0.89 coverage at a fixed 3 an item on the simulated crowds (docs/annotate.md, "Models in the loop"),
+# about what their own `--more` rounds spend (3.3 an item), so there the labels are as good as people's alone.
+KIND_MIN_RATINGS = 3
 KIND_SEP = " @ "  # a model worker fitted on one kind of condition: "model:<name> @ colour"
 FAIR_VOTER = np.array([[0.8, 0.2], [0.2, 0.8]])  # pseudo-votes of a fair voter, [true verdict, vote]
 
@@ -165,6 +176,12 @@ def weigh_flags(
     return p_flag, skills
 
 
+def doubtful(kind: dict[str, Any]) -> bool:
+    """A kind of condition (a KindFit row) whose items a model's answers cannot settle: weak, or its mean error
+    there KIND_ERROR_AT points or more either way."""
+    return bool(kind["weak"]) or (kind["error"] is not None and abs(kind["error"]) >= KIND_ERROR_AT)
+
+
 def _p_flag(rows: RatingArrays) -> np.ndarray:
     """Each row's P(not pertinent): a model's own, or its hard flag."""
     return rows.flagged.astype(np.float64) if rows.p_flag is None else rows.p_flag
@@ -188,6 +205,12 @@ def describe(m: dict[str, Any]) -> str:
             for k in weak
         )
         text += f"; weak on {', '.join(k['kind'] for k in weak)} ({each}): its answers there were left out"
+    off = [k for k in m.get("kinds", []) if doubtful(k) and not k["weak"]]
+    if off:
+        each = "; ".join(f"{k['kind']}: mean error {_signed(k['error'])} on {k['answers']}" for k in off)
+        text += f"; errs on {', '.join(k['kind'] for k in off)} ({each})"
+    if weak or off:
+        text += f": --more asks people there up to {KIND_MIN_RATINGS} ratings an item"
     if m.get("unreliable"):
         text += f"; unreliable flags (skill below {FLAG_SKILL_BELOW}): its not-pertinent votes were left out"
     return f"{text}; worth {m['replaced_ratings']} human ratings"

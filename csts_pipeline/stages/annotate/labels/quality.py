@@ -40,6 +40,7 @@ class ModelResult:
 
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
+Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
 
 
 def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> ordinal.OrdinalFit:
@@ -64,11 +65,13 @@ def model_labels(
     min_ratings: int,
     anchor: Anchor | None = None,
     kinds: np.ndarray | None = None,
+    controls: Controls | None = None,
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. `kinds` (per
     item, then per gold item of `anchor`): each condition's kind, which a language model is fitted by
-    (model_workers); its weak kinds, or all of a model found unreliable, are left out and the labels refitted."""
+    (model_workers); its weak kinds, or all of a model found unreliable, are left out and the labels refitted.
+    `controls`: the hidden controls, numeric and not pertinent, that score a language model's flags."""
     split = model_workers.by_kind(ratings, None if kinds is None else kinds[:n_items])
     gold = None if anchor is None else (model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items)), anchor[1])
     fit = anchored_fit(split, n_items, gold)
@@ -79,7 +82,7 @@ def model_labels(
         if gold is not None:
             gold = (gold[0].subset(~model_workers.left_out_rows(gold[0], fits)), gold[1])
         fit = anchored_fit(split, n_items, gold)
-    found = flag_verdict(ratings, n_items, anchor, fits)
+    found = flag_verdict(ratings, n_items, controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
     n_ratings = np.bincount(people.item[people.rated], minlength=n_items)
     answers = np.bincount(people.item, minlength=n_items)
@@ -101,11 +104,12 @@ def _gold_kinds(kinds: np.ndarray | None, n_items: int) -> np.ndarray | None:
 
 
 def flag_verdict(
-    ratings: RatingArrays, n_items: int, anchor: Anchor | None, fits: dict[str, ModelFit]
+    ratings: RatingArrays, n_items: int, controls: Controls | None, fits: dict[str, ModelFit]
 ) -> verdict.Verdict:
     """The people's verdict (crowd-kit's Dawid-Skene over their flags), then the models' votes as far as their
-    agreement with it and with the gold has earned them (model_workers.weigh_flags); each model's flag skill is
-    added to the verdict's workers and to its fit."""
+    agreement with it and with the hidden controls has earned them (model_workers.weigh_flags: a not-pertinent
+    control is a true flag, a numeric one a true "pertinent", so a model that never flags is caught where people
+    never flag either); each model's flag skill is added to the verdict's workers and to its fit."""
     people = ratings.subset(ratings.human)
     found = verdict.infer(people.item, people.worker, people.flagged, n_items)
     if ratings.p_flag is None:
@@ -114,8 +118,8 @@ def flag_verdict(
     if len(models.item) == 0:
         return found
     gold = None
-    if anchor is not None and anchor[0].p_flag is not None:
-        gold = (anchor[0].subset(~anchor[0].human), np.zeros(len(anchor[1]), np.int64))  # numeric: pertinent
+    if controls is not None and controls[0].p_flag is not None:
+        gold = (controls[0].subset(~controls[0].human), controls[1])
     p_flag, skills = model_workers.weigh_flags(found.p_flag, models, gold)
     for name, skill in skills.items():
         if name in fits:

@@ -146,7 +146,7 @@ def import_ratings(
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
         write_parquet(done.item_table(), out.staging / ITEMS)
-        write_parquet(_individual_table(done.items, done.accepted), out.staging / INDIVIDUAL_RATINGS)
+        write_parquet(done.rating_table(), out.staging / INDIVIDUAL_RATINGS)
         write_parquet(done.workers, out.staging / WORKERS)
         write_csv(done.checks.table, out.staging / INVERSIONS)
         write_json(out.staging / AGREEMENT, done.agreement)
@@ -185,6 +185,10 @@ class Labelled:
         """`items.parquet`."""
         return _item_table(self.items, self.labels, quality.item_columns(self.model, self.labels.ratings))
 
+    def rating_table(self) -> pa.Table:
+        """`ratings.parquet`."""
+        return _individual_table(self.items, self.accepted)
+
 
 def label_batch(
     tasks_all: list[dict],
@@ -207,7 +211,8 @@ def label_batch(
     anchor = (RatingArrays.of(parts.anchor), parts.anchor_truth) if parts.anchor else None
     conditions = [str(t.get("condition", "")) for t in items] + parts.anchor_conditions
     kinds = model_workers.condition_kinds(conditions) if models else None
-    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds)
+    controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
+    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls)
     labels = policy.fit_predict(ratings, len(items))
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
