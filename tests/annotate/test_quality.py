@@ -17,6 +17,7 @@ from scipy.stats import spearmanr
 from csts_pipeline.pipeline.schemas import WORKERS_SCHEMA
 from csts_pipeline.stages.annotate.labels import ordinal, verdict
 from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
+from csts_pipeline.stages.annotate.labels.interval import credible_interval
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
@@ -110,7 +111,7 @@ def test_response_and_posterior_on_a_case_checked_by_hand():
     # 4 and 5 nearly tie: the lenient worker's 5 fits a true 4 (4 + 1) and a true 5 (the top clips the shift)
     assert posterior[0][3] + posterior[0][4] > 0.85
     # the interval: mode 4 and its neighbours until the mass is nearest 0.9
-    low, high = ordinal.credible_interval(np.array([[0.0, 0.02, 0.1, 0.8, 0.08]]), 0.9)
+    low, high = credible_interval(np.array([[0.0, 0.02, 0.1, 0.8, 0.08]]), 0.9)
     assert (low[0], high[0]) == (3, 4)  # 0.9 exactly; 3..5 would hold 0.98
     # reliability: a worker who always answers the truth has 1, uniform answers 0
     assert ordinal.reliability(np.eye(5)) == pytest.approx(1.0)

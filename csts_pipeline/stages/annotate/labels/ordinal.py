@@ -27,6 +27,10 @@ rating, an unsure one less, a flat one nothing. It starts uninformative (the wid
 weight against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and
 leaves out what it has not earned (docs/annotate.md, "Models in the loop").
 
+**Shared ambiguity** (labels/shift.py): every rater of an item reads its true label t as t + u, u ~ N(0, sd^2)
+the same for all of them, and the E-step integrates u out, so an item's posterior stops narrowing once its
+raters agree on what they all misread; the sd is chosen from a grid on the people's answers.
+
 A worker's **reliability** is the correlation between the true label and the worker's answer under the fitted
 P(y | t, w), with the true label uniform on 1..5: about 0.95 for a careful worker, 0.8-0.9 for one shifted by a
 point (the scale's ends clip the shift), 0 for uniform answers."""
@@ -38,6 +42,9 @@ from functools import cache
 
 import numpy as np
 
+from csts_pipeline.stages.annotate.labels import shift
+from csts_pipeline.stages.annotate.labels.interval import credible_interval
+
 SCALE = np.arange(1, 6, dtype=np.float64)
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)
@@ -45,6 +52,7 @@ BIAS_PRIOR_SD = 1.0
 PSEUDO_RATINGS = 2.0
 TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 INTERVAL_MASS = 0.9
+MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
 FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
 
 
@@ -90,6 +98,8 @@ class OrdinalFit:
     iterations: int
     converged: bool
     table: np.ndarray | None = None  # P(y | t) per worker [workers, t, y]: the kernel, or a model's confusion
+    ambiguity: float = 0.0  # the sd of the shared per-item shift every rater of an item feels
+    log_likelihood: float = 0.0  # of the answers, under the fitted model (before the last M-step)
 
     @property
     def label(self) -> np.ndarray:
@@ -105,32 +115,6 @@ class OrdinalFit:
         """P(true label of item `high` > that of item `low`), the two posteriors taken as independent."""
         below = np.cumsum(self.posterior[low], axis=1) - self.posterior[low]  # P(low < k) for k = 1..5
         return (self.posterior[high] * below).sum(axis=1)
-
-
-def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per posterior row, the run of labels lo..hi spanning its most probable label and every label whose
-    probability reaches a threshold shared by the batch, the threshold set so that the runs hold, on average
-    over the rows, the posterior mass closest to `mass`. Why shared: on five discrete labels one item's run
-    cannot hold 0.9 when its mode alone holds 0.97, so per-item runs held 95-97% on sharp crowds (a crowd with a
-    good model, or five ratings an item) and covered the truth as often: too wide. Spending the batch's mass
-    where the posteriors are wide keeps the coverage of a calibrated posterior at `mass` (85-95% on crowds of
-    2-5 ratings an item, with and without model raters: tests/annotate/test_model_workers.py)."""
-    n, k = posterior.shape
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    mode = np.argmax(posterior, axis=1)
-    others = posterior.copy()
-    others[np.arange(n), mode] = -1.0
-    ordered = np.sort(others.reshape(-1))[::-1]
-    ordered = ordered[ordered >= 0]
-    held = (posterior[np.arange(n), mode].sum() + np.concatenate([[0.0], np.cumsum(ordered)])) / n
-    extra = int(np.argmin(np.where(held <= mass + 1e-12, mass - held, np.inf)))  # cells beyond the modes
-    extra = extra if held[extra] <= mass + 1e-12 else 0
-    threshold = ordered[extra - 1] if extra > 0 else np.inf
-    take = (posterior >= threshold) | (np.arange(k)[None, :] == mode[:, None])
-    labels = np.where(take, np.arange(k)[None, :], -1)
-    low = np.where(take, np.arange(k)[None, :], k).min(axis=1)
-    return low + 1, labels.max(axis=1) + 1
 
 
 def answer_matrix(rating: np.ndarray, soft: np.ndarray | None) -> np.ndarray:
@@ -154,32 +138,112 @@ def answer_likelihood(answers: np.ndarray, code: np.ndarray, table: np.ndarray) 
 def item_posterior(
     item: np.ndarray, code: np.ndarray, answers: np.ndarray, table: np.ndarray, prior: np.ndarray, n_items: int
 ) -> np.ndarray:
-    """E-step: per item, the posterior over 1..5 given its answers ([answers, y], answer_matrix); table[worker,
-    t, y] holds P(y | t)."""
-    per_rating = np.log(np.maximum(answer_likelihood(answers, code, table), 1e-300))  # [answers, t]
-    log_post = np.tile(np.log(prior), (n_items, 1))
-    for t in range(len(SCALE)):
-        log_post[:, t] += np.bincount(item, weights=per_rating[:, t], minlength=n_items)
-    log_post -= log_post.max(axis=1, keepdims=True)
-    post = np.exp(log_post)
-    return post / post.sum(axis=1, keepdims=True)
+    """E-step without a shared shift: per item, the posterior over 1..5 given its answers ([answers, y],
+    answer_matrix); table[worker, t, y] holds P(y | t)."""
+    return joint_posterior(item, code, answers, table[None], prior, np.ones(1), n_items)[0].sum(axis=2)
 
 
-def worker_counts(posterior: np.ndarray, item: np.ndarray, code: np.ndarray, answers: np.ndarray, n: int) -> np.ndarray:
-    """Expected counts[worker, t, y]: each answer's distribution over y (one-hot for a rating, q for a model's)
-    spread over the true labels by its item's posterior, so a worker's table is its mean answer given t."""
-    counts = np.zeros((n, len(SCALE), len(SCALE)))
-    np.add.at(counts, code, posterior[item][:, :, None] * answers[:, None, :])
-    return counts
+def joint_posterior(
+    item: np.ndarray,
+    code: np.ndarray,
+    answers: np.ndarray,
+    tables: np.ndarray,
+    prior: np.ndarray,
+    weights: np.ndarray,
+    n_items: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """E-step: per item, the posterior [items, t, g] over its true label and the shared shift's node g, given its
+    answers, and the log-likelihood of its answers; tables[g, worker, t, y] holds P(y | t + shift_g), `weights`
+    the nodes' prior mass."""
+    like = np.einsum("ry,grty->rtg", answers, tables[:, code])
+    per_rating = np.log(np.maximum(like, 1e-300)).reshape(len(item), len(SCALE) * len(weights))
+    log_post = sum_by_index(item, per_rating, n_items).reshape(n_items, len(SCALE), len(weights))
+    log_post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
+    top = log_post.max(axis=(1, 2), keepdims=True)
+    post = np.exp(log_post - top)
+    total = post.sum(axis=(1, 2), keepdims=True)
+    return post / total, (np.log(total) + top).reshape(-1)
 
 
-def best_parameters(counts: np.ndarray) -> np.ndarray:
-    """M-step: the grid point maximising each worker's expected log-likelihood plus the prior (pseudo-ratings of
-    a typical worker spread evenly over the true labels, and the bias prior)."""
-    _, _, log_table, log_prior = _grid()
+def sum_by_index(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Rows of `values` [rows, columns] summed by their `index` (0..n-1): one sort and reduceat, not a
+    per-column bincount or np.add.at, which were the fit's slowest lines."""
+    out = np.zeros((n, values.shape[1]))
+    if len(index) == 0:
+        return out
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]])
+    out[sorted_index[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    return out
+
+
+def worker_counts(joint: np.ndarray, item: np.ndarray, code: np.ndarray, answers: np.ndarray, n: int) -> np.ndarray:
+    """Expected counts[worker, g, t, y]: each answer's distribution over y (its most likely digit, in `fit`)
+    spread over the (true label, shift node) pairs by its item's joint posterior [items, t, g]."""
+    spread = np.einsum("rtg,ry->rgty", joint[item], answers).reshape(len(item), joint.shape[2] * len(SCALE) ** 2)
+    return sum_by_index(code, spread, n).reshape(n, joint.shape[2], len(SCALE), len(SCALE))
+
+
+def kernel_tables(bias: np.ndarray, noise: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """[g, worker, t, y]: each worker's kernel with its bias moved by each shift."""
+    return response(bias[None, :] + shifts[:, None], np.broadcast_to(noise, (len(shifts), len(noise))))
+
+
+def best_parameters(counts: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """M-step: the grid point maximising each worker's expected log-likelihood (counts[worker, g, t, y], each
+    node's kernel moved by its shift) plus the prior (pseudo-ratings of a typical worker spread evenly over the
+    true labels, unshifted, and the bias prior)."""
+    bias, noise, log_table, log_prior = _grid()
+    moved = np.log(kernel_tables(bias, noise, shifts)).reshape(len(shifts), len(bias), -1)  # [g, point, cell]
     pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
-    flat = (counts + pseudo).reshape(len(counts), len(SCALE) ** 2)
-    return np.argmax(flat @ log_table.T + log_prior, axis=1)
+    flat = counts.reshape(len(counts), len(shifts) * len(SCALE) ** 2)  # [worker, g * cell]
+    score = flat @ moved.transpose(0, 2, 1).reshape(-1, len(bias)) + (pseudo.reshape(-1) @ log_table.T)[None, :]
+    return np.argmax(score + log_prior, axis=1)
+
+
+@dataclass
+class Answers:
+    """A batch's answers as the EM reads them: item and worker indexes, each answer's distribution and most likely
+    digit, which workers are models (a free confusion), and per item the true labels it may have (one for a
+    control with a known answer)."""
+
+    item: np.ndarray
+    code: np.ndarray
+    workers: np.ndarray
+    answers: np.ndarray
+    digits: np.ndarray
+    free: np.ndarray
+    allowed: np.ndarray
+    answered: np.ndarray  # answered and not a control: the items the label prior is the mean of
+    heard: np.ndarray
+
+    @property
+    def n_items(self) -> int:
+        return len(self.allowed)
+
+    def without_models(self) -> Answers:
+        """The people's answers alone (every item kept, a model's rows dropped)."""
+        rows = ~self.free[self.code]
+        kept = np.flatnonzero(np.bincount(self.code[rows], minlength=len(self.workers)) > 0)
+        code = np.searchsorted(kept, self.code[rows])
+        heard = np.bincount(self.item[rows], minlength=self.n_items) > 0
+        return Answers(self.item[rows], code, self.workers[kept], self.answers[rows], self.digits[rows],
+                       self.free[kept], self.allowed, heard & self.answered, heard)  # fmt: skip
+
+
+@dataclass
+class State:
+    """Where EM stands: the label prior, each worker's grid point and table (a model's free confusion), the
+    items' joint posterior over (true label, shift node), the log-likelihood of the answers and the iterations."""
+
+    prior: np.ndarray
+    choice: np.ndarray
+    table: np.ndarray
+    posterior: np.ndarray
+    log_likelihood: float = -np.inf
+    iterations: int = 0
+    converged: bool = False
 
 
 def fit(
@@ -191,12 +255,66 @@ def fit(
     tol: float = 1e-6,
     known: np.ndarray | None = None,
     soft: np.ndarray | None = None,
+    ambiguity: float | None = None,
 ) -> OrdinalFit:
     """Fit the model by EM to ratings (`item` indexes 0..n_items-1, `worker` ids, `rating` integers 1-5).
-    `known` (per item, 0 or a true label 1-5) fixes the posterior of control items with a known answer (hidden
-    gold) in every E-step, so they anchor the workers' bias and noise; they stay out of the label prior.
-    `soft` ([ratings, 5], rows of nan for hard ratings) gives a model worker's distribution for its rows: such a
-    worker gets a free confusion (free_tables), starts uninformative and earns its weight against the others."""
+    `known` (per item, 0 or a true label 1-5) fixes the true label of control items with a known answer (hidden
+    gold) in every E-step, so they anchor the workers' bias and noise and the shared shift; they stay out of
+    the label prior. `soft` ([ratings, 5], rows of nan for hard ratings) gives a model worker's distribution for
+    its rows: such a worker gets a free confusion (free_tables), starts uninformative and earns its weight
+    against the others. The shared shift's spread is `ambiguity`, else likeliest_spread's on the people's
+    answers."""
+    data = answers_of(item, worker, rating, n_items, known, soft)
+    if ambiguity is None:
+        spread, state = likeliest_spread(data.without_models(), tol)
+        if data.free.any():
+            state = start_state(data)
+    else:
+        spread, state = ambiguity, start_state(data)
+    state = expectation_maximisation(data, state, spread, max_iter, tol)
+    bias_grid, noise_grid, _, _ = _grid()
+    return OrdinalFit(
+        posterior=state.posterior.sum(axis=2),
+        prior=state.prior,
+        workers=data.workers,
+        bias=bias_grid[state.choice],
+        noise=noise_grid[state.choice],
+        reliability=reliability(state.table),
+        answers=np.bincount(data.code, minlength=len(data.workers)),
+        iterations=state.iterations,
+        converged=state.converged,
+        table=state.table,
+        ambiguity=spread,
+        log_likelihood=state.log_likelihood,
+    )
+
+
+def likeliest_spread(data: Answers, tol: float) -> tuple[float, State]:
+    """The point of shift.AMBIGUITY_GRID with the highest likelihood of `data` plus shift.log_prior, each point's
+    EM started where the last ended and ranked at shift.RANKING_TOL; with the state EM reached there. Fitted on
+    people's answers only: a model's soft answer enters as an expected likelihood, not the probability of an
+    observation, and with a model among the raters the grid's likelihoods favoured no shift by 3-6 log units
+    whether the crowd's items were ambiguous (sd 0.4) or not."""
+    state = start_state(data)
+    best: tuple[float, float, State] | None = None
+    for spread in shift.AMBIGUITY_GRID:
+        state = expectation_maximisation(data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL))
+        score = state.log_likelihood + shift.log_prior(float(spread))
+        if best is None or score > best[0]:
+            best = (score, float(spread), state)
+    assert best is not None
+    return best[1], best[2]
+
+
+def answers_of(
+    item: np.ndarray,
+    worker: np.ndarray,
+    rating: np.ndarray,
+    n_items: int,
+    known: np.ndarray | None,
+    soft: np.ndarray | None,
+) -> Answers:
+    """The ratings checked (hard ones integers 1-5) and indexed for EM."""
     workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
     rating = np.asarray(rating, np.float64)
     hard = np.ones(len(rating), bool) if soft is None else np.isnan(np.asarray(soft, np.float64)).any(axis=1)
@@ -204,46 +322,58 @@ def fit(
     if len(checked) and (checked.min() < 1 or checked.max() > 5 or (checked != np.round(checked)).any()):
         raise ValueError("ratings must be integers from 1 to 5")
     answers = answer_matrix(rating, soft)
-    digits = np.eye(len(SCALE))[np.argmax(answers, axis=1)]  # what the tables are estimated from
-    bias_grid, noise_grid, log_grid, _ = _grid()
-    start = int(np.argmin(np.abs(bias_grid - TYPICAL[0]) + np.abs(np.log(noise_grid / TYPICAL[1]))))
-    flat = int(np.argmin(np.abs(bias_grid) - noise_grid))  # bias 0, the widest noise: answers carry nothing
-    free = np.bincount(code, weights=~hard, minlength=len(workers)) > 0  # model workers: a free confusion
-    choice = np.where(free, flat, start)
-    table = np.exp(log_grid[choice].reshape(len(workers), len(SCALE), len(SCALE)))
-    prior = np.full(len(SCALE), 1 / len(SCALE))
-    posterior = np.tile(prior, (n_items, 1))
-    converged, iterations = False, 0
-    while iterations < max_iter:
-        iterations += 1
-        updated = item_posterior(item, code, answers, table, prior, n_items)
-        answered = np.bincount(item, minlength=n_items) > 0
-        if known is not None:
-            fixed = np.flatnonzero(known > 0)
-            updated[fixed] = np.eye(len(SCALE))[known[fixed].astype(np.int64) - 1]
-            answered &= known <= 0
-        prior = (updated[answered].sum(axis=0) + 1) / (answered.sum() + len(SCALE))
-        counts = worker_counts(updated, item, code, digits, len(workers))
-        choice = best_parameters(counts)
-        table = free_tables(counts, np.exp(log_grid[choice].reshape(len(workers), len(SCALE), len(SCALE))), free)
-        change = float(np.abs(updated - posterior).max()) if n_items else 0.0
-        posterior = updated
-        if change < tol:
-            converged = True
-            break
-    bias, noise = bias_grid[choice], noise_grid[choice]
-    return OrdinalFit(
-        posterior=posterior,
-        prior=prior,
+    fixed = np.zeros(n_items, bool) if known is None else np.asarray(known) > 0
+    allowed = np.ones((n_items, len(SCALE)))
+    if known is not None:
+        allowed[fixed] = np.eye(len(SCALE))[np.asarray(known)[fixed].astype(np.int64) - 1]
+    heard = np.bincount(item, minlength=n_items) > 0
+    return Answers(
+        item=np.asarray(item),
+        code=code,
         workers=workers,
-        bias=bias,
-        noise=noise,
-        reliability=reliability(table),
-        answers=np.bincount(code, minlength=len(workers)),
-        iterations=iterations,
-        converged=converged,
-        table=table,
+        answers=answers,
+        digits=np.eye(len(SCALE))[np.argmax(answers, axis=1)],  # what the tables are estimated from
+        free=np.bincount(code, weights=~hard, minlength=len(workers)) > 0,  # model workers: a free confusion
+        allowed=allowed,
+        answered=heard & ~fixed,
+        heard=heard,
     )
+
+
+def start_state(data: Answers) -> State:
+    """People start as a typical worker; models uninformative (bias 0, the widest noise: answers carry nothing)."""
+    bias_grid, noise_grid, log_grid, _ = _grid()
+    typical = int(np.argmin(np.abs(bias_grid - TYPICAL[0]) + np.abs(np.log(noise_grid / TYPICAL[1]))))
+    flat = int(np.argmin(np.abs(bias_grid) - noise_grid))
+    choice = np.where(data.free, flat, typical)
+    table = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
+    prior = np.full(len(SCALE), 1 / len(SCALE))
+    return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
+
+
+def expectation_maximisation(data: Answers, state: State, spread: float, max_iter: int, tol: float) -> State:
+    """EM at a fixed spread of the shared shift, from `state`, until no item's posterior moves by `tol`."""
+    bias_grid, noise_grid, log_grid, _ = _grid()
+    shifts, weights = shift.nodes(spread)
+    prior, choice, table, before = state.prior, state.choice, state.table, state.posterior.sum(axis=2)
+    for iterations in range(1, max_iter + 1):
+        tables = kernel_tables(bias_grid[choice], noise_grid[choice], shifts)
+        tables[:, data.free] = shift.shifted_rows(table[data.free], shifts)
+        joint, evidence = joint_posterior(data.item, data.code, data.answers, tables, prior, weights, data.n_items)
+        joint *= data.allowed[:, :, None]
+        joint /= joint.sum(axis=(1, 2), keepdims=True)
+        posterior = joint.sum(axis=2)
+        prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
+        counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers))
+        choice = best_parameters(counts, shifts)
+        kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
+        table = free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free)
+        change = float(np.abs(posterior - before).max()) if data.n_items else 0.0
+        before = posterior
+        done = State(prior, choice, table, joint, float(evidence[data.heard].sum()), iterations, change < tol)
+        if done.converged:
+            break
+    return done
 
 
 def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray) -> np.ndarray:

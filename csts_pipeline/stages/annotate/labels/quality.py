@@ -260,7 +260,7 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
 
 def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
     """What agreement.json says about the model and the workers: how many, how many unreliable, the threshold,
-    the EM iterations and the fitted prior over the labels."""
+    the EM iterations, the shared per-item shift's spread (labels/shift.py) and the fitted prior over the labels."""
     return {
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
@@ -270,6 +270,7 @@ def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
         "gold_accuracy": _mean_gold_accuracy(table),
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,
+        "ambiguity_sd": model.fit.ambiguity,
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
         "model_share": model.models,
     }
