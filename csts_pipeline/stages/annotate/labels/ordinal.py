@@ -38,7 +38,7 @@ point (the scale's ends clip the shift), 0 for uniform answers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -194,12 +194,20 @@ def best_parameters(counts: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     """M-step: the grid point maximising each worker's expected log-likelihood (counts[worker, g, t, y], each
     node's kernel moved by its shift) plus the prior (pseudo-ratings of a typical worker spread evenly over the
     true labels, unshifted, and the bias prior)."""
-    bias, noise, log_table, log_prior = _grid()
-    moved = np.log(kernel_tables(bias, noise, shifts)).reshape(len(shifts), len(bias), -1)  # [g, point, cell]
-    pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
+    moved, constant = _scored_grid(tuple(float(s) for s in shifts))
     flat = counts.reshape(len(counts), len(shifts) * len(SCALE) ** 2)  # [worker, g * cell]
-    score = flat @ moved.transpose(0, 2, 1).reshape(-1, len(bias)) + (pseudo.reshape(-1) @ log_table.T)[None, :]
-    return np.argmax(score + log_prior, axis=1)
+    return np.argmax(flat @ moved + constant, axis=1)
+
+
+@lru_cache(maxsize=32)
+def _scored_grid(shifts: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """For best_parameters, once per set of shifts (EM keeps one for hundreds of iterations): the grid's log
+    P(y | t + shift) as [g * cell, point], and per point the pseudo-ratings' log-likelihood plus the bias prior."""
+    bias, noise, log_table, log_prior = _grid()
+    moved = np.log(kernel_tables(bias, noise, np.array(shifts))).reshape(len(shifts), len(bias), -1)
+    pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
+    constant = pseudo.reshape(-1) @ log_table.T + log_prior
+    return np.ascontiguousarray(moved.transpose(0, 2, 1).reshape(-1, len(bias))), constant[None, :]
 
 
 @dataclass
