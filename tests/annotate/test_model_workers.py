@@ -121,7 +121,7 @@ def routed_items(seed: int) -> dict[str, np.ndarray]:
     fit = quality.anchored_fit(crowd.ratings, crowd.n_items, None)
     gap = quality.model_log10_ratio(fit, crowd.ratings, crowd.n_items)
     answers = np.bincount(people.ratings.item, minlength=crowd.n_items)
-    chosen = followup.route(fit.posterior, answers, np.full(crowd.n_items, "kept"), None, gap)
+    chosen = followup.route(followup.Standing(fit.posterior, answers, np.full(crowd.n_items, "kept"), gap))
     r = crowd.ratings
     careful = r.human & r.rated & np.isin(r.worker, [w for w, k in crowd.kind.items() if k == "careful"])
     said = np.full(crowd.n_items, np.nan)
@@ -155,7 +155,7 @@ def test_the_budget_takes_the_disagreements_then_the_widest_posteriors():
     n = len(found["sd"])
     chosen, sd, gap = found["chosen"], found["sd"], found["gap"]
     budget = 60
-    first = followup.route(found["fit"].posterior, found["answers"], np.full(n, "kept"), budget, gap)
+    first = followup.route(followup.Standing(found["fit"].posterior, found["answers"], np.full(n, "kept"), gap), budget)
     assert len(first) == budget and np.array_equal(first, chosen[:budget])
     apart = chosen[gap[chosen] > followup.RATIO_ABOVE]
     assert 0 < len(apart) < budget and set(apart) <= set(first)
@@ -164,7 +164,7 @@ def test_the_budget_takes_the_disagreements_then_the_widest_posteriors():
     assert sd[rest].min() >= np.sort(sd[others])[::-1][len(rest) - 1] - 1e-12
     # an item no person has rated gets people whatever the model says: the model never stands alone
     unrated = np.full((n, 5), np.nan)
-    assert len(followup.route(unrated, np.zeros(n, int), np.full(n, "kept"))) == n
+    assert len(followup.route(followup.Standing(unrated, np.zeros(n, int), np.full(n, "kept")))) == n
 
 
 def test_model_rows_leave_the_people_only_policies_and_agreement_alone():

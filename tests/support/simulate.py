@@ -166,7 +166,8 @@ def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
         rated = np.bincount(r.item[r.rated], minlength=grown.n_items) > 0
         distribution = np.where(rated[:, None], fit.posterior, np.nan)
         answers = np.bincount(r.item, minlength=grown.n_items)
-        wanted = np.flatnonzero(followup.needs_more(distribution, answers, np.full(grown.n_items, "kept")))
+        standing = followup.Standing(distribution, answers, np.full(grown.n_items, "kept"))
+        wanted = np.flatnonzero(followup.needs_more(standing))
         if len(wanted) == 0:
             break
         exclude = frozenset(fit.workers[fit.reliability < UNRELIABLE_BELOW].tolist())

@@ -79,55 +79,48 @@ def posterior_sd(distribution: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(distribution @ SCALE**2 - mean**2, 0.0))
 
 
-def reasons(
-    distribution: np.ndarray,
-    answers: np.ndarray,
-    status: np.ndarray,
-    log10_ratio: np.ndarray | None = None,
-    kind_doubt: np.ndarray | None = None,
-) -> np.ndarray:
-    """Model labels: per item, why it needs more ratings, the first of REASONS that holds ("" where none does),
-    for items open for ratings under the answer cap: no posterior (`distribution` rows of nan: no person rated
-    it), the models' answers make the people's label more than 10**RATIO_ABOVE times less likely than their
-    favourite (`log10_ratio`, quality.model_log10_ratio; nan: no model), a model is doubtful on the item's kind
-    of condition and people have rated it fewer than KIND_MIN_RATINGS times (`kind_doubt`, kind_doubt), or a
-    posterior sd above MORE_ABOVE_SD."""
-    sd = posterior_sd(np.nan_to_num(distribution, nan=0.0))
-    unrated = np.isnan(distribution).any(axis=1)
+class Standing(NamedTuple):
+    """Model labels: what the import says of each item, as routing reads it. `distribution`: the posterior over
+    1-5 (rows of nan: no person rated it); `answers`: people's answers; `status`: the item's status; `log10_ratio`
+    (quality.model_log10_ratio; nan: no model): how much less likely the models' answers make the people's label
+    than their favourite; `kind_doubt` (kind_doubt): a model is doubtful on the item's kind of condition and
+    people have rated it fewer than KIND_MIN_RATINGS times."""
+
+    distribution: np.ndarray
+    answers: np.ndarray
+    status: np.ndarray
+    log10_ratio: np.ndarray | None = None
+    kind_doubt: np.ndarray | None = None
+
+
+def reasons(items: Standing) -> np.ndarray:
+    """Per item, why it needs more ratings, the first of REASONS that holds ("" where none does), for items open
+    for ratings under the answer cap: no posterior, the models' answers make the people's label more than
+    10**RATIO_ABOVE times less likely than their favourite, a model is doubtful on the item's kind of condition,
+    or a posterior sd above MORE_ABOVE_SD."""
+    sd = posterior_sd(np.nan_to_num(items.distribution, nan=0.0))
+    unrated = np.isnan(items.distribution).any(axis=1)
     none = np.zeros(len(sd), bool)
-    apart = none if log10_ratio is None else np.nan_to_num(log10_ratio, nan=0.0) > RATIO_ABOVE
-    doubt = none if kind_doubt is None else kind_doubt
+    apart = none if items.log10_ratio is None else np.nan_to_num(items.log10_ratio, nan=0.0) > RATIO_ABOVE
+    doubt = none if items.kind_doubt is None else items.kind_doubt
     why = np.select([unrated, apart, doubt, sd > MORE_ABOVE_SD], REASONS, default="")
-    return np.where(np.isin(status, OPEN) & (answers < MAX_ANSWERS), why, "")
+    return np.where(np.isin(items.status, OPEN) & (items.answers < MAX_ANSWERS), why, "")
 
 
-def needs_more(
-    distribution: np.ndarray,
-    answers: np.ndarray,
-    status: np.ndarray,
-    log10_ratio: np.ndarray | None = None,
-    kind_doubt: np.ndarray | None = None,
-) -> np.ndarray:
-    """Model labels: per item, it needs more ratings (reasons gives one)."""
-    return reasons(distribution, answers, status, log10_ratio, kind_doubt) != ""
+def needs_more(items: Standing) -> np.ndarray:
+    """Per item, it needs more ratings (reasons gives one)."""
+    return reasons(items) != ""
 
 
-def route(
-    distribution: np.ndarray,
-    answers: np.ndarray,
-    status: np.ndarray,
-    budget: int | None = None,
-    log10_ratio: np.ndarray | None = None,
-    kind_doubt: np.ndarray | None = None,
-) -> np.ndarray:
+def route(items: Standing, budget: int | None = None) -> np.ndarray:
     """The items of the next batch, most needed first: those `reasons` picks, in the order of REASONS (the ones
     without a human rating first, then those where the models and the people disagree, then those of a kind
     of condition a model is doubtful on), each reason's items by posterior sd, widest first (a model's answers
     are in the posterior: where people and the model agree tightly it is narrow, where the model is unsure it
     is wide); with `budget`, only the first `budget` of them (one human rating each)."""
-    why = reasons(distribution, answers, status, log10_ratio, kind_doubt)
+    why = reasons(items)
     chosen = np.flatnonzero(why != "")
-    sd = posterior_sd(np.nan_to_num(distribution[chosen], nan=0.0))
+    sd = posterior_sd(np.nan_to_num(items.distribution[chosen], nan=0.0))
     rank = np.array([REASONS.index(reason) for reason in why[chosen]], np.int64)
     ordered = chosen[np.lexsort((-sd, rank))]
     return ordered if budget is None else ordered[:budget]
@@ -229,8 +222,9 @@ def select(
         if "model_log10_ratio" in items.column_names:  # items written before the column have none
             ratio = np.array([np.nan if g is None else g for g in items.column("model_log10_ratio").to_pylist()])
         doubt = None if models is None else kind_doubt(items, *models())
-        chosen = route(rows, answers, status, budget, ratio, doubt)
-        return Selection(ids[chosen], "model", reasons(rows, answers, status, ratio, doubt)[chosen])
+        standing = Standing(rows, answers, status, ratio, doubt)
+        chosen = route(standing, budget)
+        return Selection(ids[chosen], "model", reasons(standing)[chosen])
     ratings = people().filter(pc.invert(pc.field("not_pertinent")))
     index = pc.index_in(ratings.column("item_id"), items.column("item_id")).to_numpy(zero_copy_only=False)
     values = ratings.column("rating").to_numpy(zero_copy_only=False).astype(np.float64)
