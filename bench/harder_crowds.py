@@ -1,6 +1,6 @@
 """Harder crowds and harder models through the commands' own step functions (docs/annotate.md, "Harder crowds").
 
-    python -m bench.harder_crowds --pairs 200 --seeds 2 [--ambiguity 0.4 --difficulty 0.3]
+    python -m bench.harder_crowds --pairs 200 --seeds 2 [--ambiguity 0.4 --difficulty 0.3] [--ambiguity-sd SD]
 
 Items: STS-B sentence pairs (only as text; their labels are simulated) taken through `annotate export/import
 --stage conditions` and `export --stage ratings` (tests/support/command_path.prepare_folder). The truth, the
@@ -10,7 +10,8 @@ on everyone's noise, and the harder models: correlated (its errors go with peopl
 for its noise), kind_wrong (says 5 with q = 0.99 on a hidden quarter of the items, "colour"), sure_five (5 with
 q = 0.99 everywhere). A model's answers go through `annotate rate` (a model that serves them,
 tests/support/chosen_model.py); people's through results files; every setting imports with `--aggregate model`
-and follows `export --more` as a user would.
+and follows `export --more` as a user would; `--ambiguity-sd` passes the import's option (the shared shift's sd the
+rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers).
 
 Prints per setting (mean over seeds): Spearman with the truth overall and within the high and low conditions,
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
@@ -77,7 +78,16 @@ def model_figures(folder: Path) -> dict:
     }
 
 
-def run(base: Path, crowd: Crowd, index: dict, model: str | None, setting: str, seed: int, work: Path) -> dict:
+def run(
+    base: Path,
+    crowd: Crowd,
+    index: dict,
+    model: str | None,
+    setting: str,
+    seed: int,
+    work: Path,
+    ambiguity_sd: float | None = None,
+) -> dict:
     start, rounds = SETTINGS[setting]
     if model is None and rounds:
         start = 2
@@ -88,7 +98,7 @@ def run(base: Path, crowd: Crowd, index: dict, model: str | None, setting: str, 
         q, p_flag = model_answers(crowd, model, seed)
         rate_with(folder, model, {item: (q[i], float(p_flag[i])) for item, i in index.items()})
     people = people_of(crowd, index)
-    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed)
+    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed, None, ambiguity_sd)
     wrong = kind_items(crowd.n_items, seed)
     colour = {item: "colour" if wrong[i] else "other" for item, i in index.items()}
     found = figures(folder, people.truth, colour)
@@ -122,11 +132,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--ambiguity", type=float, default=0.4)
     parser.add_argument("--difficulty", type=float, default=0.3)
+    parser.add_argument("--ambiguity-sd", type=float, default=None, help="the import's --ambiguity-sd")
     args = parser.parse_args()
     pairs = read_stsb(args.stsb, args.pairs, 0)
     print(
         f"{len(pairs)} pairs ({2 * len(pairs)} items); ambiguity sd {args.ambiguity}, difficulty log-sd "
-        f"{args.difficulty}; {args.seeds} seeds"
+        f"{args.difficulty}; {args.seeds} seeds; the import's --ambiguity-sd {args.ambiguity_sd}"
     )
     found: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="harder-") as tmp:
@@ -138,7 +149,9 @@ def main() -> None:
             for model in (None, *HARDER_KINDS):
                 for setting in SETTINGS:
                     name = f"{'people alone' if model is None else 'people + ' + model}, {setting}"
-                    found.setdefault(name, []).append(run(base, crowd, index, model, setting, seed, work))
+                    found.setdefault(name, []).append(
+                        run(base, crowd, index, model, setting, seed, work, args.ambiguity_sd)
+                    )
                     print(
                         f"  seed {seed} {name}: " + ", ".join(f"{k} {v}" for k, v in found[name][-1].items()),
                         flush=True,

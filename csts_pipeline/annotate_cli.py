@@ -48,6 +48,15 @@ AgreementSampleOpt = Annotated[
         "(the paper: 100).",
     ),
 ]
+AmbiguitySdOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--ambiguity-sd",
+        help="ratings, with --aggregate model: the sd (in points) of the shared per-item shift every rater of an "
+        "item feels, where you know it (e.g. from an audit against a careful re-annotation); default: chosen "
+        "from the people's answers and a prior around 0.2.",
+    ),
+]
 RepeatsOpt = Annotated[
     int | None,
     typer.Option("--repeats", help="bws: random split-halves averaged for the reliability (default 1000)."),
@@ -266,6 +275,7 @@ def annotate_import(
     manifest: ManifestOpt = None,
     aggregate: AggregateOpt = None,
     agreement_sample: AgreementSampleOpt = None,
+    ambiguity_sd: AmbiguitySdOpt = None,
     repeats: RepeatsOpt = None,
     seed: ImportSeedOpt = 0,
     not_pertinent_share: NotPertinentOpt = None,
@@ -286,6 +296,7 @@ def annotate_import(
         not_pertinent_share=not_pertinent_share,
         min_ratings=min_ratings,
         agreement_sample=agreement_sample,
+        ambiguity_sd=ambiguity_sd,
     )
     _only_for(stage, "bws", repeats=repeats)
     _only_for(stage, "qualification", max_rating_error=max_rating_error, qualification_name=qualification_name)
@@ -301,7 +312,9 @@ def annotate_import(
     elif stage == "ratings":
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
         how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
-        record = annotate.import_ratings(folder, results, how, share, least, force, agreement_sample, seed, workers)
+        record = annotate.import_ratings(
+            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd
+        )
     elif stage == "bws":
         record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
     else:

@@ -5,17 +5,18 @@ the unreliable workers, and the next import merges it."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
-from csts_pipeline.stages.annotate.labels import ordinal
+from csts_pipeline.stages.annotate.labels import ordinal, shift
 from csts_pipeline.stages.annotate.steps import followup
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
-from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
+from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
 from tests.annotate.test_quality import crowd_rows
 from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
@@ -94,3 +95,32 @@ def test_export_more_then_import_merges_the_follow_up(tmp_path: Path, rated: Pat
         assert merged[item_id]["answers"] == before[item_id]["answers"] + 1
     untouched = [i for i in before if i not in set(asked)]
     assert all(merged[i]["answers"] == before[i]["answers"] for i in untouched)
+
+
+def test_the_import_takes_the_shared_shift_the_user_sets(tmp_path: Path, rated: Path):  # noqa: F811
+    """`annotate import --ambiguity-sd`: the rater model assumes the spread the user gives (agreement.json says
+    which), a wider one widens the posteriors and the intervals; nonsense is a one-line error."""
+    items = read_tasks(rated / "ratings_tasks")
+    rows, _, _ = crowd_rows(items, per_item=4)
+    results = write_results(tmp_path / "results.csv", rows)
+    args = ["annotate", "import", "--stage", "ratings", "--out", rated, "--results", results, "--aggregate", "model"]
+    found = {}
+    for spread in ("0", "0.6", None):
+        cli(*args, *(("--ambiguity-sd", spread) if spread else ()))
+        agreement = json.loads((rated / "ratings" / "agreement.json").read_text())
+        table = pq.read_table(rated / "ratings" / "items.parquet").to_pylist()
+        labelled = [r for r in table if r["status"] == "kept"]
+        found[spread] = {
+            "sd": agreement["model_workers"]["ambiguity_sd"],
+            "width": np.mean([r["interval_high"] - r["interval_low"] for r in labelled]),
+            "spread": np.mean([followup.posterior_sd(np.array(r["distribution"])) for r in labelled]),
+        }
+    assert found["0"]["sd"] == 0.0 and found["0.6"]["sd"] == 0.6
+    assert found[None]["sd"] in shift.AMBIGUITY_GRID  # unset: chosen from the answers
+    assert found["0.6"]["spread"] > found["0"]["spread"] + 0.05 and found["0.6"]["width"] > found["0"]["width"]
+    assert "--ambiguity-sd must be in [0, 2.0]" in cli_error(*args, "--ambiguity-sd", "-0.1")
+    mean = [a if a != "model" else "mean" for a in args]
+    assert "only with --aggregate model" in cli_error(*mean, "--ambiguity-sd", "0.3")
+    assert "only for --stage ratings" in cli_error(
+        "annotate", "import", "--stage", "bws", "--out", rated, "--results", results, "--ambiguity-sd", "0.3"
+    )

@@ -43,18 +43,31 @@ Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) 
 Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
 
 
-def anchored_fit(ratings: RatingArrays, n_items: int, anchor: Anchor | None) -> ordinal.OrdinalFit:
+def anchored_fit(
+    ratings: RatingArrays, n_items: int, anchor: Anchor | None, ambiguity: float | None = None
+) -> ordinal.OrdinalFit:
     """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
-    known labels fixed (ordinal.fit's `known`); the posterior returned is the items' only."""
+    known labels fixed (ordinal.fit's `known`); the posterior returned is the items' only. `ambiguity`: the
+    shared shift's sd as the user set it (None: chosen from the people's answers, labels/shift.py)."""
     rated = ratings.subset(ratings.rated)
     if anchor is None:
-        return ordinal.fit(rated.item, rated.worker, rated.rating, n_items, soft=rated.distribution)
+        return ordinal.fit(
+            rated.item, rated.worker, rated.rating, n_items, soft=rated.distribution, ambiguity=ambiguity
+        )
     gold, truth = anchor
     shifted = gold.subset(gold.rated)
     shifted = replace(shifted, item=shifted.item + n_items)  # a model's distributions on gold stay with it
     both = RatingArrays.concat([rated, shifted])
     known = np.concatenate([np.zeros(n_items, np.int64), truth])
-    fit = ordinal.fit(both.item, both.worker, both.rating, n_items + len(truth), known=known, soft=both.distribution)
+    fit = ordinal.fit(
+        both.item,
+        both.worker,
+        both.rating,
+        n_items + len(truth),
+        known=known,
+        soft=both.distribution,
+        ambiguity=ambiguity,
+    )
     return replace(fit, posterior=fit.posterior[:n_items])
 
 
@@ -66,22 +79,24 @@ def model_labels(
     anchor: Anchor | None = None,
     kinds: np.ndarray | None = None,
     controls: Controls | None = None,
+    ambiguity: float | None = None,
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. `kinds` (per
     item, then per gold item of `anchor`): each condition's kind, which a language model is fitted by
     (model_workers); its weak kinds, or all of a model found unreliable, are left out and the labels refitted.
-    `controls`: the hidden controls, numeric and not pertinent, that score a language model's flags."""
+    `controls`: the hidden controls, numeric and not pertinent, that score a language model's flags.
+    `ambiguity`: the shared shift's sd (anchored_fit)."""
     split = model_workers.by_kind(ratings, None if kinds is None else kinds[:n_items])
     gold = None if anchor is None else (model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items)), anchor[1])
-    fit = anchored_fit(split, n_items, gold)
+    fit = anchored_fit(split, n_items, gold, ambiguity)
     fits = model_workers.model_fits(fit, split)
     out = model_workers.left_out_rows(split, fits)
     if out.any():
         split = split.subset(~out)
         if gold is not None:
             gold = (gold[0].subset(~model_workers.left_out_rows(gold[0], fits)), gold[1])
-        fit = anchored_fit(split, n_items, gold)
+        fit = anchored_fit(split, n_items, gold, ambiguity)
     found = flag_verdict(ratings, n_items, controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
     n_ratings = np.bincount(people.item[people.rated], minlength=n_items)

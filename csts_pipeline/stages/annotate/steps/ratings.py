@@ -23,6 +23,7 @@ from csts_pipeline.stages.annotate.labels import model_workers, quality
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
 from csts_pipeline.stages.annotate.labels.sampling import hash64
+from csts_pipeline.stages.annotate.labels.shift import MAX_AMBIGUITY_SD
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     CONDITIONS,
@@ -111,20 +112,23 @@ def import_ratings(
     agreement_sample: int | None = None,
     seed: int = 0,
     workers: Path | None = None,
+    ambiguity_sd: float | None = None,
 ) -> dict:
     """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
     that more than `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than
     `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker agreement over the kept items
     with two or more ratings, and with `agreement_sample` on a seeded sample of that many items with three ratings
     each (the paper's protocol). Rows of workers not qualified are left out (`workers`, as for the conditions
-    import)."""
-    _check_rating_options(how, not_pertinent_share, min_ratings)
+    import). `ambiguity_sd` (`--aggregate model` only): the sd of the shared per-item shift the rater model
+    assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior."""
+    _check_rating_options(how, not_pertinent_share, min_ratings, ambiguity_sd)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
     tasks_dir = annotate_dir / RATINGS_TASKS
     upstream = require_current(tasks_dir, "annotate export --stage ratings", {"conditions": annotate_dir / CONDITIONS})
     params = {"aggregate": how, "not_pertinent_share": not_pertinent_share, "min_ratings": min_ratings}
     params |= {"agreement_sample": agreement_sample, "seed": seed if agreement_sample is not None else None}
+    params |= {"ambiguity_sd": ambiguity_sd} if ambiguity_sd is not None else {}
     qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
@@ -141,7 +145,7 @@ def import_ratings(
         if not any(not hidden_gold.is_control(tasks_all[a.item]) for a in accepted):
             raise screen.nothing_valid(results, "ratings")
         done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
-                           agreement_sample, seed)  # fmt: skip
+                           agreement_sample, seed, ambiguity_sd)  # fmt: skip
 
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
@@ -200,6 +204,7 @@ def label_batch(
     gold: hidden_gold.GoldCheck | None = None,
     agreement_sample: int | None = None,
     seed: int = 0,
+    ambiguity_sd: float | None = None,
 ) -> Labelled:
     """The import's labels from the rating tasks (hidden controls included, `gold` their check on people) and the
     accepted answers of people and of language models (model_ratings.answers_of: each with its distribution):
@@ -212,7 +217,7 @@ def label_batch(
     conditions = [str(t.get("condition", "")) for t in items] + parts.anchor_conditions
     kinds = model_workers.condition_kinds(conditions) if models else None
     controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
-    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls)
+    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd)
     labels = policy.fit_predict(ratings, len(items))
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
@@ -230,8 +235,12 @@ def label_batch(
     return Labelled(items, accepted, labels, model, workers, agreement, checks)
 
 
-def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int) -> None:
+def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int, ambiguity_sd: float | None) -> None:
     aggregator_class(how)
+    if ambiguity_sd is not None and how != "model":
+        raise UserError(f"--ambiguity-sd: only with --aggregate model (got --aggregate {how})")
+    if ambiguity_sd is not None and not 0 <= ambiguity_sd <= MAX_AMBIGUITY_SD:
+        raise UserError(f"--ambiguity-sd must be in [0, {MAX_AMBIGUITY_SD}] points (got {ambiguity_sd})")
     if not 0 <= not_pertinent_share < 1:
         raise UserError(f"--not-pertinent-share must be in [0, 1) (got {not_pertinent_share})")
     if min_ratings < 1:
