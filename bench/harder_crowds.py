@@ -15,8 +15,8 @@ rater model assumes, as a user who knows the crowd's sets it; default: chosen fr
 
 Prints per setting (mean over seeds): Spearman with the truth overall and within the high and low conditions,
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
-and elsewhere, the model's reliability, whether workers.parquet marks it unreliable, and the human ratings the
-import says it replaced.
+and elsewhere, the model's reliability, whether workers.parquet marks it unreliable, the human ratings the
+import says it replaced, and the shared shift's sd the last import used.
 """
 
 from __future__ import annotations
@@ -62,16 +62,19 @@ def people_of(crowd: Crowd, index: dict[str, int]) -> People:
 
 
 def model_figures(folder: Path) -> dict:
-    """The model worker's reliability, unreliable mark and replaced ratings, as the import wrote them."""
+    """The shared shift's sd the rater model used, and the model worker's reliability, unreliable mark and
+    replaced ratings, as the import wrote them."""
+    agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
+    spread = {"ambiguity_sd": agreement["model_workers"]["ambiguity_sd"]}
     workers = [
         r
         for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()
         if r["worker_id"].startswith("model:")
     ]
     if not workers:
-        return {}
-    share = json.loads((folder / "ratings" / "agreement.json").read_text())["model_workers"]["model_share"]
-    return {
+        return spread
+    share = agreement["model_workers"]["model_share"]
+    return spread | {
         "model_reliability": workers[0]["reliability"],
         "model_unreliable": float(workers[0]["unreliable"]),
         "replaced_ratings": share["replaced_ratings"] / len(workers) if share else None,
@@ -122,6 +125,7 @@ COLUMNS = (
     "model_reliability",
     "model_unreliable",
     "replaced_ratings",
+    "ambiguity_sd",
 )
 
 

@@ -51,15 +51,15 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     the counts the table is re-estimated from. Why not by the mixing weights alone: that blurred the table a
     little more every iteration, so a sharp model read as a noisy one and the intervals came out too wide."""
     labels = counts.shape[2]
-    felt = np.clip(np.arange(labels)[None, :] + shifts[:, None], 0, labels - 1)
+    felt = np.clip(np.arange(labels)[None, :] + shifts[:, None], 0, labels - 1)  # [g, t]
     low = np.minimum(np.floor(felt).astype(np.int64), labels - 2)
-    frac = felt - low
-    out = np.zeros((counts.shape[0], labels, labels))
-    for g in range(len(shifts)):
-        for t in range(labels):
-            below = (1 - frac[g, t]) * table[:, low[g, t]]  # [worker, y]
-            above = frac[g, t] * table[:, low[g, t] + 1]
-            share = below / np.maximum(below + above, 1e-300)
-            out[:, low[g, t]] += share * counts[:, g, t]
-            out[:, low[g, t] + 1] += (1 - share) * counts[:, g, t]
-    return out
+    frac = (felt - low)[None, :, :, None]  # [1, g, t, 1]
+    below = (1 - frac) * table[:, low]  # [worker, g, t, y]
+    above = frac * table[:, low + 1]
+    share = below / np.maximum(below + above, 1e-300)
+    rows = np.arange(labels)
+    onto_low = (low[:, :, None] == rows).astype(np.float64)  # [g, t, t']
+    onto_high = (low[:, :, None] + 1 == rows).astype(np.float64)
+    return np.einsum("gtk,wgty->wky", onto_low, share * counts) + np.einsum(
+        "gtk,wgty->wky", onto_high, (1 - share) * counts
+    )
