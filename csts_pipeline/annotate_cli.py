@@ -355,9 +355,17 @@ def annotate_audit(
     ],
     out: Annotated[Path, typer.Option("--out", help="Folder for audit.json and audit.md.")] = Path("audit"),
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
+    ratings: Annotated[
+        Path | None,
+        typer.Option(
+            "--ratings",
+            help="The ratings folder of the import behind --labels (<annotate>/ratings): also measure the shared "
+            "ambiguity's sd against the reference, for annotate import --ambiguity-sd.",
+        ),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
     from csts_pipeline.stages.annotate.steps.audit import describe_audit, run_audit
 
-    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))
+    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force, ratings)))

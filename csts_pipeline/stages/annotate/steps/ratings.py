@@ -235,7 +235,9 @@ def label_batch(
     return Labelled(items, accepted, labels, model, workers, agreement, checks)
 
 
-def _check_rating_options(how: str, not_pertinent_share: float, min_ratings: int, ambiguity_sd: float | None) -> None:
+def _check_rating_options(
+    how: str, not_pertinent_share: float, min_ratings: int, ambiguity_sd: float | None = None
+) -> None:
     aggregator_class(how)
     if ambiguity_sd is not None and how != "model":
         raise UserError(f"--ambiguity-sd: only with --aggregate model (got --aggregate {how})")
