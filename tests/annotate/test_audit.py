@@ -120,6 +120,14 @@ def test_alignment_survives_reworded_conditions_but_not_reordered_rows_within_a_
     pacsv.write_csv(swapped.drop_columns(["id"]), tmp_path / "reversed.csv")
     reversed_rows = audit(tmp_path / "labels.csv", tmp_path / "reversed.csv")
     assert reversed_rows["agreement"]["spearman"] < 0
+    assert result["uneven_pairs"] == 0 and by_id["uneven_pairs"] == 0
+    # a reference holding only some pairs' low rows is matched by position: said, never silent
+    lows = reference.filter(pa.array([n % 2 == 1 or n >= 100 or n < 20 for n in range(reference.num_rows)]))
+    pacsv.write_csv(lows, tmp_path / "lows.csv")
+    said = cli("annotate", "audit", "--labels", tmp_path / "labels.csv", "--reference", tmp_path / "lows.csv",
+               "--out", tmp_path / "audit-lows")  # fmt: skip
+    assert "warning: 40 sentence pair(s) have a different number of rows" in said
+    assert json.loads((tmp_path / "audit-lows" / "audit.json").read_text())["uneven_pairs"] == 40
 
 
 def test_condition_kinds_and_bad_files(tmp_path: Path):

@@ -98,6 +98,7 @@ class Alignment:
     labels: np.ndarray
     reference: np.ndarray
     by: str
+    uneven_pairs: int = 0  # by position: sentence pairs with more rows in one file than in the other
 
 
 def align(labels: pa.Table, reference: pa.Table, names: tuple[Path, Path]) -> Alignment:
@@ -116,7 +117,18 @@ def align(labels: pa.Table, reference: pa.Table, names: tuple[Path, Path]) -> Al
     where = {key: index for index, key in enumerate(right)}
     pairs = [(i, where[key]) for i, key in enumerate(left) if key in where]
     matched = np.array(pairs, np.int64).reshape(-1, 2)
-    return Alignment(matched[:, 0], matched[:, 1], by)
+    return Alignment(matched[:, 0], matched[:, 1], by, 0 if shared else _uneven(left, right))
+
+
+def _uneven(left: list, right: list) -> int:
+    """Sentence pairs in both files with a different number of rows: matched by position, a pair's rows may be
+    the wrong ones (a reference holding only a pair's low row meets the labels' high row)."""
+    count_left: dict[tuple[str, str], int] = {}
+    count_right: dict[tuple[str, str], int] = {}
+    for keys, counts in ((left, count_left), (right, count_right)):
+        for first, second, _ in keys:
+            counts[(first, second)] = counts.get((first, second), 0) + 1
+    return sum(1 for pair, n in count_left.items() if pair in count_right and count_right[pair] != n)
 
 
 def condition_kind(condition: str) -> str:
@@ -225,6 +237,7 @@ def audit(labels_path: Path, reference_path: Path, seed: int = 0, ratings_path: 
         "labels": str(labels_path),
         "reference": str(reference_path),
         "aligned_by": aligned.by,
+        "uneven_pairs": aligned.uneven_pairs,
         "rows": {"labels": labels.num_rows, "reference": reference.num_rows},
         "matched": len(aligned.labels),
         "unmatched": {

@@ -73,6 +73,17 @@ def headline(result: dict[str, Any]) -> list[str]:
         f"{_show(found.get('pearson'))}{_interval(found, 'pearson')}, Krippendorff's alpha (ordinal) "
         f"{_show(found.get('alpha_ordinal'))}",
         *_ambiguity(result.get("shared_ambiguity")),
+        *_uneven(result.get("uneven_pairs", 0)),
+    ]
+
+
+def _uneven(pairs: int) -> list[str]:
+    """The warning for pairs matched by position whose rows differ in number between the files."""
+    if not pairs:
+        return []
+    return [
+        f"warning: {pairs} sentence pair(s) have a different number of rows in the two files; their rows were "
+        "matched by position and may be the wrong ones: give both files an id column (id or item_id)"
     ]
 
 
