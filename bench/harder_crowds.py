@@ -12,8 +12,9 @@ q = 0.99 everywhere). A model's answers go through `annotate rate` (a model that
 tests/support/chosen_model.py); people's through results files; every setting imports with `--aggregate model`
 and follows `export --more` as a user would; `--ambiguity-sd` passes the import's option (the shared shift's sd the
 rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers); `audit` measures it
-as a user would: a previous batch of the same crowd (other items, three ratings each) imported, `--audit-items`
-of its items given a careful reference (their truth), `annotate audit --ratings`, and its sd passed on.
+as a user would: a previous batch of the same crowd (other items, `--audit-ratings` each, default 3) imported,
+`--audit-items` (default 200) of its items given a careful reference (their truth), `annotate audit --ratings`,
+and its sd passed on.
 
 Prints per setting (mean over seeds): Spearman with the truth overall and within the high and low conditions,
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
@@ -120,14 +121,14 @@ def run(
 
 def audited_sd(base: Path, items: dict, seed: int, args: argparse.Namespace, work: Path) -> float:
     """The shared shift's sd `annotate audit --ratings` measures on a previous batch of the same crowd (other
-    items: another draw of the truth and the shifts over the same texts) rated three times an item, against the
-    truth of `args.audit_items` of its items."""
+    items: another draw of the truth and the shifts over the same texts) rated `args.audit_ratings` times an item,
+    against the truth of `args.audit_items` of its items."""
     crowd, index = simulated(items, seed + 1000, args.ambiguity, args.difficulty)
     folder = work / f"audit-{seed}" / "annotate"
     shutil.rmtree(folder.parent, ignore_errors=True)
     shutil.copytree(base, folder)
     people = people_of(crowd, index)
-    label_with_people(folder, people, 3, 0, folder.parent / "results", seed + 1000)
+    label_with_people(folder, people, args.audit_ratings, 0, folder.parent / "results", seed + 1000)
     rows = [r for r in pq.read_table(folder / "ratings" / "items.parquet").to_pylist() if r["label"] is not None]
     columns = ("item_id", "sentence1", "sentence2", "condition", "label")  # the ids align a sample's rows
     labels = folder.parent / "labels.csv"
@@ -169,6 +170,7 @@ def main() -> None:
     parser.add_argument("--difficulty", type=float, default=0.3)
     parser.add_argument("--ambiguity-sd", default=None, help="the import's --ambiguity-sd, or audit")
     parser.add_argument("--audit-items", type=int, default=200, help="with --ambiguity-sd audit: reference items")
+    parser.add_argument("--audit-ratings", type=int, default=3, help="with --ambiguity-sd audit: ratings an item")
     args = parser.parse_args()
     pairs = read_stsb(args.stsb, args.pairs, 0)
     print(
