@@ -1,6 +1,6 @@
 """Harder crowds and harder models through the commands' own step functions (docs/annotate.md, "Harder crowds").
 
-    python -m bench.harder_crowds --pairs 200 --seeds 2 [--ambiguity 0.4 --difficulty 0.3] [--ambiguity-sd SD|audit]
+    python -m bench.harder_crowds --pairs 200 --seeds 2 [--ambiguity 0.4 --difficulty 0.3] [--ambiguity-sd SD]
 
 Items: STS-B sentence pairs (only as text; their labels are simulated) taken through `annotate export/import
 --stage conditions` and `export --stage ratings` (tests/support/command_path.prepare_folder). The truth, the
@@ -11,10 +11,7 @@ for its noise), kind_wrong (says 5 with q = 0.99 on a hidden quarter of the item
 q = 0.99 everywhere). A model's answers go through `annotate rate` (a model that serves them,
 tests/support/chosen_model.py); people's through results files; every setting imports with `--aggregate model`
 and follows `export --more` as a user would; `--ambiguity-sd` passes the import's option (the shared shift's sd the
-rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers); `audit` measures it
-as a user would: a previous batch of the same crowd (other items, `--audit-ratings` each, default 3) imported,
-`--audit-items` (default 200) of its items given a careful reference (their truth), `annotate audit --ratings`,
-and its sd passed on.
+rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers).
 
 Prints per setting (mean over seeds): Spearman with the truth overall and within the high and low conditions,
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
@@ -31,12 +28,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from bench.real_text_models import STSB, cell, read_stsb
-from csts_pipeline.stages.annotate.steps.audit import run_audit
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, figures, label_with_people, prepare_folder
 from tests.support.simulate import Crowd, simulate_crowd
@@ -119,32 +113,6 @@ def run(
     return found
 
 
-def audited_sd(base: Path, items: dict, seed: int, args: argparse.Namespace, work: Path) -> float:
-    """The shared shift's sd `annotate audit --ratings` measures on a previous batch of the same crowd (other
-    items: another draw of the truth and the shifts over the same texts) rated `args.audit_ratings` times an item,
-    against the truth of `args.audit_items` of its items."""
-    crowd, index = simulated(items, seed + 1000, args.ambiguity, args.difficulty)
-    folder = work / f"audit-{seed}" / "annotate"
-    shutil.rmtree(folder.parent, ignore_errors=True)
-    shutil.copytree(base, folder)
-    people = people_of(crowd, index)
-    label_with_people(folder, people, args.audit_ratings, 0, folder.parent / "results", seed + 1000)
-    rows = [r for r in pq.read_table(folder / "ratings" / "items.parquet").to_pylist() if r["label"] is not None]
-    columns = ("item_id", "sentence1", "sentence2", "condition", "label")  # the ids align a sample's rows
-    labels = folder.parent / "labels.csv"
-    pacsv.write_csv(pa.Table.from_pylist([{c: r[c] for c in columns} for r in rows]), labels)
-    sample = np.random.default_rng(seed).choice(len(rows), min(args.audit_items, len(rows)), replace=False)
-    truth = [{**{c: rows[i][c] for c in columns[:4]}, "label": people.truth[rows[i]["item_id"]]} for i in sample]
-    reference = folder.parent / "reference.csv"
-    pacsv.write_csv(pa.Table.from_pylist(truth), reference)
-    record = run_audit(labels, reference, folder.parent / "audit", 0, True, folder / "ratings")
-    found = record["audit"]["shared_ambiguity"]
-    print(f"  seed {seed}: annotate audit --ratings on {found['items']} items: sd {found['sd']} "
-          f"(95% likelihood interval {found['interval_95']})", flush=True)  # fmt: skip
-    shutil.rmtree(folder.parent)
-    return float(found["sd"])
-
-
 COLUMNS = (
     "spearman",
     "spearman[high]",
@@ -168,9 +136,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--ambiguity", type=float, default=0.4)
     parser.add_argument("--difficulty", type=float, default=0.3)
-    parser.add_argument("--ambiguity-sd", default=None, help="the import's --ambiguity-sd, or audit")
-    parser.add_argument("--audit-items", type=int, default=200, help="with --ambiguity-sd audit: reference items")
-    parser.add_argument("--audit-ratings", type=int, default=3, help="with --ambiguity-sd audit: ratings an item")
+    parser.add_argument("--ambiguity-sd", type=float, default=None, help="the import's --ambiguity-sd")
     args = parser.parse_args()
     pairs = read_stsb(args.stsb, args.pairs, 0)
     print(
@@ -184,13 +150,12 @@ def main() -> None:
         items = prepare_folder([(p["s1"], p["s2"]) for p in pairs], base)
         for seed in range(args.seeds):
             crowd, index = simulated(items, seed, args.ambiguity, args.difficulty)
-            spread = args.ambiguity_sd
-            if spread is not None:
-                spread = audited_sd(base, items, seed, args, work) if spread == "audit" else float(spread)
             for model in (None, *HARDER_KINDS):
                 for setting in SETTINGS:
                     name = f"{'people alone' if model is None else 'people + ' + model}, {setting}"
-                    found.setdefault(name, []).append(run(base, crowd, index, model, setting, seed, work, spread))
+                    found.setdefault(name, []).append(
+                        run(base, crowd, index, model, setting, seed, work, args.ambiguity_sd)
+                    )
                     print(
                         f"  seed {seed} {name}: " + ", ".join(f"{k} {v}" for k, v in found[name][-1].items()),
                         flush=True,

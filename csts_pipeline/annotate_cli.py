@@ -53,7 +53,7 @@ AmbiguitySdOpt = Annotated[
     typer.Option(
         "--ambiguity-sd",
         help="ratings, with --aggregate model: the sd (in points) of the shared per-item shift every rater of an "
-        "item feels, where you know it (e.g. from an audit against a careful re-annotation); default: chosen "
+        "item feels, where you know your crowd's; default: chosen "
         "from the people's answers and a prior around 0.2.",
     ),
 ]
@@ -355,17 +355,9 @@ def annotate_audit(
     ],
     out: Annotated[Path, typer.Option("--out", help="Folder for audit.json and audit.md.")] = Path("audit"),
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
-    ratings: Annotated[
-        Path | None,
-        typer.Option(
-            "--ratings",
-            help="The ratings folder of the import behind --labels (<annotate>/ratings): also measure the shared "
-            "ambiguity's sd against the reference, for annotate import --ambiguity-sd.",
-        ),
-    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
     from csts_pipeline.stages.annotate.steps.audit import describe_audit, run_audit
 
-    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force, ratings)))
+    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))

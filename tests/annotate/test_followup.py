@@ -9,8 +9,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
@@ -126,31 +124,3 @@ def test_the_import_takes_the_shared_shift_the_user_sets(tmp_path: Path, rated: 
     assert "only for --stage ratings" in cli_error(
         "annotate", "import", "--stage", "bws", "--out", rated, "--results", results, "--ambiguity-sd", "0.3"
     )
-
-
-def test_the_audit_measures_the_shared_ambiguity_the_import_can_take(tmp_path: Path, rated: Path):  # noqa: F811
-    """`annotate audit --ratings <annotate>/ratings`: the people's ratings held against a reference's labels give
-    the shared shift's sd: high on a crowd that shares one (sd 0.5), none on one that does not."""
-    items = read_tasks(rated / "ratings_tasks")
-    found = {}
-    for spread in (0.5, 0.0):
-        rows, truth, _ = crowd_rows(items, seed=4, per_item=5, ambiguity=spread)
-        results = write_results(tmp_path / f"results-{spread}.csv", rows)
-        cli("annotate", "import", "--stage", "ratings", "--out", rated, "--results", results, "--aggregate", "model")
-        table = pq.read_table(rated / "ratings" / "items.parquet").to_pylist()
-        labelled = [r for r in table if r["label"] is not None]
-        columns = ("sentence1", "sentence2", "condition")
-        labels = pa.Table.from_pylist([{**{c: r[c] for c in columns}, "label": r["label"]} for r in labelled])
-        pacsv.write_csv(labels, tmp_path / "labels.csv")  # a C-STS file: no item ids, matched by text
-        reference = pa.Table.from_pylist(
-            [{**{c: r[c].upper() for c in columns}, "label": float(truth[r["item_id"]])} for r in labelled]
-        )
-        pacsv.write_csv(reference, tmp_path / "reference.csv")
-        out = tmp_path / f"audit-{spread}"
-        args = ["--labels", tmp_path / "labels.csv", "--reference", tmp_path / "reference.csv", "--out", out]
-        said = cli("annotate", "audit", *args, "--ratings", rated / "ratings")
-        found[spread] = json.loads((out / "audit.json").read_text())["shared_ambiguity"]
-        assert found[spread]["items"] >= 200 and f"--ambiguity-sd {found[spread]['sd']:.2f}" in said
-    assert found[0.5]["sd"] >= 0.3 and found[0.5]["interval_95"][0] > 0
-    assert found[0.0]["sd"] <= 0.15 and found[0.0]["interval_95"][0] == 0
-    assert "not found" in cli_error("annotate", "audit", *args, "--ratings", tmp_path / "nowhere")

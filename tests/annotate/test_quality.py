@@ -151,11 +151,11 @@ def test_the_verdict_model_finds_bad_conditions_better_than_the_share_of_flags()
 
 
 def crowd_rows(
-    items: list[dict], seed: int = 0, per_item: int = 5, **harder: float
+    items: list[dict], seed: int = 0, per_item: int = 5
 ) -> tuple[list[dict], dict[str, int], dict[str, str]]:
     """A simulated crowd's answers to the exported items (5 each: some 60 per worker, enough to tell a spammer),
-    as results rows; the truth and the kinds. `harder`: simulate_crowd's ambiguity and difficulty."""
-    crowd = simulate_crowd(n_items=len(items), per_item=per_item, seed=seed, **harder)
+    as results rows; the truth and the kinds."""
+    crowd = simulate_crowd(n_items=len(items), per_item=per_item, seed=seed)
     # the simulator's items are pairs (high, low); map them onto the tasks' pairs
     by_pair: dict[int, dict[str, int]] = {}
     for index, task in enumerate(items):

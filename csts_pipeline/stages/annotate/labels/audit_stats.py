@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 from scipy.stats import pearsonr, rankdata, spearmanr
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages.annotate.labels import shift_estimate
 from csts_pipeline.stages.annotate.layout import RATING_SCALE
 
 REQUIRED = ("sentence1", "sentence2", "condition", "label")
@@ -197,11 +196,9 @@ def kind_figures(conditions: np.ndarray, ours: np.ndarray, theirs: np.ndarray, s
     return found
 
 
-def audit(labels_path: Path, reference_path: Path, seed: int = 0, ratings_path: Path | None = None) -> dict[str, Any]:
-    """Every figure of the audit, as audit.json holds it; with `ratings_path` (the ratings folder of the import
-    behind the labels), the shared ambiguity's sd measured against the reference."""
+def audit(labels_path: Path, reference_path: Path, seed: int = 0) -> dict[str, Any]:
+    """Every figure of the audit, as audit.json holds it."""
     labels, reference = read_csts(labels_path), read_csts(reference_path, reference=True)
-    imported = None if ratings_path is None else shift_estimate.read_import(ratings_path)
     aligned = align(labels, reference, (labels_path, reference_path))
     ours = labels.column("label").to_numpy()[aligned.labels]
     theirs = reference.column("label").to_numpy()[aligned.reference]
@@ -229,10 +226,6 @@ def audit(labels_path: Path, reference_path: Path, seed: int = 0, ratings_path: 
         for r in rows
         if abs(ours[r] - theirs[r]) > 0
     ]
-    ambiguity = None
-    if imported is not None:
-        ids = shift_estimate.item_ids(labels, imported[0])
-        ambiguity = shift_estimate.estimate([ids[i] for i in aligned.labels[compared]], y, imported[1])
     return {
         "labels": str(labels_path),
         "reference": str(reference_path),
@@ -252,5 +245,4 @@ def audit(labels_path: Path, reference_path: Path, seed: int = 0, ratings_path: 
         "by_condition_kind": by_kind,
         "condition_kinds": {kind: list(keys) for kind, keys in CONDITION_KINDS.items()},
         "most_disputed": disputed,
-        "shared_ambiguity": ambiguity,
     }

@@ -12,31 +12,22 @@ from csts_pipeline.pipeline.records import file_fingerprint
 from csts_pipeline.pipeline.shards import write_atomic
 from csts_pipeline.stages.annotate.crowd.files import write_json
 from csts_pipeline.stages.annotate.labels.audit_stats import audit
-from csts_pipeline.stages.annotate.layout import AUDIT_JSON, INDIVIDUAL_RATINGS, ITEMS
+from csts_pipeline.stages.annotate.layout import AUDIT_JSON
 
 AUDIT_MD = "audit.md"
 
 
-def run_audit(
-    labels: Path, reference: Path, out: Path, seed: int, force: bool, ratings: Path | None = None
-) -> dict[str, Any]:
-    """Audit `labels` against `reference` into `out` (a no-op when the files and the seed are unchanged); with
-    `ratings`, the shared ambiguity's sd too."""
+def run_audit(labels: Path, reference: Path, out: Path, seed: int, force: bool) -> dict[str, Any]:
+    """Audit `labels` against `reference` into `out` (a no-op when both files and the seed are unchanged)."""
     inputs = {}
-    given = (("labels", labels), ("reference", reference), ("ratings", ratings))
-    for name, path in ((name, path) for name, path in given if path is not None):
-        if name == "ratings":  # a folder: the import's items and ratings
-            inputs |= {
-                f"ratings/{n}": file_fingerprint(path / n) for n in (ITEMS, INDIVIDUAL_RATINGS) if (path / n).is_file()
-            }
-            continue
+    for name, path in (("labels", labels), ("reference", reference)):
         if not path.is_file():
             raise UserError(f"{path}: not found")
         inputs[name] = file_fingerprint(path)
     with OutputFolder("annotate-audit", out, {"seed": seed}, inputs) as step:
         if step.up_to_date() and not force:
             return step.unchanged()
-        result = audit(labels, reference, seed, ratings)
+        result = audit(labels, reference, seed)
         step.begin(force=True)
         write_json(step.staging / AUDIT_JSON, result)
         text = render(result)
@@ -72,7 +63,6 @@ def headline(result: dict[str, Any]) -> list[str]:
         f"Spearman {_show(found.get('spearman'))}{_interval(found, 'spearman')}, Pearson "
         f"{_show(found.get('pearson'))}{_interval(found, 'pearson')}, Krippendorff's alpha (ordinal) "
         f"{_show(found.get('alpha_ordinal'))}",
-        *_ambiguity(result.get("shared_ambiguity")),
         *_uneven(result.get("uneven_pairs", 0)),
     ]
 
@@ -84,20 +74,6 @@ def _uneven(pairs: int) -> list[str]:
     return [
         f"warning: {pairs} sentence pair(s) have a different number of rows in the two files; their rows were "
         "matched by position and may be the wrong ones: give both files an id column (id or item_id)"
-    ]
-
-
-def _ambiguity(found: dict[str, Any] | None) -> list[str]:
-    """The shared ambiguity's line (with --ratings)."""
-    if found is None:
-        return []
-    if found["sd"] is None:
-        return [f"shared ambiguity: not estimated ({found['why']}; {found['items']} found)"]
-    low, high = found["interval_95"]
-    return [
-        f"shared ambiguity (the people's ratings of {found['items']} items against the reference): sd "
-        f"{found['sd']:.2f} points (95% likelihood interval {low:.2f} to {high:.2f}); for the import: "
-        f"--ambiguity-sd {found['sd']:.2f}"
     ]
 
 
