@@ -1,7 +1,7 @@
 """A similarity model with real skill, on real text, through the commands' own step functions (docs/annotate.md,
 "A similarity model as a rater").
 
-    python -m bench.real_text_models --pairs 300 --seeds 3 [--stsb ../shared/data/stsb/sts-test.csv]
+    python -m bench.real_text_models --pairs 300 --seeds 3 [--stsb ../shared/data/stsb/sts-test.csv] [--ambiguity-sd SD]
 
 Items: STS Benchmark pairs (real sentences, real gold scores rescaled to 1-5: 1 + 0.8 x score), taken through
 `annotate export --stage conditions` (a kept CSV of the pairs), `import --stage conditions` (every pair gets two
@@ -77,14 +77,23 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
-def run_setting(base: dict[bool, Path], setting: Setting, people: People, kinds: dict, work: Path, seed: int) -> dict:
-    """One labelling run on a fresh copy of the prepared folder (with the model's rows or without)."""
+def run_setting(
+    base: dict[bool, Path],
+    setting: Setting,
+    people: People,
+    kinds: dict,
+    work: Path,
+    seed: int,
+    ambiguity_sd: float | None = None,
+) -> dict:
+    """One labelling run on a fresh copy of the prepared folder (with the model's rows or without); `ambiguity_sd`:
+    the import's `--ambiguity-sd`."""
     with_model, start, rounds = setting
     folder = work / f"run-{seed}-{int(with_model)}-{start}-{rounds}" / "annotate"
     shutil.rmtree(folder.parent, ignore_errors=True)
     shutil.copytree(base[with_model], folder)
     spearman = lambda done: figures(done, people.truth)["spearman"]  # noqa: E731
-    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed, spearman)
+    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed, spearman, ambiguity_sd)
     found = figures(folder, people.truth, kinds)
     found["human_per_item"] = outcome.human_ratings / len(people.truth)
     found["trace"] = [(rows / len(people.truth), rho) for rows, rho in outcome.trace]
@@ -141,6 +150,7 @@ def main() -> None:
     parser.add_argument("--ambiguity", type=float, default=0.4)
     parser.add_argument("--difficulty", type=float, default=0.3)
     parser.add_argument("--settings", default="", help="setting names separated by ; (default: all)")
+    parser.add_argument("--ambiguity-sd", type=float, default=None, help="the import's --ambiguity-sd")
     args = parser.parse_args()
     pairs = read_stsb(args.stsb, args.pairs, 0)
     chosen = {k: v for k, v in SETTINGS.items() if not args.settings or k in args.settings.split(";")}
@@ -155,14 +165,15 @@ def main() -> None:
         alone = spearmanr([s["score"] for s in scores], [truth[s["item_id"]] for s in scores]).statistic
         print(
             f"{len(pairs)} STS-B pairs ({len(truth)} items) from {args.stsb}; people: ambiguity sd "
-            f"{args.ambiguity}, difficulty log-sd {args.difficulty}; {args.seeds} seeds"
+            f"{args.ambiguity}, difficulty log-sd {args.difficulty}; {args.seeds} seeds; the import's --ambiguity-sd "
+            f"{args.ambiguity_sd}"
         )
         print(f"MiniLM alone (cosine under the condition): Spearman {alone:.3f}; bin edges {record['bin_edges']}\n")
         found: dict[str, list[dict]] = {name: [] for name in chosen}
         for seed in range(args.seeds):
             people = People.around(truth, seed, ambiguity=args.ambiguity, difficulty=args.difficulty)
             for name, setting in chosen.items():
-                found[name].append(run_setting(base, setting, people, genre, work, seed))
+                found[name].append(run_setting(base, setting, people, genre, work, seed, args.ambiguity_sd))
                 print(f"  seed {seed} {name}: " + ", ".join(f"{k} {v}" for k, v in found[name][-1].items()), flush=True)
         print("\n".join(table(found, sorted(set(genre.values())))))
         if "people, 2 then --more" in found:
