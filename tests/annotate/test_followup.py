@@ -106,7 +106,10 @@ def test_the_import_takes_the_shared_shift_the_user_sets(tmp_path: Path, rated: 
     args = ["annotate", "import", "--stage", "ratings", "--out", rated, "--results", results, "--aggregate", "model"]
     found = {}
     for spread in ("0", "0.6", None):
-        cli(*args, *(("--ambiguity-sd", spread) if spread else ()))
+        said = cli(*args, *(("--ambiguity-sd", spread) if spread else ()))
+        where = "chosen from the answers" if spread is None else "set by --ambiguity-sd"
+        assert f"shared per-item shift sd {float(spread or 0):.2f} points, {where}" in said or spread is None
+        assert where in said
         agreement = json.loads((rated / "ratings" / "agreement.json").read_text())
         table = pq.read_table(rated / "ratings" / "items.parquet").to_pylist()
         labelled = [r for r in table if r["status"] == "kept"]

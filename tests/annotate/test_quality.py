@@ -274,6 +274,7 @@ def test_the_hf_export_carries_pseudonymous_ratings_distributions_and_the_qualit
     card = (out / "README.md").read_text()
     assert "ordinal rater model" in card and "an inversion rate of" in card
     assert "Gold accuracy: not measured" in card and "annotations/ratings.parquet" in card
+    assert "The rater model's shared per-item shift sd " in card and "points, chosen from the answers." in card
     # the same salt gives the same pseudonyms; a new salt (another dataset) other ones
     cli("export", "--annotate", rated, "--format", "hf", "--out", out, "--force")
     assert pq.read_table(out / "annotations" / "ratings.parquet").to_pylist() == published

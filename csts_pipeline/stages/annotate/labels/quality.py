@@ -273,9 +273,10 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
     return pa.table(columns, schema=WORKERS_SCHEMA)
 
 
-def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
+def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = False) -> dict[str, Any]:
     """What agreement.json says about the model and the workers: how many, how many unreliable, the threshold,
-    the EM iterations, the shared per-item shift's spread (labels/shift.py) and the fitted prior over the labels."""
+    the EM iterations, the shared per-item shift's spread (labels/shift.py; `spread_set`: by `--ambiguity-sd`,
+    else chosen from the answers) and the fitted prior over the labels."""
     return {
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
@@ -286,6 +287,7 @@ def workers_summary(model: ModelResult, table: pa.Table) -> dict[str, Any]:
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,
         "ambiguity_sd": model.fit.ambiguity,
+        "ambiguity_sd_from": "--ambiguity-sd" if spread_set else "the answers",
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
         "model_share": model.models,
     }

@@ -63,3 +63,14 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     return np.einsum("gtk,wgty->wky", onto_low, share * counts) + np.einsum(
         "gtk,wgty->wky", onto_high, (1 - share) * counts
     )
+
+
+def spread_words(summary: dict) -> str:
+    """The spread an import used, in words, from agreement.json's model_workers ("" for a file written before
+    it was recorded): the summary and the dataset card say it, since it sets how wide the intervals are."""
+    if summary.get("ambiguity_sd") is None:
+        return ""
+    where = (
+        "set by --ambiguity-sd" if summary.get("ambiguity_sd_from") == "--ambiguity-sd" else "chosen from the answers"
+    )
+    return f"shared per-item shift sd {summary['ambiguity_sd']:.2f} points, {where}"

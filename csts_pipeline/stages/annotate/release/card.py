@@ -12,7 +12,7 @@ import pyarrow as pa
 import yaml
 
 from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
-from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.labels import model_workers, shift
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator_class
 
 
@@ -172,6 +172,7 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
             f"\nWorkers: {workers['workers']:,}, of whom {workers['unreliable']:,} answered close to at random "
             f"(reliability below {workers['unreliable_below']}). Gold accuracy: "
             + ("not measured (no gold items)." if gold is None else f"{gold:.3f} (workers kept).")
+            + (f" The rater model's {shift.spread_words(workers)}." if shift.spread_words(workers) else "")
         )
         lines.extend(_model_share(workers.get("model_share")))
     hidden = found.get("gold")

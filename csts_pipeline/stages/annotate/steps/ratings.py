@@ -229,7 +229,7 @@ def label_batch(
         found["gold_accuracy"] = scored[found["worker_id"]].accuracy if found["gold_answers"] else None
     agreement |= {
         "high_low": checks.summary,
-        "model_workers": quality.workers_summary(model, workers) if model else None,
+        "model_workers": quality.workers_summary(model, workers, ambiguity_sd is not None) if model else None,
         "gold": gold.summary() if gold else None,
     }
     return Labelled(items, accepted, labels, model, workers, agreement, checks)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.labels import model_workers, shift
 from csts_pipeline.stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
@@ -153,9 +153,10 @@ def _import_ratings(record: dict[str, Any]) -> str:
     lines.append(_high_low(agreement.get("high_low"), files.get(INVERSIONS)))
     model = agreement.get("model_workers")
     if model is not None:
+        spread = shift.spread_words(model)
         lines.append(
             f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
-            f"{model['unreliable_below']}) -> {files[WORKERS]}"
+            f"{model['unreliable_below']}){'; ' + spread if spread else ''} -> {files[WORKERS]}"
         )
         lines.extend(model_share_lines(model.get("model_share")))
     gold = agreement.get("gold")
