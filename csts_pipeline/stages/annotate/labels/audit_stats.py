@@ -10,6 +10,7 @@ that differ, and the correlation between the two labellings."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,12 +123,8 @@ def align(labels: pa.Table, reference: pa.Table, names: tuple[Path, Path]) -> Al
 def _uneven(left: list, right: list) -> int:
     """Sentence pairs in both files with a different number of rows: matched by position, a pair's rows may be
     the wrong ones (a reference holding only a pair's low row meets the labels' high row)."""
-    count_left: dict[tuple[str, str], int] = {}
-    count_right: dict[tuple[str, str], int] = {}
-    for keys, counts in ((left, count_left), (right, count_right)):
-        for first, second, _ in keys:
-            counts[(first, second)] = counts.get((first, second), 0) + 1
-    return sum(1 for pair, n in count_left.items() if pair in count_right and count_right[pair] != n)
+    ours, theirs = (Counter((first, second) for first, second, _ in keys) for keys in (left, right))
+    return sum(1 for pair, n in ours.items() if pair in theirs and theirs[pair] != n)
 
 
 def condition_kind(condition: str) -> str:

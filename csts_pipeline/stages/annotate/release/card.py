@@ -168,11 +168,12 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
     workers = found.get("model_workers")
     if workers:
         gold = workers.get("gold_accuracy")
+        spread = shift.spread_words(workers)
         lines.append(
             f"\nWorkers: {workers['workers']:,}, of whom {workers['unreliable']:,} answered close to at random "
             f"(reliability below {workers['unreliable_below']}). Gold accuracy: "
             + ("not measured (no gold items)." if gold is None else f"{gold:.3f} (workers kept).")
-            + (f" The rater model's {shift.spread_words(workers)}." if shift.spread_words(workers) else "")
+            + (f" The rater model's {spread}." if spread else "")
         )
         lines.extend(_model_share(workers.get("model_share")))
     hidden = found.get("gold")
