@@ -16,7 +16,8 @@ rater model assumes, as a user who knows the crowd's sets it; default: chosen fr
 Prints per setting (mean over seeds): Spearman with the truth overall and within the high and low conditions,
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
 and elsewhere, the model's reliability, whether workers.parquet marks it unreliable, the human ratings the
-import says it replaced, and the shared shift's sd the last import used.
+import says it replaced, the shared shift's sd the last import used, and how far apart the people's answers
+told the spreads (sd_evidence: the span of their log-likelihood over the grid, where the sd was chosen).
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def model_figures(folder: Path) -> dict:
     """The shared shift's sd the rater model used, and the model worker's reliability, unreliable mark and
     replaced ratings, as the import wrote them."""
     agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
-    spread = {"ambiguity_sd": agreement["model_workers"]["ambiguity_sd"]}
+    model = agreement["model_workers"]
+    profile = model.get("ambiguity_sd_log_likelihood")
+    spread = {"ambiguity_sd": model["ambiguity_sd"], "sd_evidence": -min(profile.values()) if profile else None}
     workers = [
         r
         for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()
@@ -126,6 +129,7 @@ COLUMNS = (
     "model_unreliable",
     "replaced_ratings",
     "ambiguity_sd",
+    "sd_evidence",
 )
 
 

@@ -127,3 +127,26 @@ def test_the_import_takes_the_shared_shift_the_user_sets(tmp_path: Path, rated: 
     assert "only for --stage ratings" in cli_error(
         "annotate", "import", "--stage", "bws", "--out", rated, "--results", results, "--ambiguity-sd", "0.3"
     )
+
+
+def test_the_import_records_how_the_answers_weigh_each_spread(tmp_path: Path, rated: Path):  # noqa: F811
+    """Where the shared shift's sd is chosen, agreement.json keeps the people's log-likelihood at each spread of
+    the grid (less the best's) and the summary says how far apart they are; where `--ambiguity-sd` sets the sd
+    there is neither. One rating an item says nothing of what an item's raters share: the spreads fit alike."""
+    items = read_tasks(rated / "ratings_tasks")
+    args = ["annotate", "import", "--stage", "ratings", "--out", rated, "--aggregate", "model"]
+    span = {}
+    for per_item in (1, 5):
+        rows, _, _ = crowd_rows(items, per_item=per_item)
+        results = write_results(tmp_path / f"results-{per_item}.csv", rows)
+        said = cli(*args, "--results", results)
+        profile = json.loads((rated / "ratings" / "agreement.json").read_text())["model_workers"][
+            "ambiguity_sd_log_likelihood"
+        ]
+        assert [float(sd) for sd in profile] == list(shift.AMBIGUITY_GRID) and max(profile.values()) == 0, profile
+        span[per_item] = -min(profile.values())
+        assert f"log-likelihood spans {span[per_item]:.1f} over sd 0.00-0.60" in said, said
+    assert span[1] < 2 < span[5], span  # five ratings an item tell the spreads apart, one hardly
+    said = cli(*args, "--results", results, "--ambiguity-sd", "0.3")
+    model = json.loads((rated / "ratings" / "agreement.json").read_text())["model_workers"]
+    assert model["ambiguity_sd_log_likelihood"] is None and "log-likelihood spans" not in said

@@ -37,7 +37,7 @@ point (the scale's ends clip the shift), 0 for uniform answers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
 import numpy as np
@@ -100,6 +100,7 @@ class OrdinalFit:
     table: np.ndarray | None = None  # P(y | t) per worker [workers, t, y]: the kernel, or a model's confusion
     ambiguity: float = 0.0  # the sd of the shared per-item shift every rater of an item feels
     log_likelihood: float = 0.0  # of the answers, under the fitted model (before the last M-step)
+    spread_log_likelihoods: dict[float, float] = field(default_factory=dict)  # the people's, per spread tried
 
     @property
     def label(self) -> np.ndarray:
@@ -273,8 +274,9 @@ def fit(
     against the others. The shared shift's spread is `ambiguity`, else likeliest_spread's on the people's
     answers."""
     data = answers_of(item, worker, rating, n_items, known, soft)
+    scores: dict[float, float] = {}
     if ambiguity is None:
-        spread, state = likeliest_spread(data.without_models(), tol)
+        spread, state, scores = likeliest_spread(data.without_models(), tol)
         if data.free.any():
             state = start_state(data)
     else:
@@ -294,24 +296,28 @@ def fit(
         table=state.table,
         ambiguity=spread,
         log_likelihood=state.log_likelihood,
+        spread_log_likelihoods=scores,
     )
 
 
-def likeliest_spread(data: Answers, tol: float) -> tuple[float, State]:
+def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[float, float]]:
     """The point of shift.AMBIGUITY_GRID with the highest likelihood of `data` plus shift.log_prior, each point's
-    EM started where the last ended and ranked at shift.RANKING_TOL; with the state EM reached there. Fitted on
+    EM started where the last ended and ranked at shift.RANKING_TOL; with the state EM reached there and each
+    point's log-likelihood (how well the answers tell the spreads apart: shift.likely_spreads). Fitted on
     people's answers only: a model's soft answer enters as an expected likelihood, not the probability of an
     observation, and with a model among the raters the grid's likelihoods favoured no shift by 3-6 log units
     whether the crowd's items were ambiguous (sd 0.4) or not."""
     state = start_state(data)
     best: tuple[float, float, State] | None = None
+    scores = {}
     for spread in shift.AMBIGUITY_GRID:
         state = expectation_maximisation(data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL))
+        scores[float(spread)] = state.log_likelihood
         score = state.log_likelihood + shift.log_prior(float(spread))
         if best is None or score > best[0]:
             best = (score, float(spread), state)
     assert best is not None
-    return best[1], best[2]
+    return best[1], best[2], scores
 
 
 def answers_of(

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import model_workers, ordinal, verdict
+from csts_pipeline.stages.annotate.labels import model_workers, ordinal, shift, verdict
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
 
@@ -276,7 +276,7 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
 def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = False) -> dict[str, Any]:
     """What agreement.json says about the model and the workers: how many, how many unreliable, the threshold,
     the EM iterations, the shared per-item shift's spread (labels/shift.py; `spread_set`: by `--ambiguity-sd`,
-    else chosen from the answers) and the fitted prior over the labels."""
+    else chosen from the answers, with each spread's log-likelihood) and the fitted prior over the labels."""
     return {
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
@@ -288,6 +288,7 @@ def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = Fals
         "converged": model.fit.converged,
         "ambiguity_sd": model.fit.ambiguity,
         "ambiguity_sd_from": "--ambiguity-sd" if spread_set else "the answers",
+        "ambiguity_sd_log_likelihood": shift.relative_log_likelihoods(model.fit.spread_log_likelihoods),
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
         "model_share": model.models,
     }

@@ -65,6 +65,16 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     )
 
 
+def relative_log_likelihoods(log_likelihoods: dict[float, float]) -> dict[str, float] | None:
+    """agreement.json's record of how the spread was chosen: per spread of the grid, the log-likelihood of the
+    people's answers less the best's (None where `--ambiguity-sd` set it). Why keep it: the answers often fit
+    every spread within a few log units (labels/shift.py), and the chosen one sets how wide the intervals are."""
+    if not log_likelihoods:
+        return None
+    best = max(log_likelihoods.values())
+    return {f"{spread:.2f}": round(value - best, 3) for spread, value in log_likelihoods.items()}
+
+
 def spread_words(summary: dict) -> str:
     """The spread an import used, in words, from agreement.json's model_workers ("" for a file written before
     it was recorded): the summary and the dataset card say it, since it sets how wide the intervals are."""
