@@ -18,22 +18,15 @@ worker (b 0, s 1), so a worker with a handful of ratings is not judged on them a
 one matrix product for all workers, exact and free of step sizes.
 
 A **language model** (a worker whose rows carry a distribution q over 1..5, `soft`) is estimated like anyone,
-against the people and the hidden gold, with two differences. Its P(y | t) is a free 5 x 5 confusion (with
-FREE_PSEUDO pseudo-answers per true label spread as its answers overall), estimated from its most likely digits:
-it answers every item, enough for 20 cells, and its errors repeat (one answer favoured, a point off on a kind
-of condition), a pattern the two-parameter kernel smears into noise. And each answer enters the item's
-posterior as the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a
-rating, an unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its
-weight against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and
-leaves out what it has not earned (docs/annotate.md, "Models in the loop").
+against the people and the hidden gold, with two differences. Its P(y | t) is a free 5 x 5 confusion
+estimated from its most likely digits (free_tables says why). And each answer enters the item's posterior as
+the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a rating, an
+unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its weight
+against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and leaves
+out what it has not earned (docs/annotate.md, "Models in the loop").
 
 **Shared ambiguity** (labels/shift.py): every rater of an item reads its true label t as t + u, u ~ N(0, sd^2)
-the same for all of them, and the E-step integrates u out, so an item's posterior stops narrowing once its
-raters agree on what they all misread; the sd is chosen from a grid on the people's answers.
-
-A worker's **reliability** is the correlation between the true label and the worker's answer under the fitted
-P(y | t, w), with the true label uniform on 1..5: about 0.95 for a careful worker, 0.8-0.9 for one shifted by a
-point (the scale's ends clip the shift), 0 for uniform answers."""
+the same for all of them, and the E-step integrates u out; the sd is chosen from a grid on the people's answers."""
 
 from __future__ import annotations
 
@@ -65,7 +58,8 @@ def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
 
 
 def reliability(table: np.ndarray) -> np.ndarray:
-    """Correlation of t and y under P(y | t) [..., t, y] with t uniform on the scale."""
+    """A worker's reliability: the correlation of t and y under P(y | t) [..., t, y] with t uniform on the scale
+    (about 0.95 for a careful worker, 0.8-0.9 for one shifted by a point, 0 for uniform answers)."""
     joint = table / len(SCALE)
     t, y = SCALE[:, None], SCALE[None, :]
     mean_t, mean_y = SCALE.mean(), (joint * y).sum(axis=(-2, -1))
