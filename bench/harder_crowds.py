@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bench.real_text_models import STSB, cell, read_stsb
+from csts_pipeline.stages.annotate.labels import shift
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, figures, label_with_people, prepare_folder
 from tests.support.simulate import Crowd, simulate_crowd
@@ -67,8 +68,7 @@ def model_figures(folder: Path) -> dict:
     replaced ratings, as the import wrote them."""
     agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
     model = agreement["model_workers"]
-    profile = model.get("ambiguity_sd_log_likelihood")
-    spread = {"ambiguity_sd": model["ambiguity_sd"], "sd_evidence": -min(profile.values()) if profile else None}
+    spread = {"ambiguity_sd": model["ambiguity_sd"], "sd_evidence": shift.evidence_span(model)}
     workers = [
         r
         for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()

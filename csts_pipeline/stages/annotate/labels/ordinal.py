@@ -297,7 +297,7 @@ def fit(
 def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[float, float]]:
     """The point of shift.AMBIGUITY_GRID with the highest likelihood of `data` plus shift.log_prior, each point's
     EM started where the last ended and ranked at shift.RANKING_TOL; with the state EM reached there and each
-    point's log-likelihood (how well the answers tell the spreads apart: shift.likely_spreads). Fitted on
+    point's log-likelihood (how well the answers tell them apart: shift.evidence_span). Fitted on
     people's answers only: a model's soft answer enters as an expected likelihood, not the probability of an
     observation, and with a model among the raters the grid's likelihoods favoured no shift by 3-6 log units
     whether the crowd's items were ambiguous (sd 0.4) or not."""

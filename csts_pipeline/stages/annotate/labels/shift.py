@@ -84,3 +84,20 @@ def spread_words(summary: dict) -> str:
         "set by --ambiguity-sd" if summary.get("ambiguity_sd_from") == "--ambiguity-sd" else "chosen from the answers"
     )
     return f"shared per-item shift sd {summary['ambiguity_sd']:.2f} points, {where}"
+
+
+def evidence_span(summary: dict) -> float | None:
+    """How far apart the people's answers told the spreads, from agreement.json's model_workers: the span of
+    their log-likelihood over the grid (None where `--ambiguity-sd` set the spread, or for an older file)."""
+    profile = summary.get("ambiguity_sd_log_likelihood")
+    return -min(profile.values()) if profile else None
+
+
+def evidence_words(summary: dict) -> str:
+    """The import summary's advice where the spread was chosen: the span, and the option that sets it."""
+    span = evidence_span(summary)
+    if span is None:
+        return ""
+    grid = f"{AMBIGUITY_GRID[0]:.2f}-{AMBIGUITY_GRID[-1]:.2f}"
+    advice = "set --ambiguity-sd where you know your crowd's"
+    return f" (the answers' log-likelihood spans {span:.1f} over sd {grid}: {advice})"

@@ -153,13 +153,7 @@ def _import_ratings(record: dict[str, Any]) -> str:
     lines.append(_high_low(agreement.get("high_low"), files.get(INVERSIONS)))
     model = agreement.get("model_workers")
     if model is not None:
-        spread = shift.spread_words(model)
-        profile = model.get("ambiguity_sd_log_likelihood")
-        if profile:  # chosen from the answers: how far apart they tell the spreads
-            spread += (
-                f" (the answers' log-likelihood spans {-min(profile.values()):.1f} over sd {min(profile)}-"
-                f"{max(profile)}: set --ambiguity-sd where you know your crowd's)"
-            )
+        spread = shift.spread_words(model) + shift.evidence_words(model)
         lines.append(
             f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
             f"{model['unreliable_below']}){'; ' + spread if spread else ''} -> {files[WORKERS]}"
