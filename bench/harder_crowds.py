@@ -26,6 +26,7 @@ import argparse
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ import pyarrow.parquet as pq
 from bench.real_text_models import STSB, cell, read_stsb
 from csts_pipeline.stages.annotate.labels import shift
 from tests.support.chosen_model import rate_with
-from tests.support.command_path import People, figures, label_with_people, prepare_folder
+from tests.support.command_path import Outcome, People, figures, label_with_people, prepare_folder
 from tests.support.simulate import Crowd, simulate_crowd
 from tests.support.simulate_models import HARDER_KINDS, kind_items, model_answers
 
@@ -93,7 +94,9 @@ def run(
     seed: int,
     work: Path,
     ambiguity_sd: float | None = None,
+    then: Callable[[Path, Outcome, dict[str, float]], dict] | None = None,
 ) -> dict:
+    """One setting through the commands; `then(folder, outcome, truth)` adds its figures before the folder goes."""
     start, rounds = SETTINGS[setting]
     if model is None and rounds:
         start = 2
@@ -112,6 +115,8 @@ def run(
     found |= {k: v for k, v in by_type.items() if k.startswith("spearman[")}
     found["human_per_item"] = outcome.human_ratings / len(index)
     found |= model_figures(folder)
+    if then is not None:
+        found |= then(folder, outcome, people.truth)
     shutil.rmtree(folder.parent)
     return found
 
