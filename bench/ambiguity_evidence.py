@@ -51,6 +51,7 @@ def likelihood_mean_sd(profile: dict[str, float]) -> float:
 
 
 def one_crowd(name: str, items: dict, base: Path, seeds: int, work: Path) -> list[dict]:
+    """Every setting of bench/harder_crowds.py on one crowd of CROWDS, each seed, printed as it ends."""
     ambiguity, difficulty = CROWDS[name]
     runs = []
     for seed in range(seeds):
@@ -66,6 +67,7 @@ def one_crowd(name: str, items: dict, base: Path, seeds: int, work: Path) -> lis
 
 
 def line(found: dict) -> str:
+    """A run as a row of the printed table."""
     covered = " ".join(f"{found[f'coverage@{s:.2f}']:.3f}" for s in shift.AMBIGUITY_GRID)
     profile = " ".join(f"{v:6.2f}" for v in found["profile"].values())
     return (
