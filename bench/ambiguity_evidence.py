@@ -61,6 +61,8 @@ def one_crowd(name: str, items: dict, base: Path, seeds: int, work: Path) -> lis
                 found = run(base, crowd, index, model, setting, seed, work, None, coverage_at_each_spread)
                 who = "people alone" if model is None else f"people + {model}"
                 found["setting"] = f"{name} crowd {seed}, {who}, {setting}"
+                found["mean_sd"] = likelihood_mean_sd(found["profile"])
+                found["in_band"] = spreads_in_band(found, name)
                 runs.append(found)
                 print(line(found), flush=True)
     return runs
@@ -72,11 +74,12 @@ def line(found: dict) -> str:
     profile = " ".join(f"{v:6.2f}" for v in found["profile"].values())
     return (
         f"| {found['setting']} | {found['ambiguity_sd']:.2f} | {found['coverage']:.3f} | {covered} | {profile} | "
-        f"{likelihood_mean_sd(found['profile']):.2f} |"
+        f"{found['mean_sd']:.2f} |"
     )
 
 
 def spreads_in_band(found: dict, crowd: str) -> list[float]:
+    """The grid's spreads at which the run's coverage is in its crowd's BAND."""
     low, high = BAND[crowd]
     return [s for s in shift.AMBIGUITY_GRID if low <= found[f"coverage@{s:.2f}"] <= high]
 
@@ -90,21 +93,17 @@ def inverted_pairs(runs: dict[str, list[dict]]) -> str:
         (h, p)
         for h in runs["harder"]
         for p in runs["plain"]
-        if spreads_in_band(h, "harder")
-        and spreads_in_band(p, "plain")
-        and likelihood_mean_sd(h["profile"]) <= likelihood_mean_sd(p["profile"])
-        and min(spreads_in_band(h, "harder")) > max(spreads_in_band(p, "plain"))
+        if h["in_band"] and p["in_band"] and h["mean_sd"] <= p["mean_sd"] and min(h["in_band"]) > max(p["in_band"])
     ]
     if not pairs:
         return "inverted pairs: none (the answers order every harder run above the plain runs it must differ from)"
-    h, p = max(pairs, key=lambda hp: likelihood_mean_sd(hp[1]["profile"]) - likelihood_mean_sd(hp[0]["profile"]))
+    h, p = max(pairs, key=lambda hp: hp[1]["mean_sd"] - hp[0]["mean_sd"])
     harder = sorted({h["setting"] for h, _ in pairs})
     return (
         f"inverted pairs: {len(pairs)} of {len(runs['harder']) * len(runs['plain'])}, from {len(harder)} of "
         f"{len(runs['harder'])} harder runs ({'; '.join(harder)}); the widest: {h['setting']} (likelihood mean sd "
-        f"{likelihood_mean_sd(h['profile']):.2f}; covers 85-95% from sd {min(spreads_in_band(h, 'harder')):.2f}) "
-        f"against {p['setting']} ({likelihood_mean_sd(p['profile']):.2f}; covers at most 97% up to sd "
-        f"{max(spreads_in_band(p, 'plain')):.2f})"
+        f"{h['mean_sd']:.2f}; covers 85-95% from sd {min(h['in_band']):.2f}) against {p['setting']} "
+        f"({p['mean_sd']:.2f}; covers at most 97% up to sd {max(p['in_band']):.2f})"
     )
 
 
@@ -126,7 +125,7 @@ def main() -> None:
         runs = {name: one_crowd(name, items, base, args.seeds, work) for name in CROWDS}
     for name, found in runs.items():
         chosen = [r["coverage"] for r in found]
-        none = sum(not spreads_in_band(r, name) for r in found)
+        none = sum(not r["in_band"] for r in found)
         print(
             f"{name}: coverage at the chosen sd {min(chosen):.3f}-{max(chosen):.3f}; runs no spread of the grid "
             f"brings into {BAND[name][0]}-{BAND[name][1]}: {none}/{len(found)}"
