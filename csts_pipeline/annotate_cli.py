@@ -48,6 +48,14 @@ AgreementSampleOpt = Annotated[
         "(the paper: 100).",
     ),
 ]
+ExpertOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--expert",
+        help="ratings, with --aggregate model: careful labels for a sample of the items (CSV, JSON lines or "
+        "Parquet: item_id and label, or sentence1, sentence2, condition and label), which measure every worker.",
+    ),
+]
 AmbiguitySdOpt = Annotated[
     float | None,
     typer.Option(
@@ -276,6 +284,7 @@ def annotate_import(
     aggregate: AggregateOpt = None,
     agreement_sample: AgreementSampleOpt = None,
     ambiguity_sd: AmbiguitySdOpt = None,
+    expert: ExpertOpt = None,
     repeats: RepeatsOpt = None,
     seed: ImportSeedOpt = 0,
     not_pertinent_share: NotPertinentOpt = None,
@@ -297,6 +306,7 @@ def annotate_import(
         min_ratings=min_ratings,
         agreement_sample=agreement_sample,
         ambiguity_sd=ambiguity_sd,
+        expert=expert,
     )
     _only_for(stage, "bws", repeats=repeats)
     _only_for(stage, "qualification", max_rating_error=max_rating_error, qualification_name=qualification_name)
@@ -313,7 +323,7 @@ def annotate_import(
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
         how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
         record = annotate.import_ratings(
-            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd
+            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, expert
         )
     elif stage == "bws":
         record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)

@@ -107,6 +107,9 @@ WORKERS_SCHEMA = pa.schema(
         ("weak_kinds", pa.list_(pa.string())),
         ("gold_accuracy", pa.float64()),  # share of gold items answered right; null until gold is scored
         ("gold_answers", pa.int64()),
+        # what measured the reliability: "expert sample 12, gold 8, repeats 40" for a person, "agreement with
+        # people 0.41 over 400 items" for a model, or "assumed ..." where nothing in the batch measured it
+        ("evidence", pa.string()),
     ]
 )
 

@@ -27,6 +27,7 @@ class Rating(NamedTuple):
     not_pertinent: bool
     distribution: tuple[float, ...] | None = None
     p_not_pertinent: float | None = None
+    score: float | None = None  # a similarity model's score (its distribution is the score's bin)
 
 
 # a worker whose ratings follow the others' order this little (leave-one-out Spearman) is flagged for review
@@ -87,6 +88,7 @@ class RatingArrays:
     flagged: np.ndarray
     distribution: np.ndarray | None = None
     p_flag: np.ndarray | None = None
+    score: np.ndarray | None = None  # a similarity model's score per row (nan elsewhere); None when no row has one
 
     @classmethod
     def of(cls, accepted: list[Rating]) -> RatingArrays:
@@ -102,6 +104,9 @@ class RatingArrays:
             if has
             else None,
             np.array([np.nan if p is None else p for p in p_flag], np.float64) if has else None,
+            np.array([np.nan if a.score is None else a.score for a in accepted], np.float64)
+            if any(a.score is not None for a in accepted)
+            else None,
         )
 
     @property
@@ -125,7 +130,10 @@ class RatingArrays:
         """The rows selected by a mask or an index."""
         pick = None if self.distribution is None else self.distribution[rows]
         flag = None if self.p_flag is None else self.p_flag[rows]
-        return RatingArrays(self.item[rows], self.worker[rows], self.rating[rows], self.flagged[rows], pick, flag)
+        score = None if self.score is None else self.score[rows]
+        return RatingArrays(
+            self.item[rows], self.worker[rows], self.rating[rows], self.flagged[rows], pick, flag, score
+        )
 
     @staticmethod
     def concat(parts: list[RatingArrays]) -> RatingArrays:
@@ -145,6 +153,9 @@ class RatingArrays:
             np.concatenate([p.flagged for p in parts]),
             np.concatenate([dist(p) for p in parts]) if soft else None,
             np.concatenate([flag(p) for p in parts]) if soft else None,
+            np.concatenate([np.full(len(p.item), np.nan) if p.score is None else p.score for p in parts])
+            if any(p.score is not None for p in parts)
+            else None,
         )
 
 

@@ -1,29 +1,31 @@
-"""Language models among the raters (`annotate rate`, workers `model:<name>`): what their answers are allowed to
-do to the labels and the not-pertinent verdict (docs/annotate.md, "Models in the loop: the rater model's side").
+"""Models among the raters (`annotate rate`, workers `model:<name>`): what their answers are allowed to do to the
+labels and the not-pertinent verdict (docs/annotate.md, "Models in the loop: the rater model's side").
 
 A model answers every item, and its mistakes repeat: one kind of condition it gets wrong, one answer it favours.
 So, unlike a person, it is fitted once per kind of condition (the audit's kinds: colour, number, place, ...;
-audit_stats.condition_kind), each kind with its own confusion table, earned against the people and the hidden
-gold. A (model, kind) whose reliability is below MODEL_UNRELIABLE_BELOW is left out and the labels refitted without
-it, so there the labels are the people's own; a model whose answers pooled over its kinds are below it is left
-out whole: it changes no label. A weak kind, or one where its mean error is KIND_ERROR_AT points or more
-(doubtful), sends its items to people at `export --more` (steps/followup.py). Its not-pertinent votes enter
+audit_stats.condition_kind), each kind with its own confusion table, shrunk toward the model's table over all its
+kinds (ordinal.free_tables), so a kind with little evidence says what the model says overall. Which models enter
+at all is the batch's evidence's decision (labels/trust.py): a model whose answers agree with the people no
+better than chance is left out whole and changes no label. A kind where its mean error is KIND_ERROR_AT points or
+more (doubtful) sends its items to people at `export --more` (steps/followup.py). Its not-pertinent votes enter
 only as far as they agree with the people's verdict and the gold (weigh_flags); a model whose flag skill is below
 FLAG_SKILL_BELOW changes no verdict."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import ordinal
+from csts_pipeline.stages.annotate.labels import ordinal, score_density
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, is_model_worker
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 
+if TYPE_CHECKING:
+    from csts_pipeline.stages.annotate.labels.trust import TrustPlan
+
 UNRELIABLE_BELOW = 0.5  # a person whose reliability (a correlation) is below this answers close to at random
-MODEL_UNRELIABLE_BELOW = 0.3  # a language model whose reliability (a correlation ratio) is below this
 FLAG_SKILL_BELOW = 0.6  # a model's balanced flag accuracy below this: its flags are close to a constant
 # A model's mean error on a kind of condition (its expected answer minus the label, KindFit.error) from which
 # `export --more` asks people for that kind's items (steps/followup.py): half a point moves a label across a
@@ -34,7 +36,7 @@ KIND_ERROR_AT = 0.5
 # 0.91 with 0.89 coverage at a fixed 3 an item on the simulated crowds (docs/annotate.md, "Models in the loop"),
 # about what their own `--more` rounds spend (3.3 an item), so there the labels are as good as people's alone.
 KIND_MIN_RATINGS = 3
-KIND_SEP = " @ "  # a model worker fitted on one kind of condition: "model:<name> @ colour"
+KIND_SEP = ordinal.FAMILY_SEP  # a model worker fitted on one kind of condition: "model:<name> @ colour"
 FAIR_VOTER = np.array([[0.8, 0.2], [0.2, 0.8]])  # pseudo-votes of a fair voter, [true verdict, vote]
 
 
@@ -51,7 +53,7 @@ def by_kind(ratings: RatingArrays, kinds: np.ndarray | None) -> RatingArrays:
     worker = ratings.worker.astype(object)
     worker[model] = np.char.add(np.char.add(ratings.worker[model].astype(str), KIND_SEP), kinds[ratings.item[model]])
     return RatingArrays(ratings.item, worker.astype(str), ratings.rating, ratings.flagged, ratings.distribution,
-                        ratings.p_flag)  # fmt: skip
+                        ratings.p_flag, ratings.score)  # fmt: skip
 
 
 def model_name(worker: np.ndarray) -> np.ndarray:
@@ -97,22 +99,35 @@ class ModelFit:
         return [k.kind for k in self.kinds if k.weak]
 
 
-def predictive_reliability(table: np.ndarray) -> np.ndarray:
+def predictive_reliability(table: np.ndarray, prior: np.ndarray | None = None) -> np.ndarray:
     """The correlation ratio of the true label on the answer under P(y | t) [..., t, y], t uniform on 1..5: how
     well the answer predicts the truth, sqrt(var E[t | y] / var t). A language model's reliability: the plain
     correlation of t and y (ordinal.reliability) divides by the spread of the answers, so a model that says 5
     for every item but for a trace of pseudo-answers came out at 0.6; here it is near 0. For a person's kernel
-    the two are close."""
-    joint = table / table.shape[-2]
+    the two are close. `prior`: t drawn from the batch's labels (uniform when None), as ordinal.reliability."""
+    p_t = np.full(table.shape[-2], 1 / table.shape[-2]) if prior is None else np.asarray(prior, np.float64)
+    joint = table * p_t[:, None]
     p_y = joint.sum(axis=-2)
     mean_t = (joint * ordinal.SCALE[:, None]).sum(axis=-2) / np.maximum(p_y, 1e-300)  # E[t | y]
-    spread = (p_y * (mean_t - ordinal.SCALE.mean()) ** 2).sum(axis=-1)
-    return np.sqrt(spread / ordinal.SCALE.var())
+    overall = p_t @ ordinal.SCALE
+    spread = (p_y * (mean_t - overall) ** 2).sum(axis=-1)
+    return np.sqrt(spread / (p_t @ ordinal.SCALE**2 - overall**2))
 
 
-def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays) -> dict[str, ModelFit]:
-    """Every model of a fit on `split` (by_kind): its kinds' reliability and error, and its pooled reliability;
-    a kind is weak, and a model left out, below MODEL_UNRELIABLE_BELOW."""
+def pooled_reliability(fit: ordinal.OrdinalFit, name: str, members: np.ndarray) -> float:
+    """A model's reliability over all its kinds on this batch: its whole score's (score_density) where it gave
+    scores, else its kinds' tables weighed by their answers."""
+    if name in fit.density:
+        return score_density.reliability(fit.density[name], fit.prior)
+    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    weights = fit.answers[members] / max(fit.answers[members].sum(), 1)
+    return float(predictive_reliability(np.einsum("k,kty->ty", weights, table[members]), fit.prior))
+
+
+def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays, plan: TrustPlan) -> dict[str, ModelFit]:
+    """Every model of the batch: for those in the fit (by_kind), its kinds' reliability and error and its pooled
+    reliability; for those the plan left out (no agreement with people beyond chance), reliability 0 and
+    `left_out`."""
     table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
     virtual = np.flatnonzero(is_model_worker(fit.workers))
     found: dict[str, ModelFit] = {}
@@ -122,25 +137,36 @@ def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays) -> dict[str, ModelF
     for name in np.unique(model_name(fit.workers[virtual])):
         mine = virtual[model_name(fit.workers[virtual]) == name]
         weights = fit.answers[mine] / max(fit.answers[mine].sum(), 1)
-        pooled = float(predictive_reliability(np.einsum("k,kty->ty", weights, table[mine])))
-        left_out = pooled < MODEL_UNRELIABLE_BELOW
+        pooled = pooled_reliability(fit, str(name), mine)
         kinds: list[KindFit] = []
         for at in mine:
             rows = rated.worker == fit.workers[at]
             error = float(error_of[rows].mean()) if rows.any() else None
-            reliability = float(predictive_reliability(table[at]))
-            weak = left_out or reliability < MODEL_UNRELIABLE_BELOW
+            reliability = float(predictive_reliability(table[at], fit.prior))
             kind_name = str(fit.workers[at]).partition(KIND_SEP)[2] or "all"
-            kinds.append(KindFit(kind_name, int(fit.answers[at]), reliability, error, weak))
+            kinds.append(KindFit(kind_name, int(fit.answers[at]), reliability, error, False))
+        seen = plan.models.get(str(name))
+        for kind_name in [] if seen is None else seen.dropped:
+            kinds.append(KindFit(kind_name, seen.kinds[kind_name][1], 0.0, None, True))
         found[str(name)] = ModelFit(pooled, float(weights @ fit.bias[mine]), float(weights @ fit.noise[mine]),
-                                    sorted(kinds, key=lambda k: -k.answers), left_out)  # fmt: skip
+                                    sorted(kinds, key=lambda k: -k.answers), False)  # fmt: skip
+    for name, seen in plan.models.items():
+        if name not in found:
+            found[name] = ModelFit(
+                0.0, 0.0, float(ordinal.NOISE_GRID[-1]), [KindFit("all", seen.items, 0.0, None, True)], True
+            )
     return found
 
 
-def left_out_rows(split: RatingArrays, fits: dict[str, ModelFit]) -> np.ndarray:
-    """Per row of `split`: a model's answer on a kind where it is weak (or a model left out whole)."""
-    weak = {f"{name}{KIND_SEP}{k.kind}" for name, m in fits.items() for k in m.kinds if k.weak}
-    return np.isin(split.worker.astype(str), list(weak)) if weak else np.zeros(len(split.item), bool)
+def dropped_rows(split: RatingArrays, plan: TrustPlan) -> np.ndarray:
+    """Per row of `split` (by_kind): a model's answer the plan leaves out (trust.py: the model carries no
+    information, or answers this kind of condition without it)."""
+    names = split.worker.astype(str)
+    owner, kind = model_name(names), np.array([n.partition(KIND_SEP)[2] for n in names], dtype=str)
+    out = np.isin(owner, plan.left_out)
+    for name, seen in plan.models.items():
+        out |= (owner == name) & np.isin(kind, seen.dropped)
+    return out
 
 
 def weigh_flags(
@@ -197,7 +223,10 @@ def describe(m: dict[str, Any]) -> str:
         parts.append(f"gold {m['gold_accuracy']:.3f} right of {m['gold_answers']}")
     text = ", ".join(parts)
     if m.get("left_out"):
-        return f"{text}; unreliable: its answers were left out, it replaced no ratings"
+        return (
+            f"{text}; no information (no agreement with people beyond chance): its answers were left out, "
+            "it replaced no ratings"
+        )
     weak = [k for k in m.get("kinds", []) if k["weak"]]
     if weak:
         each = "; ".join(

@@ -35,7 +35,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import shift
+from csts_pipeline.stages.annotate.labels import score_density, shift
 from csts_pipeline.stages.annotate.labels.interval import credible_interval
 
 SCALE = np.arange(1, 6, dtype=np.float64)
@@ -47,6 +47,8 @@ TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 INTERVAL_MASS = 0.9
 MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
 FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
+KIND_PSEUDO = 3.0  # a model's table on one kind of condition: pseudo-answers per true label from its overall table
+FAMILY_SEP = " @ "  # a model fitted per kind of condition: "model:<name> @ colour", one family of tables
 
 
 def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
@@ -57,15 +59,19 @@ def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
     return kernel / kernel.sum(axis=-1, keepdims=True)
 
 
-def reliability(table: np.ndarray) -> np.ndarray:
-    """A worker's reliability: the correlation of t and y under P(y | t) [..., t, y] with t uniform on the scale
-    (about 0.95 for a careful worker, 0.8-0.9 for one shifted by a point, 0 for uniform answers)."""
-    joint = table / len(SCALE)
+def reliability(table: np.ndarray, prior: np.ndarray | None = None) -> np.ndarray:
+    """A worker's reliability: the correlation of t and y under P(y | t) [..., t, y] with t drawn from `prior`
+    (the batch's labels; uniform on the scale when None): about 0.95 for a careful worker, 0.8-0.9 for one
+    shifted by a point, 0 for uniform answers. Under the batch's prior it is comparable with the worker's
+    correlation with the truth on this batch's items."""
+    p_t = np.full(len(SCALE), 1 / len(SCALE)) if prior is None else np.asarray(prior, np.float64)
+    joint = table * p_t[:, None]
     t, y = SCALE[:, None], SCALE[None, :]
-    mean_t, mean_y = SCALE.mean(), (joint * y).sum(axis=(-2, -1))
+    mean_t, mean_y = p_t @ SCALE, (joint * y).sum(axis=(-2, -1))
+    var_t = p_t @ SCALE**2 - mean_t**2
     cov = (joint * t * y).sum(axis=(-2, -1)) - mean_t * mean_y
     var_y = (joint * y**2).sum(axis=(-2, -1)) - mean_y**2
-    return cov / np.sqrt(SCALE.var() * np.maximum(var_y, 1e-12))
+    return cov / np.sqrt(var_t * np.maximum(var_y, 1e-12))
 
 
 @cache
@@ -95,6 +101,8 @@ class OrdinalFit:
     ambiguity: float = 0.0  # the sd of the shared per-item shift every rater of an item feels
     log_likelihood: float = 0.0  # of the answers, under the fitted model (before the last M-step)
     spread_log_likelihoods: dict[float, float] = field(default_factory=dict)  # the people's, per spread tried
+    spread_on_known: bool = False  # the spread measured on items of known label, not chosen from all answers
+    density: dict[str, np.ndarray] = field(default_factory=dict)  # a scored model's score_density parameters
 
     @property
     def label(self) -> np.ndarray:
@@ -185,13 +193,19 @@ def kernel_tables(bias: np.ndarray, noise: np.ndarray, shifts: np.ndarray) -> np
     return response(bias[None, :] + shifts[:, None], np.broadcast_to(noise, (len(shifts), len(noise))))
 
 
-def best_parameters(counts: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+def best_parameters(counts: np.ndarray, shifts: np.ndarray, pinned: np.ndarray | None = None) -> np.ndarray:
     """M-step: the grid point maximising each worker's expected log-likelihood (counts[worker, g, t, y], each
     node's kernel moved by its shift) plus the prior (pseudo-ratings of a typical worker spread evenly over the
-    true labels, unshifted, and the bias prior)."""
+    true labels, unshifted, and the bias prior). `pinned` (per worker, a noise or nan): such a worker's noise
+    is held there and its bias alone chosen."""
     moved, constant = _scored_grid(tuple(float(s) for s in shifts))
     flat = counts.reshape(len(counts), len(shifts) * len(SCALE) ** 2)  # [worker, g * cell]
-    return np.argmax(flat @ moved + constant, axis=1)
+    score = flat @ moved + constant
+    if pinned is not None and not np.isnan(pinned).all():
+        held = ~np.isnan(pinned)
+        _, noise, _, _ = _grid()
+        score[held] = np.where(np.isclose(noise[None, :], pinned[held, None]), score[held], -np.inf)
+    return np.argmax(score, axis=1)
 
 
 @lru_cache(maxsize=32)
@@ -220,6 +234,22 @@ class Answers:
     allowed: np.ndarray
     answered: np.ndarray  # answered and not a control: the items the label prior is the mean of
     heard: np.ndarray
+    family: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per worker its model, -1: people
+    pinned: float | None = None  # every person's noise, where nothing measures the people (trust.py)
+    z: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per row a model score's normal score, nan: none
+    label_prior: np.ndarray | None = None  # held, where a sample of the batch's labels measured it
+    density_on_known: bool = False  # scored models measured on the items of known label alone (trust.KNOWN)
+
+    @property
+    def scored(self) -> np.ndarray:
+        """The rows whose answer is a score, read by its density (score_density.py), not a table."""
+        return np.flatnonzero(~np.isnan(self.z)) if len(self.z) else np.zeros(0, np.int64)
+
+    def pinned_noise(self) -> np.ndarray | None:
+        """Per worker the noise it is held at (nan: chosen), or None when nobody is held."""
+        if self.pinned is None:
+            return None
+        return np.where(self.free, np.nan, self.pinned)
 
     @property
     def n_items(self) -> int:
@@ -232,7 +262,9 @@ class Answers:
         code = np.searchsorted(kept, self.code[rows])
         heard = np.bincount(self.item[rows], minlength=self.n_items) > 0
         return Answers(self.item[rows], code, self.workers[kept], self.answers[rows], self.digits[rows],
-                       self.free[kept], self.allowed, heard & self.answered, heard)  # fmt: skip
+                       self.free[kept], self.allowed, heard & self.answered, heard, self.family[kept],
+                       self.pinned, self.z[rows] if len(self.z) else self.z, self.label_prior,
+                       self.density_on_known)  # fmt: skip
 
 
 @dataclass
@@ -244,6 +276,7 @@ class State:
     choice: np.ndarray
     table: np.ndarray
     posterior: np.ndarray
+    density: np.ndarray | None = None  # score_density's parameters per scored family
     log_likelihood: float = -np.inf
     iterations: int = 0
     converged: bool = False
@@ -259,6 +292,10 @@ def fit(
     known: np.ndarray | None = None,
     soft: np.ndarray | None = None,
     ambiguity: float | None = None,
+    people_noise: float | None = None,
+    score: np.ndarray | None = None,
+    label_prior: np.ndarray | None = None,
+    density_on_known: bool = False,
 ) -> OrdinalFit:
     """Fit the model by EM to ratings (`item` indexes 0..n_items-1, `worker` ids, `rating` integers 1-5).
     `known` (per item, 0 or a true label 1-5) fixes the true label of control items with a known answer (hidden
@@ -266,8 +303,14 @@ def fit(
     the label prior. `soft` ([ratings, 5], rows of nan for hard ratings) gives a model worker's distribution for
     its rows: such a worker gets a free confusion (free_tables), starts uninformative and earns its weight
     against the others. The shared shift's spread is `ambiguity`, else likeliest_spread's on the people's
-    answers."""
-    data = answers_of(item, worker, rating, n_items, known, soft)
+    answers. `people_noise` holds every person's noise there, their biases still fitted (labels/trust.py: where
+    the people are measured on items of known label, or by the symmetric rule). `score` (per row, nan where
+    none): a similarity model's score, read by a density per true label (score_density.py), not by its bin.
+    `label_prior`: the prior over 1..5 held, not learned (an expert sample of the batch measured it);
+    `density_on_known`: a scored model's density measured on the items of known label alone, not against the
+    posterior (where those items measure the people too: trust.KNOWN)."""
+    data = answers_of(item, worker, rating, n_items, known, soft, score)
+    data.pinned, data.label_prior, data.density_on_known = people_noise, label_prior, density_on_known
     scores: dict[float, float] = {}
     if ambiguity is None:
         spread, state, scores = likeliest_spread(data.without_models(), tol)
@@ -283,7 +326,7 @@ def fit(
         workers=data.workers,
         bias=bias_grid[state.choice],
         noise=noise_grid[state.choice],
-        reliability=reliability(state.table),
+        reliability=reliability(state.table, state.prior),
         answers=np.bincount(data.code, minlength=len(data.workers)),
         iterations=state.iterations,
         converged=state.converged,
@@ -291,7 +334,18 @@ def fit(
         ambiguity=spread,
         log_likelihood=state.log_likelihood,
         spread_log_likelihoods=scores,
+        density=densities(data, state),
+        spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= shift.MIN_KNOWN_ITEMS,
     )
+
+
+def densities(data: Answers, state: State) -> dict[str, np.ndarray]:
+    """Each scored model's density parameters by its name (the family's, before FAMILY_SEP)."""
+    if state.density is None or not len(data.scored):
+        return {}
+    groups = np.unique(data.family[data.code[data.scored]])
+    names = {int(data.family[w]): str(data.workers[w]).partition(FAMILY_SEP)[0] for w in range(len(data.workers))}
+    return {names[int(f)]: state.density[at] for at, f in enumerate(groups)}
 
 
 def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[float, float]]:
@@ -304,14 +358,37 @@ def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[floa
     state = start_state(data)
     best: tuple[float, float, State] | None = None
     scores = {}
+    on_known = known_items(data).sum() >= shift.MIN_KNOWN_ITEMS
     for spread in shift.AMBIGUITY_GRID:
         state = expectation_maximisation(data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL))
-        scores[float(spread)] = state.log_likelihood
-        score = state.log_likelihood + shift.log_prior(float(spread))
+        scores[float(spread)] = known_log_likelihood(data, state, float(spread)) if on_known else state.log_likelihood
+        score = scores[float(spread)] + shift.log_prior(float(spread))
         if best is None or score > best[0]:
             best = (score, float(spread), state)
     assert best is not None
     return best[1], best[2], scores
+
+
+def known_items(data: Answers) -> np.ndarray:
+    """Items whose true label is fixed (the expert sample, the gold) and that people answered."""
+    return (data.allowed.sum(axis=1) == 1) & data.heard
+
+
+def known_log_likelihood(data: Answers, state: State, spread: float) -> float:
+    """The log-likelihood of the answers on the known items given their true labels, the shared shift integrated
+    out: how well a spread explains how raters of an item with a known label err together (labels/shift.py)."""
+    known = known_items(data)
+    rows = known[data.item]
+    bias_grid, noise_grid, _, _ = _grid()
+    shifts, weights = shift.nodes(spread)
+    tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
+    tables[:, data.free] = shift.shifted_rows(state.table[data.free], shifts)
+    like = np.einsum("ry,grty->rtg", data.answers[rows], tables[:, data.code[rows]])
+    truth = np.argmax(data.allowed[data.item[rows]], axis=1)
+    per_rating = np.log(np.maximum(like[np.arange(len(truth)), truth], 1e-300))  # [rows, g]
+    per_item = sum_by_index(data.item[rows], per_rating, data.n_items)[known] + np.log(weights)[None, :]
+    top = per_item.max(axis=1, keepdims=True)
+    return float((np.log(np.exp(per_item - top).sum(axis=1)) + top[:, 0]).sum())
 
 
 def answers_of(
@@ -321,8 +398,10 @@ def answers_of(
     n_items: int,
     known: np.ndarray | None,
     soft: np.ndarray | None,
+    score: np.ndarray | None = None,
 ) -> Answers:
-    """The ratings checked (hard ones integers 1-5) and indexed for EM."""
+    """The ratings checked (hard ones integers 1-5) and indexed for EM; a scored row's answer leaves the tables
+    (its distribution all ones, no digit) for its density."""
     workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
     rating = np.asarray(rating, np.float64)
     hard = np.ones(len(rating), bool) if soft is None else np.isnan(np.asarray(soft, np.float64)).any(axis=1)
@@ -330,22 +409,40 @@ def answers_of(
     if len(checked) and (checked.min() < 1 or checked.max() > 5 or (checked != np.round(checked)).any()):
         raise ValueError("ratings must be integers from 1 to 5")
     answers = answer_matrix(rating, soft)
+    free = np.bincount(code, weights=~hard, minlength=len(workers)) > 0  # model workers: a free confusion
     fixed = np.zeros(n_items, bool) if known is None else np.asarray(known) > 0
     allowed = np.ones((n_items, len(SCALE)))
     if known is not None:
         allowed[fixed] = np.eye(len(SCALE))[np.asarray(known)[fixed].astype(np.int64) - 1]
     heard = np.bincount(item, minlength=n_items) > 0
+    digits = np.eye(len(SCALE))[np.argmax(answers, axis=1)]  # what the tables are estimated from
+    family = families(workers, free)
+    z = np.zeros(0)
+    if score is not None and np.isfinite(score).any():
+        z = score_density.normal_scores(
+            np.where(np.isfinite(score), score, np.nan), np.where(np.isfinite(score), family[code], -1)
+        )
+        answers[~np.isnan(z)], digits[~np.isnan(z)] = 1.0, 0.0
     return Answers(
         item=np.asarray(item),
         code=code,
         workers=workers,
         answers=answers,
-        digits=np.eye(len(SCALE))[np.argmax(answers, axis=1)],  # what the tables are estimated from
-        free=np.bincount(code, weights=~hard, minlength=len(workers)) > 0,  # model workers: a free confusion
+        digits=digits,
+        free=free,
         allowed=allowed,
         answered=heard & ~fixed,
         heard=heard,
+        family=family,
+        z=z,
     )
+
+
+def families(workers: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Per worker, the index of the model it is one kind of (the name before FAMILY_SEP); -1 for people."""
+    names = np.array([str(w).partition(FAMILY_SEP)[0] for w in workers], dtype=str)
+    _, index = np.unique(names, return_inverse=True)
+    return np.where(free, index.reshape(-1), -1)
 
 
 def start_state(data: Answers) -> State:
@@ -354,8 +451,11 @@ def start_state(data: Answers) -> State:
     typical = int(np.argmin(np.abs(bias_grid - TYPICAL[0]) + np.abs(np.log(noise_grid / TYPICAL[1]))))
     flat = int(np.argmin(np.abs(bias_grid) - noise_grid))
     choice = np.where(data.free, flat, typical)
+    if data.pinned is not None:
+        held = int(np.argmin(np.abs(bias_grid) + np.abs(np.log(noise_grid / data.pinned))))
+        choice = np.where(data.free, flat, held)
     table = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-    prior = np.full(len(SCALE), 1 / len(SCALE))
+    prior = np.full(len(SCALE), 1 / len(SCALE)) if data.label_prior is None else data.label_prior
     return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
 
 
@@ -364,37 +464,86 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
     bias_grid, noise_grid, log_grid, _ = _grid()
     shifts, weights = shift.nodes(spread)
     prior, choice, table, before = state.prior, state.choice, state.table, state.posterior.sum(axis=2)
+    scored = data.scored
+    groups, group = np.unique(data.family[data.code[scored]], return_inverse=True)
+    measured = known_items(data)[data.item[scored]] if data.density_on_known else np.ones(len(scored), bool)
+    density = state.density if state.density is not None else score_density.start(len(groups))
     for iterations in range(1, max_iter + 1):
         tables = kernel_tables(bias_grid[choice], noise_grid[choice], shifts)
         tables[:, data.free] = shift.shifted_rows(table[data.free], shifts)
         joint, evidence = joint_posterior(data.item, data.code, data.answers, tables, prior, weights, data.n_items)
+        if len(scored):
+            extra = score_density.log_likelihood(data.z[scored], group, density, shifts)
+            per_item = sum_by_index(data.item[scored], extra.reshape(len(scored), -1), data.n_items)
+            joint, evidence = with_evidence(joint, evidence, per_item.reshape(joint.shape))
         joint *= data.allowed[:, :, None]
         joint /= joint.sum(axis=(1, 2), keepdims=True)
         posterior = joint.sum(axis=2)
-        prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
+        if data.label_prior is None:
+            prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
         counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers))
-        choice = best_parameters(counts, shifts)
+        choice = best_parameters(counts, shifts, data.pinned_noise())
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-        table = free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free)
+        table = free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free, data.family)
+        if len(scored):
+            on = scored[measured]
+            density = score_density.m_step(data.z[on], group[measured], joint[data.item[on]].sum(axis=2), len(groups))
+            table = density_tables(table, data, groups, density)
         change = float(np.abs(posterior - before).max()) if data.n_items else 0.0
         before = posterior
-        done = State(prior, choice, table, joint, float(evidence[data.heard].sum()), iterations, change < tol)
+        heard = float(evidence[data.heard].sum())
+        done = State(prior, choice, table, joint, density, heard, iterations, change < tol)
         if done.converged:
             break
     return done
 
 
-def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """The workers' P(y | t): the fitted kernel, and for the `free` workers (language models, who answer every
-    item) a free 5 x 5 confusion from their expected counts with FREE_PSEUDO answers per true label spread as
-    their answers overall (whatever the truth), so a row with little evidence says nothing about t. Why free: a
-    model's errors repeat (one answer favoured, a point off on one kind of condition), a pattern a two-parameter
-    kernel smears into noise. Why not its kernel for the pseudo-answers, as before: a model that says 5 for
-    every item fitted a kernel two points up, whose pseudo-answers made a 5 evidence against a true 1, which
-    pulled the labels up EM round by EM round (coverage 0.45 with one human rating an item)."""
+def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The joint posterior [items, t, g] and each item's log-likelihood with one more log-likelihood term per
+    (item, t, g) multiplied in (the scored answers)."""
+    top = extra.max(axis=(1, 2), keepdims=True)
+    moved = joint * np.exp(extra - top)
+    total = moved.sum(axis=(1, 2), keepdims=True)
+    return moved / total, evidence + np.log(total).reshape(-1) + top.reshape(-1)
+
+
+def density_tables(table: np.ndarray, data: Answers, groups: np.ndarray, density: np.ndarray) -> np.ndarray:
+    """The workers' tables with each scored model's read from its density (score_density.tables)."""
+    table = table.copy()
+    read = score_density.tables(density)
+    for at, family in enumerate(groups):
+        table[data.family == family] = read[at]
+    return table
+
+
+def pinned_noise(target: float) -> float:
+    """The noise of NOISE_GRID whose unbiased kernel's reliability is nearest `target`."""
+    return float(NOISE_GRID[np.argmin(np.abs(reliability(response(np.zeros_like(NOISE_GRID), NOISE_GRID)) - target))])
+
+
+def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """The workers' P(y | t): the fitted kernel, and for the `free` workers (models, who answer every item) a
+    free 5 x 5 confusion. A model fitted per kind of condition is a family of free workers (`family`: per worker
+    its family's index, -1 for people): the family's table over all its kinds is estimated from their expected
+    counts with FREE_PSEUDO answers per true label spread as its answers overall (whatever the truth), so a row
+    with little evidence says nothing about t; each kind's table is its own counts plus KIND_PSEUDO answers per
+    true label drawn from the family's table, so a kind with little evidence reads as the model does overall,
+    and one with much evidence as itself. Why free: a model's errors repeat (one answer favoured, a point off on
+    one kind of condition), a pattern a two-parameter kernel smears into noise. Why not its kernel for the
+    pseudo-answers: a model that says 5 for every item fitted a kernel two points up, whose pseudo-answers made
+    a 5 evidence against a true 1, which pulled the labels up EM round by EM round."""
     table = kernel.copy()
-    marginal = counts[free].sum(axis=1, keepdims=True)  # [free workers, 1, y]: its answers whatever the truth
-    marginal = marginal / np.maximum(marginal.sum(axis=2, keepdims=True), 1e-12)
-    smoothed = counts[free] + FREE_PSEUDO * marginal
-    table[free] = smoothed / smoothed.sum(axis=2, keepdims=True)
+    members = np.flatnonzero(free)
+    if len(members) == 0:
+        return table
+    groups, at = np.unique(family[members], return_inverse=True)
+    pooled = np.zeros((len(groups), *counts.shape[1:]))
+    np.add.at(pooled, at, counts[members])
+    marginal = pooled.sum(axis=1, keepdims=True)  # [families, 1, y]: its answers whatever the truth
+    total = marginal.sum(axis=2, keepdims=True)
+    marginal = np.where(total > 0, marginal / np.maximum(total, 1e-12), 1 / len(SCALE))  # a scored model: none
+    overall = pooled + FREE_PSEUDO * marginal
+    overall /= overall.sum(axis=2, keepdims=True)
+    shrunk = counts[members] + KIND_PSEUDO * overall[at]
+    table[members] = shrunk / shrunk.sum(axis=2, keepdims=True)
     return table

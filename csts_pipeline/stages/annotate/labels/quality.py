@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import model_workers, ordinal, shift, verdict
+from csts_pipeline.stages.annotate.labels import model_workers, ordinal, shift, trust, verdict
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
 
@@ -37,6 +37,7 @@ class ModelResult:
     models: dict[str, Any] | None = None
     log10_ratio: np.ndarray | None = None
     model_fits: dict[str, ModelFit] = field(default_factory=dict)
+    plan: trust.TrustPlan | None = None  # what the batch's evidence settled (trust.plan)
 
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
@@ -44,30 +45,35 @@ Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (i
 
 
 def anchored_fit(
-    ratings: RatingArrays, n_items: int, anchor: Anchor | None, ambiguity: float | None = None
+    ratings: RatingArrays,
+    n_items: int,
+    anchor: Anchor | None,
+    ambiguity: float | None = None,
+    known: np.ndarray | None = None,
+    people_noise: float | None = None,
+    label_prior: np.ndarray | None = None,
+    density_on_known: bool = False,
 ) -> ordinal.OrdinalFit:
     """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
-    known labels fixed (ordinal.fit's `known`); the posterior returned is the items' only. `ambiguity`: the
-    shared shift's sd as the user set it (None: chosen from the people's answers, labels/shift.py)."""
+    known labels fixed (ordinal.fit's `known`), as are the items of `known` (the expert sample, per item 0 or a
+    label); the posterior returned is the items' only. `ambiguity`: the shared shift's sd as the user set it
+    (None: chosen from the people's answers, labels/shift.py); `people_noise`: held for every person (trust.py)."""
     rated = ratings.subset(ratings.rated)
+    mine = np.zeros(n_items, np.int64) if known is None else known
     if anchor is None:
-        return ordinal.fit(
-            rated.item, rated.worker, rated.rating, n_items, soft=rated.distribution, ambiguity=ambiguity
+        both, all_known, total = rated, (None if known is None else mine), n_items
+    else:
+        gold, truth = anchor
+        shifted = gold.subset(gold.rated)
+        shifted = replace(shifted, item=shifted.item + n_items)  # a model's distributions on gold stay with it
+        both, all_known, total = (
+            RatingArrays.concat([rated, shifted]),
+            np.concatenate([mine, truth]),
+            n_items + len(truth),
         )
-    gold, truth = anchor
-    shifted = gold.subset(gold.rated)
-    shifted = replace(shifted, item=shifted.item + n_items)  # a model's distributions on gold stay with it
-    both = RatingArrays.concat([rated, shifted])
-    known = np.concatenate([np.zeros(n_items, np.int64), truth])
-    fit = ordinal.fit(
-        both.item,
-        both.worker,
-        both.rating,
-        n_items + len(truth),
-        known=known,
-        soft=both.distribution,
-        ambiguity=ambiguity,
-    )
+    fit = ordinal.fit(both.item, both.worker, both.rating, total, known=all_known, soft=both.distribution,
+                      ambiguity=ambiguity, people_noise=people_noise, score=both.score, label_prior=label_prior,
+                      density_on_known=density_on_known)  # fmt: skip
     return replace(fit, posterior=fit.posterior[:n_items])
 
 
@@ -80,23 +86,26 @@ def model_labels(
     kinds: np.ndarray | None = None,
     controls: Controls | None = None,
     ambiguity: float | None = None,
+    known: np.ndarray | None = None,
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. `kinds` (per
     item, then per gold item of `anchor`): each condition's kind, which a language model is fitted by
-    (model_workers); its weak kinds, or all of a model found unreliable, are left out and the labels refitted.
+    (model_workers: each kind's table shrunk toward the model's own). The batch's evidence (trust.plan) decides
+    first: a model that agrees with the people no better than chance is left out whole, and where nothing
+    measures the people they are pinned at the reliability their agreement with the models implies.
     `controls`: the hidden controls, numeric and not pertinent, that score a language model's flags.
-    `ambiguity`: the shared shift's sd (anchored_fit)."""
-    split = model_workers.by_kind(ratings, None if kinds is None else kinds[:n_items])
-    gold = None if anchor is None else (model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items)), anchor[1])
-    fit = anchored_fit(split, n_items, gold, ambiguity)
-    fits = model_workers.model_fits(fit, split)
-    out = model_workers.left_out_rows(split, fits)
-    if out.any():
-        split = split.subset(~out)
-        if gold is not None:
-            gold = (gold[0].subset(~model_workers.left_out_rows(gold[0], fits)), gold[1])
-        fit = anchored_fit(split, n_items, gold, ambiguity)
+    `ambiguity`: the shared shift's sd (anchored_fit); `known`: the expert sample's labels per item."""
+    on_items = None if kinds is None else kinds[:n_items]
+    plan = trust.plan(ratings, n_items, known, None if anchor is None else anchor[0], on_items)
+    split = model_workers.by_kind(ratings, on_items)
+    split = split.subset(~model_workers.dropped_rows(split, plan))
+    gold = None
+    if anchor is not None:
+        on_gold = model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items))
+        gold = (on_gold.subset(~model_workers.dropped_rows(on_gold, plan)), anchor[1])
+    fit = weighed_fit(plan, split, n_items, gold, ambiguity, known)
+    fits = model_workers.model_fits(fit, split, plan)
     found = flag_verdict(ratings, n_items, controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
     n_ratings = np.bincount(people.item[people.rated], minlength=n_items)
@@ -110,8 +119,62 @@ def model_labels(
     low, high = fit.interval()
     share = model_share(fit, split, fits) if fits else None
     ratio = model_log10_ratio(fit, split, n_items) if fits else None
-    result = ModelResult(fit, found, low, high, share, ratio, fits)
+    result = ModelResult(fit, found, low, high, share, ratio, fits, plan)
     return ItemLabels(label, n_ratings, answers, flags, status), result
+
+
+def weighed_fit(
+    plan: trust.TrustPlan,
+    split: RatingArrays,
+    n_items: int,
+    gold: Anchor | None,
+    ambiguity: float | None,
+    known: np.ndarray | None,
+) -> ordinal.OrdinalFit:
+    """The rater model with the people held where the plan says (trust.py): free where repeats measure them; at
+    the noise the items of known label measure; at the triad rule's reliability; or, with one informative
+    model, at the noise where they come out as reliable as the models (trust.equal_noise)."""
+    useful = [name for name, m in plan.models.items() if m.informative]
+    if plan.mode == trust.REPEATS or (plan.mode == trust.ASSUMED and not useful):
+        return anchored_fit(split, n_items, gold, ambiguity, known)
+    if plan.mode == trust.KNOWN:
+        noise = known_noise(split, n_items, gold, known)
+        return anchored_fit(split, n_items, gold, ambiguity, known, noise, sample_prior(known), True)
+    if plan.people_reliability is not None:
+        noise = ordinal.pinned_noise(plan.people_reliability)
+        return anchored_fit(split, n_items, gold, ambiguity, known, noise)
+    first = anchored_fit(split, n_items, gold, ambiguity, known)
+    at = lambda noise: anchored_fit(split, n_items, gold, first.ambiguity, known, noise)  # noqa: E731
+    noise, plan.balance = trust.equal_noise(at, useful)
+    fit = at(noise)
+    people = ~np.isin(model_workers.model_name(fit.workers), useful)
+    plan.people_reliability = float(np.mean(fit.reliability[people]))
+    return replace(fit, spread_log_likelihoods=first.spread_log_likelihoods, spread_on_known=first.spread_on_known)
+
+
+def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
+    """The label prior the expert sample measures (a random sample of the batch, unlike the gold, which is
+    chosen): its labels' shares with one pseudo-item per label; None under trust.MIN_EVIDENCE items."""
+    if known is None or (known > 0).sum() < trust.MIN_EVIDENCE:
+        return None
+    counts = np.bincount(known[known > 0], minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
+    return counts / counts.sum()
+
+
+def known_noise(split: RatingArrays, n_items: int, gold: Anchor | None, known: np.ndarray | None) -> float:
+    """The people's noise as their ratings on the items of known label measure it, pooled over people (a few
+    known items each cannot tell one person's from another's)."""
+    people = split.subset(split.human & split.rated)
+    truth = np.zeros(n_items, np.int64) if known is None else known
+    on = truth[people.item] > 0
+    item, rating = people.item[on], people.rating[on]
+    if gold is not None:
+        theirs = gold[0].subset(gold[0].human & gold[0].rated)
+        item = np.concatenate([item, theirs.item + n_items])
+        rating = np.concatenate([rating, theirs.rating])
+        truth = np.concatenate([truth, gold[1]])
+    fit = ordinal.fit(item, np.full(len(item), "people"), rating, len(truth), known=truth, ambiguity=0.0)
+    return float(fit.noise[0])
 
 
 def _gold_kinds(kinds: np.ndarray | None, n_items: int) -> np.ndarray | None:
@@ -257,7 +320,8 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
             columns[name] = [None if i is None else round(float(values[i]), 4) for i in at]
         skill = dict(zip(model.verdict.workers, model.verdict.skill))
         columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
-        unreliable = [r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
+        measured = model.plan is None or model.plan.people_measured  # an assumed reliability judges no one
+        unreliable = [measured and r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
         for n, name in enumerate(names):
             found = model.model_fits.get(str(name))
             if found is not None:
@@ -270,7 +334,17 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
     scored = [(gold or {}).get(w) for w in names]
     columns["gold_accuracy"] = [None if g is None or g.accuracy is None else round(g.accuracy, 4) for g in scored]
     columns["gold_answers"] = [0 if g is None else g.answers for g in scored]
+    columns["evidence"] = [_evidence(model, str(name)) for name in names]
     return pa.table(columns, schema=WORKERS_SCHEMA)
+
+
+def _evidence(model: ModelResult | None, name: str) -> str | None:
+    """What measured a worker's reliability, in words (trust.py); null for the other policies."""
+    if model is None or model.plan is None:
+        return None
+    if name in model.plan.models:
+        return trust.model_words(model.plan, name)
+    return trust.person_words(model.plan, name)
 
 
 def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = False) -> dict[str, Any]:
@@ -281,17 +355,24 @@ def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = Fals
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
         "unreliable_below": UNRELIABLE_BELOW,
-        "model_unreliable_below": model_workers.MODEL_UNRELIABLE_BELOW,
+        "trust": None if model.plan is None else model.plan.summary(),
         "flag_skill_below": model_workers.FLAG_SKILL_BELOW,
         "gold_accuracy": _mean_gold_accuracy(table),
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,
         "ambiguity_sd": model.fit.ambiguity,
-        "ambiguity_sd_from": "--ambiguity-sd" if spread_set else "the answers",
+        "ambiguity_sd_from": _spread_from(model.fit, spread_set),
         "ambiguity_sd_log_likelihood": shift.relative_log_likelihoods(model.fit.spread_log_likelihoods),
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
         "model_share": model.models,
     }
+
+
+def _spread_from(fit: ordinal.OrdinalFit, spread_set: bool) -> str:
+    """Where the shared shift's spread came from (shift.spread_words says it)."""
+    if spread_set:
+        return "--ambiguity-sd"
+    return shift.FROM_KNOWN if fit.spread_on_known else "the answers"
 
 
 def _mean_gold_accuracy(table: pa.Table) -> float | None:

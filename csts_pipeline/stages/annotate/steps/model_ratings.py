@@ -44,6 +44,7 @@ from csts_pipeline.stages.annotate.layout import (
     TASKS,
 )
 
+SCORES = "scores.parquet"  # a similarity model's raw scores beside its binned answers (similarity_rater.py)
 UNIT_ITEMS = 8  # items per unit: the answers of a finished unit survive a killed run
 DIGITS = ("1", "2", "3", "4", "5")
 YES_NO = ("yes", "no")
@@ -201,15 +202,23 @@ def model_answers(annotate_dir: Path, rating_tasks: list[dict[str, Any]]) -> Mod
     inputs = model_input(annotate_dir)
     if not inputs:
         return ModelAnswers()
-    return answers_of(read_table(annotate_dir / MODEL_RATINGS / INDIVIDUAL_RATINGS), rating_tasks, inputs)
+    folder = annotate_dir / MODEL_RATINGS
+    scores = read_table(folder / SCORES) if (folder / SCORES).is_file() else None
+    return answers_of(read_table(folder / INDIVIDUAL_RATINGS), rating_tasks, inputs, scores)
 
 
-def answers_of(table: pa.Table, rating_tasks: list[dict[str, Any]], inputs: dict[str, str]) -> ModelAnswers:
+def answers_of(
+    table: pa.Table, rating_tasks: list[dict[str, Any]], inputs: dict[str, str], scores: pa.Table | None = None
+) -> ModelAnswers:
     """Model rows (the ratings schema, as `annotate rate` writes them) as accepted answers indexed into
     `rating_tasks` by item id, each with its distribution q and P(not pertinent): the rater model weighs the
     answer by q, and the verdict by P. A row without a distribution is no answer and is left out; `rating` is
-    q's most likely digit (also when flagged, so the gold check can score it)."""
+    q's most likely digit (also when flagged, so the gold check can score it). `scores` (a similarity model's
+    scores.parquet): each row also carries its score, which the rater model reads whole (score_density.py)."""
     at = {task["item_id"]: i for i, task in enumerate(rating_tasks)}
+    score = (
+        {} if scores is None else dict(zip(scores.column("item_id").to_pylist(), scores.column("score").to_pylist()))
+    )
     found = ModelAnswers(inputs=inputs)
     for row in table.to_pylist():
         item, q, p_not = at.get(row["item_id"]), row.get("distribution"), row.get("p_not_pertinent")
@@ -218,5 +227,5 @@ def answers_of(table: pa.Table, rating_tasks: list[dict[str, Any]], inputs: dict
         flagged = p_not is not None and p_not > 0.5  # p_not null: not asked (a similarity model)
         digit = None if flagged else int(np.argmax(q)) + 1
         p = None if p_not is None else float(p_not)
-        found.ratings.append(Rating(item, row["worker_id"], "", digit, flagged, tuple(q), p))
+        found.ratings.append(Rating(item, row["worker_id"], "", digit, flagged, tuple(q), p, score.get(row["item_id"])))
     return found

@@ -22,6 +22,7 @@ from csts_pipeline.stages.annotate.crowd.kept import KeptSource
 from csts_pipeline.stages.annotate.labels import model_workers, quality
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
+from csts_pipeline.stages.annotate.labels.expert import read_expert
 from csts_pipeline.stages.annotate.labels.sampling import hash64
 from csts_pipeline.stages.annotate.labels.shift import MAX_AMBIGUITY_SD
 from csts_pipeline.stages.annotate.layout import (
@@ -113,6 +114,7 @@ def import_ratings(
     seed: int = 0,
     workers: Path | None = None,
     ambiguity_sd: float | None = None,
+    expert: Path | None = None,
 ) -> dict:
     """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
     that more than `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than
@@ -120,8 +122,9 @@ def import_ratings(
     with two or more ratings, and with `agreement_sample` on a seeded sample of that many items with three ratings
     each (the paper's protocol). Rows of workers not qualified are left out (`workers`, as for the conditions
     import). `ambiguity_sd` (`--aggregate model` only): the sd of the shared per-item shift the rater model
-    assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior."""
-    _check_rating_options(how, not_pertinent_share, min_ratings, ambiguity_sd)
+    assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior.
+    `expert` (`--aggregate model` only): careful labels for a sample of the items (labels/expert.py)."""
+    _check_rating_options(how, not_pertinent_share, min_ratings, ambiguity_sd, expert)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
     tasks_dir = annotate_dir / RATINGS_TASKS
@@ -133,6 +136,7 @@ def import_ratings(
     inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
     inputs |= model_ratings.model_input(annotate_dir)  # `annotate rate`'s worker, when it ran
+    inputs |= {"expert": file_fingerprint(expert)} if expert is not None else {}
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
@@ -145,7 +149,7 @@ def import_ratings(
         if not any(not hidden_gold.is_control(tasks_all[a.item]) for a in accepted):
             raise screen.nothing_valid(results, "ratings")
         done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
-                           agreement_sample, seed, ambiguity_sd)  # fmt: skip
+                           agreement_sample, seed, ambiguity_sd, expert)  # fmt: skip
 
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
@@ -205,11 +209,13 @@ def label_batch(
     agreement_sample: int | None = None,
     seed: int = 0,
     ambiguity_sd: float | None = None,
+    expert: Path | None = None,
 ) -> Labelled:
     """The import's labels from the rating tasks (hidden controls included, `gold` their check on people) and the
     accepted answers of people and of language models (model_ratings.answers_of: each with its distribution):
     the label policy `how`, agreement, the workers table and the high-against-low check. Everything the command
-    computes goes through here; a bench or a simulation calls it with answers made in memory."""
+    computes goes through here; a bench or a simulation calls it with answers made in memory. `expert`: a file
+    of careful labels for some items (labels/expert.py)."""
     parts = hidden_gold.separate(tasks_all, people + models)
     items, accepted = parts.items, parts.accepted
     ratings = RatingArrays.of(accepted)
@@ -217,7 +223,9 @@ def label_batch(
     conditions = [str(t.get("condition", "")) for t in items] + parts.anchor_conditions
     kinds = model_workers.condition_kinds(conditions) if models else None
     controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
-    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd)
+    careful = read_expert(expert, items) if expert is not None else None
+    known = None if careful is None else careful.known
+    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd, known)
     labels = policy.fit_predict(ratings, len(items))
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
@@ -231,14 +239,23 @@ def label_batch(
         "high_low": checks.summary,
         "model_workers": quality.workers_summary(model, workers, ambiguity_sd is not None) if model else None,
         "gold": gold.summary() if gold else None,
+        "expert": None if careful is None else careful.summary() | {"file": str(expert)},
     }
     return Labelled(items, accepted, labels, model, workers, agreement, checks)
 
 
 def _check_rating_options(
-    how: str, not_pertinent_share: float, min_ratings: int, ambiguity_sd: float | None = None
+    how: str,
+    not_pertinent_share: float,
+    min_ratings: int,
+    ambiguity_sd: float | None = None,
+    expert: Path | None = None,
 ) -> None:
     aggregator_class(how)
+    if expert is not None and how != "model":
+        raise UserError(f"--expert: only with --aggregate model (got --aggregate {how})")
+    if expert is not None and not expert.is_file():
+        raise UserError(f"{expert}: not found (--expert)")
     if ambiguity_sd is not None and how != "model":
         raise UserError(f"--ambiguity-sd: only with --aggregate model (got --aggregate {how})")
     if ambiguity_sd is not None and not 0 <= ambiguity_sd <= MAX_AMBIGUITY_SD:

@@ -32,10 +32,9 @@ from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import write_parquet
 from csts_pipeline.stages.annotate.layout import CONDITIONS, CONDITIONS_TASKS, INDIVIDUAL_RATINGS, TRIPLETS
-from csts_pipeline.stages.annotate.steps.model_ratings import ITEM_FIELDS, MODEL_RATINGS
+from csts_pipeline.stages.annotate.steps.model_ratings import ITEM_FIELDS, MODEL_RATINGS, SCORES
 
 BINS = 5  # one bin per point of the 1-5 scale
-SCORES = "scores.parquet"
 SCORES_SCHEMA = pa.schema([("item_id", pa.string()), ("score", pa.float64()), ("bin", pa.int8())])
 BEST = "best"  # the trained model inside a `csts-pipeline train` output folder
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from csts_pipeline.stages.annotate.labels import model_workers, shift
+from csts_pipeline.stages.annotate.labels import model_workers, shift, trust
 from csts_pipeline.stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
@@ -158,6 +158,8 @@ def _import_ratings(record: dict[str, Any]) -> str:
             f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
             f"{model['unreliable_below']}){'; ' + spread if spread else ''} -> {files[WORKERS]}"
         )
+        lines.extend([f"  {trust.summary_words(model)}"] if model.get("trust") else [])
+        lines.append(_convergence(model))
         lines.extend(model_share_lines(model.get("model_share")))
     gold = agreement.get("gold")
     if gold is not None:
@@ -169,6 +171,13 @@ def _import_ratings(record: dict[str, Any]) -> str:
             f"-> {files['blocklist']}"
         )
     return "\n".join([*lines, agreement_table(agreement)])
+
+
+def _convergence(model: dict[str, Any]) -> str:
+    """Whether the rater model's EM converged, in a line."""
+    if model.get("converged", True):
+        return f"  EM converged after {model['em_iterations']} iterations"
+    return f"  EM did NOT converge in {model['em_iterations']} iterations: the labels are where it stopped"
 
 
 def model_share_lines(share: dict[str, Any] | None) -> list[str]:

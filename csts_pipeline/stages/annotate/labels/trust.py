@@ -1,0 +1,293 @@
+"""Where each worker's reliability comes from: the evidence the batch holds, said per worker, never assumed for one
+side only (docs/annotate.md, "Trust from evidence").
+
+A person's reliability is measured by items whose label is known (an expert sample, `--expert`; the hidden gold)
+or by other people who rated the same items (repeats): the rater model fits them freely (labels/ordinal.py).
+Without any of these, one person and one model an item leave only their agreement identified, the product of
+their reliabilities, and an EM that starts from the person measures the model against a posterior the person
+dominates, so the person is always right. Then the rule is symmetric: people are pinned at the reliability their
+agreement with the models implies (`people_reliability`): with one model, the square root of the agreement, the
+same as the model's; with two or more, the triad rule sqrt(a_pm a_pn / a_mn), which three raters identify.
+
+A model earns a place by agreeing with the people beyond chance (`informative`): a no-skill or constant model
+agrees with nothing and is left out whole, so the people's labels stand. That is a test on what is observed, the
+agreement and how many items it rests on, not a cut on a reliability estimated against the people themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import rankdata
+
+from csts_pipeline.stages.annotate.labels import ordinal
+from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
+from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
+
+INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standard errors above zero
+MIN_EVIDENCE = 20  # people's ratings on known or repeated items from which their reliabilities are measured
+EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", "agreement", "assumed"
+KNOWN = "known labels"
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's correlation (0 where either side is constant or fewer than three pairs)."""
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return 0.0
+    return float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
+
+
+def item_means(item: np.ndarray, value: np.ndarray, n_items: int) -> np.ndarray:
+    """Per item, the mean of its values (nan without one)."""
+    count = np.bincount(item, minlength=n_items)
+    total = np.bincount(item, weights=value, minlength=n_items)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, np.nan)
+
+
+def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
+    """Spearman of two per-item series over the items both have, and how many."""
+    both = ~np.isnan(a) & ~np.isnan(b)
+    return spearman(a[both], b[both]), int(both.sum())
+
+
+def z_score(r: float, n: int) -> float:
+    """Fisher's z of a correlation over n items, in standard errors from zero."""
+    return float(np.arctanh(np.clip(r, -0.999999, 0.999999)) * np.sqrt(max(n - 3, 0)))
+
+
+def worse(kind: tuple[float, int], rest: tuple[float, int]) -> bool:
+    """A kind's agreement INFORMATIVE_Z standard errors below the rest's (Fisher's z of the difference)."""
+    (r_kind, n_kind), (r_rest, n_rest) = kind, rest
+    if n_kind <= 3 or n_rest <= 3:
+        return False
+    gap = np.arctanh(np.clip(r_rest, -0.999999, 0.999999)) - np.arctanh(np.clip(r_kind, -0.999999, 0.999999))
+    return bool(gap / np.sqrt(1 / (n_kind - 3) + 1 / (n_rest - 3)) >= INFORMATIVE_Z)
+
+
+@dataclass
+class ModelAgreement:
+    """One model's agreement with the people (Spearman of its expected answer with their mean rating per item)
+    over the kinds of condition it kept, and per kind (`kinds`: agreement, items); `dropped`: the kinds where
+    its agreement is INFORMATIVE_Z standard errors below its agreement on the others (it answers them without
+    information: a constant answer on colour), left out as evidence, not for want of it."""
+
+    name: str
+    agreement: float
+    items: int
+    kinds: dict[str, tuple[float, int]] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+    @property
+    def z(self) -> float:
+        return z_score(self.agreement, self.items)
+
+    @property
+    def informative(self) -> bool:
+        return self.z >= INFORMATIVE_Z
+
+
+@dataclass
+class TrustPlan:
+    """What the batch's evidence settles before the rater model runs: per model its agreement with the people and
+    whether it carries information; the people's evidence per worker; and, where nothing measures the people,
+    the reliability they are pinned at (None: measured by the EM)."""
+
+    models: dict[str, ModelAgreement]
+    evidence: dict[str, dict[str, int]]  # person -> {kind of evidence: their ratings it covers}
+    people_measured: bool
+    people_reliability: float | None = None
+    rule: str = ""
+    model_pairs: dict[str, float] = field(default_factory=dict)
+    mode: str = ASSUMED  # how the people are measured: REPEATS (EM on their overlap), KNOWN (pinned at what the
+    # items of known label measure), ASSUMED (pinned by the symmetric rule, or people alone)
+    balance: dict[float, float] = field(default_factory=dict)  # the equal rule's search: people's noise -> gap
+
+    @property
+    def left_out(self) -> list[str]:
+        return [name for name, m in self.models.items() if not m.informative]
+
+    def summary(self) -> dict[str, Any]:
+        models = {
+            name: {
+                "agreement": round(m.agreement, 4),
+                "items": m.items,
+                "z": round(m.z, 2),
+                "informative": m.informative,
+                "kinds_left_out": m.dropped,
+            }
+            for name, m in self.models.items()
+        }
+        people = None if self.people_reliability is None else round(self.people_reliability, 4)
+        return {"people_measured": self.people_measured, "people_measured_by": self.mode, "people_reliability":
+                people, "rule": self.rule, "informative_z": INFORMATIVE_Z, "models": models}  # fmt: skip
+
+
+def people_evidence(people: RatingArrays, known: np.ndarray, anchor: RatingArrays | None) -> dict[str, dict[str, int]]:
+    """Per person, how many of their ratings fall on known items (the expert sample), on the gold, and on items
+    another person rated too (repeats)."""
+    rated = people.subset(people.rated)
+    per_item = np.bincount(rated.item, minlength=len(known))
+    kinds = {EXPERT: known[rated.item] > 0, REPEATS: per_item[rated.item] >= 2}
+    found: dict[str, dict[str, int]] = {}
+    for name in np.unique(people.worker.astype(str)):
+        mine = rated.worker.astype(str) == name
+        found[name] = {kind: int((mine & rows).sum()) for kind, rows in kinds.items()}
+        if anchor is not None:
+            found[name][GOLD] = int(((anchor.worker.astype(str) == name) & anchor.rated).sum())
+    return found
+
+
+def model_agreement(name: str, people: np.ndarray, theirs: np.ndarray, kinds: np.ndarray | None) -> ModelAgreement:
+    """A model's agreement with the people per item (`people`, `theirs`: per-item means, nan where none), per kind
+    of condition (`kinds` per item), with the kinds it answers without information dropped."""
+    if kinds is None:
+        return ModelAgreement(name, *agreement(people, theirs))
+    per_kind = {str(k): agreement(people[kinds == k], theirs[kinds == k]) for k in np.unique(kinds)}
+    dropped = []
+    for kind in per_kind:
+        rest = kinds != kind
+        if per_kind[kind][1] and worse(per_kind[kind], agreement(people[rest], theirs[rest])):
+            dropped.append(kind)
+    kept = ~np.isin(kinds, dropped)
+    return ModelAgreement(name, *agreement(people[kept], theirs[kept]), per_kind, dropped)
+
+
+def plan(
+    ratings: RatingArrays,
+    n_items: int,
+    known: np.ndarray | None = None,
+    anchor: RatingArrays | None = None,
+    kinds: np.ndarray | None = None,
+) -> TrustPlan:
+    """The trust plan for a batch's ratings (model rows named `model:<name>`), `kinds` per item the kind of its
+    condition (model_workers.condition_kinds) or None."""
+    known = np.zeros(n_items, np.int64) if known is None else known
+    rated = ratings.subset(ratings.rated)
+    human = rated.human
+    people = item_means(rated.item[human], rated.rating[human], n_items)
+    expected = ordinal.answer_matrix(rated.rating, rated.distribution) @ ordinal.SCALE
+    if rated.score is not None:  # a similarity model's whole score, not its bin
+        expected = np.where(np.isnan(rated.score), expected, rated.score)
+    owner = model_name(rated.worker)
+    series = {
+        str(name): item_means(rated.item[owner == name], expected[owner == name], n_items)
+        for name in np.unique(owner[~human])
+    }
+    models = {name: model_agreement(name, people, s, kinds) for name, s in series.items()}
+    on_gold = None if anchor is None else anchor.subset(anchor.human)
+    evidence = people_evidence(ratings.subset(ratings.human), known, on_gold)
+    count = {kind: sum(k.get(kind, 0) for k in evidence.values()) for kind in (EXPERT, GOLD, REPEATS)}
+    if count[REPEATS] >= MIN_EVIDENCE:
+        mode = REPEATS
+    elif count[EXPERT] + count[GOLD] >= MIN_EVIDENCE:
+        mode = KNOWN
+    else:
+        mode = ASSUMED
+    found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
+    useful = [m for m in models.values() if m.informative]
+    if mode == ASSUMED and len(useful) >= 2:
+        found.people_reliability, found.rule, found.model_pairs = pinned_reliability(useful, series)
+    elif mode == ASSUMED and useful:
+        found.rule = "equal"
+    return found
+
+
+def equal_noise(fit_at: Callable[[float], Any], useful: list[str]) -> tuple[float, dict[float, float]]:
+    """The equal rule: the people's noise on ordinal.NOISE_GRID at which the fit gives them the reliability it
+    gives the models (mean over the informative `useful` ones), found by bisection (the gap people - models
+    falls as their noise grows); `fit_at(noise)` is the rater model's fit with every person held at `noise`."""
+
+    def gap(index: int) -> float:
+        fit = fit_at(float(ordinal.NOISE_GRID[index]))
+        names = model_name(fit.workers)
+        model = np.mean([pooled_reliability(fit, n, np.flatnonzero(names == n)) for n in useful])
+        people = np.mean(fit.reliability[~np.isin(names, useful)])
+        found[round(float(ordinal.NOISE_GRID[index]), 4)] = round(float(people - model), 4)
+        return float(people - model)
+
+    found: dict[float, float] = {}
+    low, high = 0, len(ordinal.NOISE_GRID) - 1
+    if gap(low) <= 0:
+        return float(ordinal.NOISE_GRID[low]), found
+    if gap(high) >= 0:
+        return float(ordinal.NOISE_GRID[high]), found
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if gap(middle) > 0 else (low, middle)
+    closer = (
+        low
+        if abs(found[round(float(ordinal.NOISE_GRID[low]), 4)]) < abs(found[round(float(ordinal.NOISE_GRID[high]), 4)])
+        else high
+    )
+    return float(ordinal.NOISE_GRID[closer]), found
+
+
+def pinned_reliability(useful: list[ModelAgreement], series: dict[str, np.ndarray]) -> tuple[float, str, dict]:
+    """The people's reliability where nothing measures them: the triad rule over every two informative models
+    (the median over pairs), else the square root of the agreement with the one model (equal reliability)."""
+    estimates, pairs = [], {}
+    for i, m in enumerate(useful):
+        for n in useful[i + 1 :]:
+            between, _ = agreement(series[m.name], series[n.name])
+            pairs[f"{m.name} ~ {n.name}"] = round(between, 4)
+            if between > 0:
+                estimates.append(np.sqrt(m.agreement * n.agreement / between))
+    if estimates:
+        return float(np.clip(np.median(estimates), 0.05, 0.99)), "triad", pairs
+    return float(np.sqrt(useful[0].agreement)), "equal", pairs
+
+
+def person_words(found: TrustPlan, name: str) -> str:
+    """What measured a person, in words ("expert sample 12, repeats 40"), or how their reliability was assumed."""
+    shown = [f"{kind} {n}" for kind, n in found.evidence.get(name, {}).items() if n]
+    if found.mode == KNOWN:  # a few known items each: measured pooled over the people
+        return (
+            f"{', '.join(shown) or 'none of its own'}; the people's noise measured pooled on the items of known label"
+        )
+    if found.people_measured and shown:
+        return ", ".join(shown)
+    if found.people_measured:
+        return f"{ASSUMED}: measured only through the other people and models"
+    if found.people_reliability is None:
+        return f"{ASSUMED}: nothing in the batch measures the people (no expert sample, gold or repeats)"
+    how = "the models' triad rule" if found.rule == "triad" else "equal to the model's, from their agreement"
+    return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} ({how})"
+
+
+def model_words(found: TrustPlan, name: str) -> str:
+    """What measured a model, in words: its agreement with people, and whether the people were themselves
+    measured; or that it carries no information."""
+    seen = found.models.get(name)
+    if seen is None:
+        return ""
+    text = f"{AGREEMENT} with people {seen.agreement:.2f} over {seen.items} items (z {seen.z:.1f})"
+    if not seen.informative:
+        return f"no information: {text}, below z {INFORMATIVE_Z:g}; left out"
+    if found.people_measured:
+        return f"{text}; people measured by evidence"
+    return f"{text}; {ASSUMED}: {person_words(found, '')[len(ASSUMED) + 2 :]}"
+
+
+def summary_words(summary: dict[str, Any]) -> str:
+    """The import summary's line on where the weights came from (agreement.json's model_workers)."""
+    found = summary.get("trust")
+    if not found:
+        return ""
+    if found["people_measured"]:
+        by = "their repeats" if found["people_measured_by"] == REPEATS else "the items of known label"
+        text = f"weights measured from the batch's evidence: people by {by} (workers.parquet's evidence)"
+    elif found["people_reliability"] is not None:
+        rule = "the models' triad rule" if found["rule"] == "triad" else "equal to the model's, from their agreement"
+        text = (
+            f"weights assumed: nothing in the batch measures the people (no expert sample, gold or repeats), so "
+            f"they are pinned at reliability {found['people_reliability']:.2f} ({rule}); --expert measures them"
+        )
+    else:
+        text = "weights assumed: nothing in the batch measures the people (no expert sample, gold or repeats)"
+    empty = [name for name, m in found["models"].items() if not m["informative"]]
+    if empty:
+        text += f"; no information in {', '.join(empty)} (no agreement with people beyond chance): left out"
+    return text

@@ -1,0 +1,166 @@
+"""Trust from evidence (labels/trust.py, labels/expert.py, labels/score_density.py), through the command line:
+`annotate import --stage ratings --aggregate model` with a model among the raters, with and without
+`--expert`. People answer around a known truth (tests/support/command_path.People, one or two ratings an item),
+the model answers chosen distributions (tests/support/chosen_model.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from scipy.stats import spearmanr
+from typer.testing import CliRunner
+
+from csts_pipeline.cli import app
+from csts_pipeline.stages.annotate.labels import score_density
+from tests.support.chosen_model import rate_with
+from tests.support.command_path import People, first_batch, prepare_folder, task_ids
+from tests.support.simulate_models import kernel
+
+PAIRS = 150
+runner = CliRunner()
+
+
+def folder_with(tmp_path: Path, model: str, seed: int = 0) -> tuple[Path, dict[str, float]]:
+    """The conditions imported and the ratings exported for PAIRS pairs, a truth per item, and `annotate rate` by
+    a model: "good" (close to the truth, sd 0.6) or "constant" (always 3, sure)."""
+    pairs = [(f"A dog runs in field {i}.", f"A cat sits on mat {i}.") for i in range(PAIRS)]
+    folder = tmp_path / "annotate"
+    items = prepare_folder(pairs, folder)
+    rng = np.random.default_rng(seed)
+    truth = {item: float(rng.integers(1, 6)) for item in items}
+    answers = {}
+    for item in items:
+        good = kernel(np.array([truth[item] + rng.normal(0, 0.3)]), 0.6)[0]
+        answers[item] = (good if model == "good" else np.eye(5)[2] * 0.99 + 0.0025, 0.05)
+    rate_with(folder, model, answers)
+    return folder, truth
+
+
+def import_ratings(folder: Path, results: Path, *extra: str | Path) -> str:
+    args = ["annotate", "import", "--stage", "ratings", "--out", folder, "--aggregate", "model", "--force"]
+    result = runner.invoke(app, [str(a) for a in [*args, "--results", results, *extra]])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def labels(folder: Path) -> dict[str, float]:
+    rows = pq.read_table(folder / "ratings" / "items.parquet").to_pylist()
+    return {r["item_id"]: r["label"] for r in rows if r["label"] is not None}
+
+
+def workers(folder: Path) -> dict[str, dict]:
+    return {r["worker_id"]: r for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()}
+
+
+def rho(found: dict[str, float], truth: dict[str, float]) -> float:
+    ids = sorted(found)
+    return float(spearmanr([found[i] for i in ids], [truth[i] for i in ids]).statistic)
+
+
+def test_one_person_an_item_without_evidence_weighs_people_and_model_alike(tmp_path: Path):
+    """Nothing measures the people: they are pinned where they come out as reliable as the model, the summary
+    says the weights were assumed, and every worker's evidence says so."""
+    folder, truth = folder_with(tmp_path, "good")
+    people = People.around(truth, seed=0, spam=0.0, lenient=0.0, harsh=0.0)
+    said = import_ratings(folder, first_batch(folder, people, 1, tmp_path / "one.csv", 0))
+    assert "weights assumed: nothing in the batch measures the people" in said
+    found = workers(folder)
+    model = found.pop("model:good")
+    assert model["evidence"].startswith("agreement with people") and "assumed" in model["evidence"]
+    assert all(w["evidence"].startswith("assumed: people pinned at reliability") for w in found.values())
+    people_reliability = np.mean([w["reliability"] for w in found.values()])
+    assert abs(people_reliability - model["reliability"]) < 0.15, (people_reliability, model["reliability"])
+    assert not any(w["unreliable"] for w in found.values())  # an assumed reliability judges no one
+
+
+def test_an_expert_sample_measures_the_people_and_names_itself(tmp_path: Path):
+    """`--expert` in both forms a re-annotation arrives in: the batch's item ids, or C-STS rows matched by their
+    text; the summary and workers.parquet name it, agreement.json counts the rows that met no item."""
+    folder, truth = folder_with(tmp_path, "good")
+    people = People.around(truth, seed=0, spam=0.0, lenient=0.0, harsh=0.0)
+    results = first_batch(folder, people, 1, tmp_path / "one.csv", 0)
+    ids = task_ids(folder / "ratings_tasks")[:40]
+    by_id = tmp_path / "expert.csv"
+    by_id.write_text("item_id,label\n" + "".join(f"{i},{truth[i]:g}\n" for i in ids) + "nowhere,3\n")
+    said = import_ratings(folder, results, "--expert", by_id)
+    assert "weights measured from the batch's evidence: people by the items of known label" in said
+    assert "assumed" not in said.split("weights measured")[1].splitlines()[0]
+    found = workers(folder)
+    people = [w for name, w in found.items() if not name.startswith("model:")]
+    assert all("measured pooled on the items of known label" in w["evidence"] for w in people)
+    assert sum("expert sample" in w["evidence"] for w in people) >= len(people) // 2
+    agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
+    assert agreement["expert"]["items"] == 40 and agreement["expert"]["unmatched_rows"] == 1
+    assert agreement["model_workers"]["ambiguity_sd_from"] == "the items of known label"
+    rated = labels(folder)
+    assert all(abs(rated[i] - truth[i]) < 1e-9 for i in ids if i in rated) and len(set(ids) & set(rated)) >= 35
+    tasks = {t["item_id"]: t for t in map(json.loads, (folder / "ratings_tasks" / "tasks.jsonl").open())}
+    by_text = tmp_path / "expert-csts.csv"
+    with by_text.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["sentence1", "sentence2", "condition", "label"])
+        writer.writerows([tasks[i]["sentence1"].upper(), tasks[i]["sentence2"], tasks[i]["condition"], truth[i]]
+                         for i in ids)  # fmt: skip
+    import_ratings(folder, results, "--expert", by_text)
+    again = json.loads((folder / "ratings" / "agreement.json").read_text())["expert"]
+    assert again["items"] == 40 and again["matched_by"] == "sentence1, sentence2 and condition"
+
+
+def test_a_bad_expert_file_is_one_line(tmp_path: Path):
+    folder, truth = folder_with(tmp_path, "good")
+    people = People.around(truth, seed=0, spam=0.0, lenient=0.0, harsh=0.0)
+    results = first_batch(folder, people, 1, tmp_path / "one.csv", 0)
+    base = ["annotate", "import", "--stage", "ratings", "--out", str(folder), "--results", str(results)]
+    cases = {
+        "item_id,score\na,3\n": "no column label",
+        "item_id,label\nnowhere,3\n": "none of its 1 row(s) matches an item",
+        f"item_id,label\n{task_ids(folder / 'ratings_tasks')[0]},7\n": "row 1: label 7 is not on the scale",
+    }
+    for n, (text, words) in enumerate(cases.items()):
+        path = tmp_path / f"bad-{n}.csv"
+        path.write_text(text)
+        result = runner.invoke(app, [*base, "--aggregate", "model", "--expert", str(path)])
+        assert result.exit_code != 0 and words in result.output and str(path) in result.output, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(app, [*base, "--expert", str(path)])
+    assert result.exit_code != 0 and "--expert: only with --aggregate model" in result.output
+
+
+def test_a_constant_model_carries_no_information_and_changes_no_label(tmp_path: Path):
+    """A model that answers 3 to everything agrees with nothing: left out whole, the people's labels stand, with
+    one and with two ratings an item."""
+    for per_item in (1, 2):
+        alone_dir, truth = folder_with(tmp_path / f"alone-{per_item}", "constant")
+        people = People.around(truth, seed=1)
+        results = first_batch(alone_dir, people, per_item, tmp_path / f"r{per_item}.csv", 1)
+        said = import_ratings(alone_dir, results)
+        assert "no information in model:constant" in said
+        model = workers(alone_dir)["model:constant"]
+        assert model["evidence"].startswith("no information") and model["unreliable"]
+        with_model = labels(alone_dir)
+        (alone_dir / "model_ratings").rename(tmp_path / f"away-{per_item}")
+        import_ratings(alone_dir, results)
+        people_only = labels(alone_dir)
+        assert abs(rho(with_model, truth) - rho(people_only, truth)) <= 0.01
+        assert max(abs(with_model[i] - people_only[i]) for i in people_only) < 1e-6
+
+
+def test_the_score_density_recovers_a_score_s_means_and_orders_them():
+    """With the true labels known (one-hot weights), the M-step gives each label's mean normal score; reversed
+    evidence still comes out in the labels' order."""
+    rng = np.random.default_rng(0)
+    t = rng.integers(1, 6, 4000)
+    score = 0.5 * t + rng.normal(0, 0.4, len(t))
+    z = score_density.normal_scores(score, np.zeros(len(t), np.int64))
+    assert abs(z.mean()) < 1e-9 and abs(z.std() - 1) < 0.05
+    params = score_density.m_step(z, np.zeros(len(t), np.int64), np.eye(5)[t - 1], 1)[0]
+    expected = [z[t == k].mean() for k in range(1, 6)]
+    assert np.allclose(params[:5], expected, atol=0.01) and np.all(np.diff(params[:5]) > 0)
+    prior = np.bincount(t, minlength=6)[1:] / len(t)
+    assert abs(score_density.reliability(params, prior) - np.corrcoef(t, z)[0, 1]) < 0.02
+    flipped = score_density.m_step(-z, np.zeros(len(t), np.int64), np.eye(5)[t - 1], 1)[0]
+    assert np.all(np.diff(flipped[:5]) >= 0)
