@@ -1,6 +1,7 @@
 """Harder crowds and harder models through the commands' own step functions (docs/annotate.md, "Harder crowds").
 
     python -m bench.harder_crowds --pairs 200 --seeds 2 [--ambiguity 0.4 --difficulty 0.3] [--ambiguity-sd SD]
+        [--expert-share 0.05]
 
 Items: STS-B sentence pairs (only as text; their labels are simulated) taken through `annotate export/import
 --stage conditions` and `export --stage ratings` (tests/support/command_path.prepare_folder). The truth, the
@@ -11,7 +12,9 @@ for its noise), kind_wrong (says 5 with q = 0.99 on a hidden quarter of the item
 q = 0.99 everywhere). A model's answers go through `annotate rate` (a model that serves them,
 tests/support/chosen_model.py); people's through results files; every setting imports with `--aggregate model`
 and follows `export --more` as a user would; `--ambiguity-sd` passes the import's option (the shared shift's sd the
-rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers).
+rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers); `--expert-share`
+gives every import `--expert`, the truth of a seeded share of the items rounded (the figures are then on the
+other items).
 
 Prints per setting (mean over seeds): Spearman with the truth overall and within the high and low conditions,
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
@@ -95,6 +98,7 @@ def run(
     work: Path,
     ambiguity_sd: float | None = None,
     then: Callable[[Path, Outcome, dict[str, float]], dict] | None = None,
+    expert_share: float = 0.0,
 ) -> dict:
     """One setting through the commands; `then(folder, outcome, truth)` adds its figures before the folder goes."""
     start, rounds = SETTINGS[setting]
@@ -107,11 +111,13 @@ def run(
         q, p_flag = model_answers(crowd, model, seed)
         rate_with(folder, model, {item: (q[i], float(p_flag[i])) for item, i in index.items()})
     people = people_of(crowd, index)
-    outcome = label_with_people(folder, people, start, rounds, folder.parent / "results", seed, None, ambiguity_sd)
+    expert, truth = expert_file(people.truth, expert_share, seed, folder.parent / "expert.csv")
+    scratch = folder.parent / "results"
+    outcome = label_with_people(folder, people, start, rounds, scratch, seed, None, ambiguity_sd, expert)
     wrong = kind_items(crowd.n_items, seed)
     colour = {item: "colour" if wrong[i] else "other" for item, i in index.items()}
-    found = figures(folder, people.truth, colour)
-    by_type = figures(folder, people.truth, {item: "high" if i % 2 == 0 else "low" for item, i in index.items()})
+    found = figures(folder, truth, colour)
+    by_type = figures(folder, truth, {item: "high" if i % 2 == 0 else "low" for item, i in index.items()})
     found |= {k: v for k, v in by_type.items() if k.startswith("spearman[")}
     found["human_per_item"] = outcome.human_ratings / len(index)
     found |= model_figures(folder)
@@ -119,6 +125,18 @@ def run(
         found |= then(folder, outcome, people.truth)
     shutil.rmtree(folder.parent)
     return found
+
+
+def expert_file(truth: dict[str, float], share: float, seed: int, path: Path) -> tuple[Path | None, dict]:
+    """`--expert`'s file for a seeded `share` of the items (their truth rounded), and the truth of the others."""
+    if share <= 0:
+        return None, truth
+    ids = sorted(truth)
+    held = set(np.random.default_rng(seed + 7).choice(ids, max(1, round(share * len(ids))), replace=False))
+    rows = "".join(f"{i},{int(np.clip(np.floor(truth[i] + 0.5), 1, 5))}\n" for i in sorted(held))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("item_id,label\n" + rows)
+    return path, {i: v for i, v in truth.items() if i not in held}
 
 
 COLUMNS = (
@@ -146,11 +164,13 @@ def main() -> None:
     parser.add_argument("--ambiguity", type=float, default=0.4)
     parser.add_argument("--difficulty", type=float, default=0.3)
     parser.add_argument("--ambiguity-sd", type=float, default=None, help="the import's --ambiguity-sd")
+    parser.add_argument("--expert-share", type=float, default=0.0, help="the share of items given to --expert")
     args = parser.parse_args()
     pairs = read_stsb(args.stsb, args.pairs, 0)
     print(
         f"{len(pairs)} pairs ({2 * len(pairs)} items); ambiguity sd {args.ambiguity}, difficulty log-sd "
-        f"{args.difficulty}; {args.seeds} seeds; the import's --ambiguity-sd {args.ambiguity_sd}"
+        f"{args.difficulty}; {args.seeds} seeds; the import's --ambiguity-sd {args.ambiguity_sd}; expert sample "
+        f"{args.expert_share:.0%}"
     )
     found: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="harder-") as tmp:
@@ -163,7 +183,17 @@ def main() -> None:
                 for setting in SETTINGS:
                     name = f"{'people alone' if model is None else 'people + ' + model}, {setting}"
                     found.setdefault(name, []).append(
-                        run(base, crowd, index, model, setting, seed, work, args.ambiguity_sd)
+                        run(
+                            base,
+                            crowd,
+                            index,
+                            model,
+                            setting,
+                            seed,
+                            work,
+                            args.ambiguity_sd,
+                            expert_share=args.expert_share,
+                        )
                     )
                     print(
                         f"  seed {seed} {name}: " + ", ".join(f"{k} {v}" for k, v in found[name][-1].items()),

@@ -129,9 +129,13 @@ def follow_up(annotate_dir: Path, people: People, given: list[Path], out: Path, 
     return write_results(out, people.answer(items, workers, rng)) if items else None
 
 
-def import_model(annotate_dir: Path, results: list[Path], ambiguity_sd: float | None = None) -> dict[str, Any]:
-    """`annotate import --stage ratings --aggregate model [--ambiguity-sd]` over every results file."""
-    return annotate.import_ratings(annotate_dir, results, "model", 0.5, 1, True, ambiguity_sd=ambiguity_sd)
+def import_model(
+    annotate_dir: Path, results: list[Path], ambiguity_sd: float | None = None, expert: Path | None = None
+) -> dict[str, Any]:
+    """`annotate import --stage ratings --aggregate model [--ambiguity-sd] [--expert]` over every results file."""
+    return annotate.import_ratings(
+        annotate_dir, results, "model", 0.5, 1, True, ambiguity_sd=ambiguity_sd, expert=expert
+    )
 
 
 @dataclass
@@ -154,14 +158,15 @@ def label_with_people(
     seed: int,
     after: Callable[[Path], Any] | None = None,
     ambiguity_sd: float | None = None,
+    expert: Path | None = None,
 ) -> Outcome:
     """People give `start` ratings an item, the import runs, then up to `rounds` follow-up batches, each
     imported with all before it. A model's rows (`annotate rate` into annotate_dir) enter every import.
     `after(annotate_dir)` runs after each import; the trace keeps its value with the human ratings so far.
-    `ambiguity_sd`: the import's `--ambiguity-sd` (None: chosen from the answers)."""
+    `ambiguity_sd`: the import's `--ambiguity-sd` (None: chosen from the answers); `expert`: its `--expert`."""
     scratch.mkdir(parents=True, exist_ok=True)
     results = [first_batch(annotate_dir, people, start, scratch / f"batch0-s{seed}.csv", seed)]
-    record = import_model(annotate_dir, results, ambiguity_sd)
+    record = import_model(annotate_dir, results, ambiguity_sd, expert)
     trace = [(rows_in(results), after(annotate_dir))] if after else []
     done = 0
     for done in range(1, rounds + 1):
@@ -170,7 +175,7 @@ def label_with_people(
             done -= 1
             break
         results.append(more)
-        record = import_model(annotate_dir, results, ambiguity_sd)
+        record = import_model(annotate_dir, results, ambiguity_sd, expert)
         if after:
             trace.append((rows_in(results), after(annotate_dir)))
     return Outcome(results, rows_in(results), done, record, trace)
