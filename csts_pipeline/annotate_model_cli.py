@@ -53,6 +53,32 @@ ReadOpt = Annotated[
 ]
 
 
+# what each kind of model takes besides the folder's options (--dataset, --manifest, --out, --force)
+RATE_KINDS = {
+    "--similarity-model": ("a similarity model", ("similarity_model", "batch_size", "device")),
+    "--endpoint": (
+        "a language model server",
+        ("endpoint", "model", "api_key_env", "batch_size", "timeout", "run_timeout", "read"),
+    ),
+    "--model": ("a local language model", ("model", "batch_size", "device")),
+}
+FOLDER_OPTIONS = ("dataset", "manifest", "out", "force")
+
+
+def refuse_what_does_not_apply(ctx: typer.Context, kind: str) -> None:
+    """Every option given on the command line (or by its environment variable) that the kind of model in use
+    ignores is refused in one line, instead of being dropped in silence (`--timeout 0` with a similarity model)."""
+    words, takes = RATE_KINDS[kind]
+    flags = {param.name: param.opts[0] for param in ctx.command.params if param.name}
+    # by the source's name: typer may carry its own copy of click, with its own ParameterSource
+    given = [name for name in flags if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    refused = [flags[name] for name in given if name not in takes and name not in FOLDER_OPTIONS]
+    if refused:
+        also = ", ".join(flags[name] for name in takes if flags[name] != kind)
+        without = " without --endpoint" if kind == "--model" else ""
+        raise UserError(f"{', '.join(refused)}: not for {kind}{without} ({words}), which takes {also}")
+
+
 def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str, **how):
     """The model to ask; `how`: timeout, run_timeout, read (an endpoint's)."""
     from csts_pipeline.pipeline.language_model import ModelSpec
@@ -65,6 +91,7 @@ def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch
 @annotate_app.command("rate")
 @user_errors
 def annotate_rate(
+    ctx: typer.Context,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
     model: LmModelOpt = None,
@@ -81,14 +108,16 @@ def annotate_rate(
 ) -> None:
     """A language model (or, with --similarity-model, a similarity model) rates every item of the ratings export
     as one more worker, model:<name> (<annotate>/model_ratings/); the ratings import takes its rows with the
-    people's."""
+    people's. An option the kind of model ignores is refused (--timeout with --similarity-model)."""
     if similarity_model is not None:
         if model is not None or endpoint is not None:
             raise UserError("--similarity-model replaces --model and --endpoint; give one kind of model")
+        refuse_what_does_not_apply(ctx, "--similarity-model")
         _rate_similarity(similarity_model, dataset, manifest, batch_size, device, out, force)
         return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
+    refuse_what_does_not_apply(ctx, "--model" if endpoint is None else "--endpoint")
     spec = _model_spec(
         model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
     )

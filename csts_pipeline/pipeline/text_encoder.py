@@ -10,6 +10,7 @@ import numpy as np
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import hub_source, load_failure
+from csts_pipeline.pipeline.weights import check_weights
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +43,7 @@ def load_text_encoder(name: str, pooling: str, device: torch.device):
     state through the checkpoint's pooler layer (dense + tanh), which is how SimCSE's own tool embeds sentences
     (`pooler_output`)."""
     source = hub_source(name, "text encoder", "set filter.text_encoder / --text-encoder to that local folder")
+    check_weights(source)  # a damaged weights file: one line naming it, not the loader's traceback
     from sentence_transformers import SentenceTransformer  # after: offline, fail before a slow import
 
     try:

@@ -106,6 +106,26 @@ def test_the_run_deadline_and_the_progress_while_waiting(monkeypatch, caplog) ->
     assert any("waiting for 1 of 1 replies" in message for message in caplog.messages), caplog.messages
 
 
+@pytest.mark.parametrize(("quick", "posted", "asked_again"), [(24, 32, 8), (20, 24, 12)])
+def test_a_run_deadline_keeps_every_answer_it_got(folder: Path, quick: int, posted: int, asked_again: int) -> None:
+    """16 items, 2 questions each, 8 items a unit (UNIT_ITEMS), 8 requests at a time: unit 0 asks 16 questions,
+    unit 1 its 8 pertinence questions (posts 17-24), then its 8 rating questions (25-32). The server answers the
+    first `quick` posts at once and later ones after 5 s; `--run-timeout 2` stops the run in one line, `posted`
+    questions asked. With 24, unit 1's 8 pertinence answers came back; with 20, 4 of them did (the batch stopped
+    half answered). The rerun asks only the questions never answered: 32 - quick (16 when they are thrown away)."""
+    with fake_server("slow_after") as (url, server):
+        server.quick, server.delay = quick, 5.0
+        began = time.monotonic()
+        result = cli(*RATE[:2], "--endpoint", url, "--run-timeout", "2", "--out", folder)
+        one_line_error(result, f"POST {url}/chat/completions", "no answer within the run's 2 s (--run-timeout)")
+        assert time.monotonic() - began < 20 and server.posts == posted
+        server.quick, before = 1000, server.posts
+        printed = in_process("annotate", "rate", "--endpoint", url, "--out", folder)
+        assert server.posts - before == asked_again == 32 - quick
+    assert f"{ITEMS} of {ITEMS} items rated" in printed and f"{asked_again} asked, {32 - asked_again} from" in printed
+    assert all(row["rating"] == 4 for row in rows(folder))
+
+
 def test_retry_after_is_honoured(folder: Path) -> None:
     """A 503 asking for more time than the deadline leaves is refused at once (one request, no blind retry); one
     asking for 1 s is retried and the run succeeds."""

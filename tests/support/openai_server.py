@@ -8,7 +8,8 @@ sampling fallback). `python tests/support/openai_server.py FOLDER [PORT]` serves
 
 `FakeServer` (`fake_server(mode)`) is the other kind: no model, answers that misbehave on purpose as a user's vLLM,
 llama.cpp or hosted endpoint sometimes does (`FAULTS`: silent, HTML, no `choices`, logprobs out of range, mass off
-the options, chatty samples, `n` ignored, logprobs dropped mid-run, Retry-After), each request counted."""
+the options, chatty samples, `n` ignored, logprobs dropped mid-run, Retry-After, slow after a number of requests),
+each request counted."""
 
 from __future__ import annotations
 
@@ -240,6 +241,17 @@ def _retry_after(server: FakeServer, body: dict[str, Any]) -> Reply:
     return well_behaved(body)
 
 
+def _slow_after(server: FakeServer, body: dict[str, Any]) -> Reply:
+    """The first `server.quick` requests answered at once, later ones after `server.delay` s (a server that slows
+    down mid-run), counted apart from `posts` under the lock so that concurrent requests never share a number."""
+    with server.lock:
+        server.answered += 1
+        number = server.answered
+    if number > server.quick:
+        server.released.wait(server.delay)
+    return well_behaved(body)
+
+
 HTML = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
 FAULTS: dict[str, Callable[[FakeServer, dict], Reply | str]] = {
     "well": lambda server, body: well_behaved(body),
@@ -258,6 +270,7 @@ FAULTS: dict[str, Callable[[FakeServer, dict], Reply | str]] = {
     "ignores_n": _samples({}, one=True),
     "drops_logprobs": _drops_logprobs,
     "retry_after": _retry_after,
+    "slow_after": _slow_after,
 }
 
 
@@ -271,6 +284,7 @@ class FakeServer:
         self.created: int | None = None
         self.fingerprint: str | None = None
         self.retry_after = 1
+        self.quick, self.delay, self.answered = 0, 0.0, 0  # slow_after: requests answered at once, then the delay
         self.posts = 0
         self.gets = 0
         self.lock = threading.Lock()

@@ -9,7 +9,14 @@ answer in the step's output folder, keyed by the model's identity, the prompt's 
 costs nothing and a killed run resumes unit by unit. Prompts are versioned package files (`load_prompt`).
 """
 
-from csts_pipeline.pipeline.language_model.base import Answer, Cost, LanguageModel, ModelSpec, option_distribution
+from csts_pipeline.pipeline.language_model.base import (
+    Answer,
+    Cost,
+    LanguageModel,
+    ModelSpec,
+    Unfinished,
+    option_distribution,
+)
 from csts_pipeline.pipeline.language_model.cache import AnswerCache
 from csts_pipeline.pipeline.language_model.open import open_model
 from csts_pipeline.pipeline.language_model.prompts import Prompt, load_prompt
@@ -21,6 +28,7 @@ __all__ = [
     "LanguageModel",
     "ModelSpec",
     "Prompt",
+    "Unfinished",
     "load_prompt",
     "open_model",
     "option_distribution",

@@ -59,6 +59,16 @@ class ModelSpec:
         return os.environ.get(self.api_key_env) or None
 
 
+class Unfinished(UserError):
+    """Questions that stopped for good (the run's deadline passed, a request failed) after some came back: the
+    one-line error, and `done`, the index of each prompt that came back -> what came back (a server's reply, or
+    an `Answer`), so that a step keeps what it paid for instead of asking it again."""
+
+    def __init__(self, message: str, done: dict[int, Any]):
+        super().__init__(message)
+        self.done = done
+
+
 @dataclass
 class Cost:
     """What the questions cost: requests (prompts), tokens in and out, seconds spent asking."""

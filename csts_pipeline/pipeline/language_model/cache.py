@@ -3,8 +3,10 @@ id and digest, item), so a rerun asks nothing twice and a killed run resumes uni
 
 It lives inside the step's `OutputFolder`: the committed `answers.parquet` holds the answers of earlier runs; each
 finished unit of this run is written atomically to the staging folder's `_units/` (kept by `begin()` when an
-interrupted run of the same output is resumed, dropped by the swap); `write()` puts the union into the staging
-folder, committed with the rest. A failpoint `<stage>:unit:<n>` after each unit lets tests kill a run there."""
+interrupted run of the same output is resumed, dropped by the swap), and so are the answers of an unfinished unit
+when a run stops for good (`save_unfinished`: a deadline passed, a request failed); `write()` puts the union into
+the staging folder, committed with the rest. A failpoint `<stage>:unit:<n>` after each unit lets tests kill a
+run there."""
 
 from __future__ import annotations
 
@@ -71,13 +73,23 @@ class AnswerCache:
 
     def save_unit(self, unit: int, answers: dict[str, dict[str, Any]]) -> None:
         """The answers of one finished unit, durable before the next unit starts."""
+        self._save(answers, f"{unit:06d}.parquet")
+        failpoint(f"{self.out.stage}:unit:{unit}")
+
+    def save_unfinished(self, unit: int, answers: dict[str, dict[str, Any]]) -> None:
+        """The answers a unit got before its run stopped for good (a deadline, a failed request), so the next run
+        asks only the rest; each such stop of the unit keeps its own file."""
+        if answers:
+            kept = len(list((self.out.staging / UNITS).glob(f"{unit:06d}-unfinished-*.parquet")))
+            self._save(answers, f"{unit:06d}-unfinished-{kept}.parquet")
+
+    def _save(self, answers: dict[str, dict[str, Any]], file: str) -> None:
         rows: list[dict[str, Any]] = [
             {"key": key, **{name: a.get(name) for name in ANSWER_SCHEMA.names[1:]}} for key, a in answers.items()
         ]
-        write_table(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), self.out.staging / UNITS / f"{unit:06d}.parquet")
+        write_table(pa.Table.from_pylist(rows, schema=ANSWER_SCHEMA), self.out.staging / UNITS / file)
         self.answers.update((row["key"], row) for row in rows)
         self.computed += len(rows)
-        failpoint(f"{self.out.stage}:unit:{unit}")
 
     def write(self) -> Path:
         """Every known answer into the staging folder's answers.parquet (committed with the step's output)."""

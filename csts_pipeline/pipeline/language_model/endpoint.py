@@ -6,7 +6,7 @@ without them is asked again for several sampled answers (`read="auto"`), recorde
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +18,7 @@ from csts_pipeline.pipeline.language_model.base import (
     LanguageModel,
     Messages,
     ModelSpec,
+    Unfinished,
     read_logprobs,
     read_samples,
     reading,
@@ -71,30 +72,59 @@ class EndpointModel(LanguageModel):
         return found
 
     def _post_all(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The replies, their time and tokens counted in this model's cost (a step swaps in its own `Cost`)."""
-        with self.cost.timed():
-            replies = self.http.post_all(path, bodies)
+        """The replies, their time and tokens counted in this model's cost (a step swaps in its own `Cost`); those
+        of an `Unfinished` batch too."""
+        try:
+            with self.cost.timed():
+                replies = self.http.post_all(path, bodies)
+        except Unfinished as exc:
+            self._count(list(exc.done.values()))
+            raise
+        self._count(replies)
+        return replies
+
+    def _count(self, replies: list[dict[str, Any]]) -> None:
         for reply in replies:
             usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
             self.cost.add(1, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
-        return replies
 
     # --- questions ----------------------------------------------------------------------------------------------
 
     def option_probs(self, chats: list[Messages], options: Sequence[str]) -> list[Answer]:
         """From `top_logprobs` of the first answer token; per chat whose reply has none, from sampled answers
-        (`read="auto"`), or no answer (`read="logprobs"`)."""
+        (`read="auto"`), or no answer (`read="logprobs"`). Stopped for good (`Unfinished`), it carries the answers
+        read from the replies that came back."""
         found: list[Answer | None] = [None] * len(chats)
-        if self.spec.read != "samples":
-            body = {"model": self.model, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": TOP_K}
-            replies = self._post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
-            for index, reply in enumerate(replies):
-                found[index] = self._from_logprobs(reply, options)
-        missing = [i for i, answer in enumerate(found) if answer is None]
-        if missing:
-            for index, answer in zip(missing, self._sampled([chats[i] for i in missing], options)):
-                found[index] = answer
+
+        def from_logprobs(index: int, reply: dict[str, Any]) -> None:
+            found[index] = self._from_logprobs(reply, options)
+
+        try:
+            if self.spec.read != "samples":
+                body = {"model": self.model, "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": TOP_K}
+                self._read_replies([body | {"messages": chat} for chat in chats], from_logprobs)
+            missing = [i for i, answer in enumerate(found) if answer is None]
+            if missing:
+                body = {"model": self.model, "max_tokens": SAMPLE_TOKENS, "temperature": 1.0, "n": self.spec.samples}
+                self._read_replies(
+                    [body | {"messages": chats[i]} for i in missing],
+                    lambda at, reply: found.__setitem__(missing[at], self._from_samples(reply, options)),
+                )
+        except Unfinished as exc:
+            raise Unfinished(str(exc), {i: a for i, a in enumerate(found) if a is not None}) from None
         return found  # type: ignore[return-value]
+
+    def _read_replies(self, bodies: list[dict[str, Any]], read: Callable[[int, dict[str, Any]], None]) -> None:
+        """`read(index of the body, reply)` for every reply; for those that came back before the batch stopped for
+        good too, then `Unfinished` goes on up."""
+        try:
+            replies = dict(enumerate(self._post_all("/chat/completions", bodies)))
+        except Unfinished as exc:
+            for index, reply in exc.done.items():
+                read(index, reply)
+            raise
+        for index, reply in replies.items():
+            read(index, reply)
 
     def _from_logprobs(self, reply: dict[str, Any], options: Sequence[str]) -> Answer | None:
         """The answer a reply's logprobs give; None when it carries none and samples may be asked instead."""
@@ -108,17 +138,12 @@ class EndpointModel(LanguageModel):
             return Answer(None, "logprobs", None, missing=top, system_fingerprint=fingerprint)
         return replace(read_logprobs(top, options), system_fingerprint=fingerprint)
 
-    def _sampled(self, chats: list[Messages], options: Sequence[str]) -> list[Answer]:
-        """`samples` answers at temperature 1 per chat, read by `read_samples` against the number asked for (a
-        server that ignores `n` gives too few to be an answer)."""
-        body = {"model": self.model, "max_tokens": SAMPLE_TOKENS, "temperature": 1.0, "n": self.spec.samples}
-        replies = self._post_all("/chat/completions", [body | {"messages": chat} for chat in chats])
-        found = []
-        for reply in replies:
-            texts = [_message(choice) for choice in reply["choices"]]
-            answer = read_samples(texts, options, self.spec.samples)
-            found.append(replace(answer, system_fingerprint=self._fingerprint(reply)))
-        return found
+    def _from_samples(self, reply: dict[str, Any], options: Sequence[str]) -> Answer:
+        """The answer of `samples` replies at temperature 1, read by `read_samples` against the number asked for
+        (a server that ignores `n` gives too few to be an answer)."""
+        texts = [_message(choice) for choice in reply["choices"]]
+        answer = read_samples(texts, options, self.spec.samples)
+        return replace(answer, system_fingerprint=self._fingerprint(reply))
 
     def _fingerprint(self, reply: dict[str, Any]) -> str | None:
         value = reply.get("system_fingerprint")

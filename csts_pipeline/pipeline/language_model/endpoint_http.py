@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.language_model.base import ModelSpec
+from csts_pipeline.pipeline.language_model.base import ModelSpec, Unfinished
 
 log = logging.getLogger(__name__)
 RETRIES = 4  # after the first try
@@ -161,15 +161,21 @@ class ServerConnection:
         return f"endpoint {what}: no answer within {bound} waiting for a reply, {counted}; the last: {last}"
 
     def post_all(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """POST every body, `batch_size` at a time, the replies in order; reported while waiting."""
+        """POST every body, `batch_size` at a time, the replies in order; reported while waiting. When one fails
+        for good (or the run's deadline passes), `Unfinished` carries the replies that did come back."""
         check = _chat_problem if path.endswith("/chat/completions") else _completion_problem
         self.stop.clear()  # a new batch: the stop of an earlier failed one (caught by a caller) is over
         self.failure = None
         pool = ThreadPoolExecutor(self.spec.batch_size)
+        futures = [pool.submit(self.request, path, body, check) for body in bodies]
         try:
-            futures = [pool.submit(self.request, path, body, check) for body in bodies]
             self._wait(futures, self.base + path)
             return [future.result() for future in futures]
+        except UserError as exc:
+            self.stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)  # the requests in flight end: their replies count
+            done = {i: f.result() for i, f in enumerate(futures) if not f.cancelled() and f.exception() is None}
+            raise Unfinished(str(exc), done) from None
         finally:
             self.stop.set()
             pool.shutdown(wait=True, cancel_futures=True)

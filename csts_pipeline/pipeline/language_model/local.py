@@ -22,6 +22,7 @@ from csts_pipeline.pipeline.language_model.base import (
 )
 from csts_pipeline.pipeline.packaged_models import hub_source, load_failure
 from csts_pipeline.pipeline.records import fingerprint
+from csts_pipeline.pipeline.weights import check_weights
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,17 @@ def _source(name: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     if path.suffix == ".gguf":
         if not path.is_file():
             raise UserError(f"{name}: model file not found")
+        check_weights(path)  # a damaged weights file: one line naming it, not the loader's traceback
         identity = {"model": path.name, "file_hash": file_digest(path)}
         return str(path.parent), {"gguf_file": path.name}, identity
     if path.exists():
         if not (path / "config.json").is_file():
             raise UserError(f"{name}: not a model folder (no config.json) nor a .gguf file")
+        check_weights(path)
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
         return str(path), {}, {"model": path.name, "file_hash": fingerprint({p.name: file_digest(p) for p in files})}
     source = hub_source(name, "model", "give --model a local folder or .gguf file")
+    check_weights(source)  # a folder of the local cache (a hub name to download is left to the loader)
     return source, {}, {"model": name, "revision": Path(source).name if Path(source).exists() else None}
 
 

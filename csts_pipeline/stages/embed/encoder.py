@@ -23,6 +23,7 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import EmbedConfig
 from csts_pipeline.pipeline.schemas import embeddings_schema
 from csts_pipeline.pipeline.shards import shard_name, write_table
+from csts_pipeline.pipeline.weights import check_weights
 from csts_pipeline.stages.embed.images import choose_decode, image_batches
 
 
@@ -47,6 +48,8 @@ def load_clip(config: EmbedConfig, device: torch.device) -> ClipImageEncoder:
         name, pretrained = config.model_config_path.stem, None
     if name not in open_clip.list_models():
         raise UserError(f"unknown open_clip model {name!r}; see open_clip.list_models()")
+    if pretrained is not None and Path(pretrained).expanduser().is_file():
+        check_weights(pretrained)  # a damaged checkpoint: one line naming it, not the loader's traceback
     torch.manual_seed(0)  # random-init configs give the same weights on every run, so resumed shards match
     try:
         model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device)

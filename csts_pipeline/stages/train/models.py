@@ -26,6 +26,7 @@ from torch.nn.functional import cosine_similarity
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import hub_source, load_failure, resolve_model_path
+from csts_pipeline.pipeline.weights import check_weights
 from csts_pipeline.stages.train.data import PairData
 
 ENCODINGS = ("cross", "bi", "tri")
@@ -269,6 +270,7 @@ def load_model(name: str, spec: EncoderSpec | None = None) -> CstsModel:
         heads = Path(path) / HEADS_FILE
         if not heads.is_file():
             raise UserError(f"{heads}: missing; the model folder is incomplete")
+        check_weights(heads)
         missing, unexpected = model.load_state_dict(load_file(str(heads)), strict=False)
         missing = [key for key in missing if not key.startswith("backbone.")]
         if missing or unexpected:
@@ -278,6 +280,7 @@ def load_model(name: str, spec: EncoderSpec | None = None) -> CstsModel:
 
 def _load_encoder(name: str, path: str):
     source = hub_source(path, "model", "give that local folder as the model") if path == name else path
+    check_weights(source)  # a damaged weights file: one line naming it, not the loader's traceback
     import transformers
     from transformers import AutoModel, AutoTokenizer
 

@@ -28,6 +28,7 @@ from csts_pipeline.pipeline.language_model import (
     LanguageModel,
     ModelSpec,
     Prompt,
+    Unfinished,
     load_prompt,
     open_model,
 )
@@ -124,7 +125,8 @@ def answer_counts(table: pa.Table) -> dict[str, Any]:
 def ask(
     model: LanguageModel, prompts: dict[str, Prompt], items: list[dict[str, Any]], cache: AnswerCache
 ) -> list[dict[str, Answer]]:
-    """Per item, the answer to each question; unit by unit, asking only what the cache lacks."""
+    """Per item, the answer to each question; unit by unit, asking only what the cache lacks. A run stopped for
+    good (its deadline, a failed request) first keeps every answer that came back (`save_unfinished`)."""
     found: list[dict[str, Answer]] = []
     for unit, start in enumerate(range(0, len(items), UNIT_ITEMS)):
         chunk = items[start : start + UNIT_ITEMS]
@@ -137,8 +139,13 @@ def ask(
         for name, prompt in prompts.items():
             wanted = [i for i, key in enumerate(keyed[name]) if known[key] is None and key not in new]
             chats = [prompt.chat(**{f: chunk[i][f] for f in ITEM_FIELDS}) for i in wanted]
-            for i, answer in zip(wanted, model.option_probs(chats, QUESTIONS[name]) if chats else []):
-                new[keyed[name][i]] = answer.row()
+            try:
+                answers = dict(enumerate(model.option_probs(chats, QUESTIONS[name]))) if chats else {}
+            except Unfinished as exc:
+                new |= {keyed[name][wanted[at]]: answer.row() for at, answer in exc.done.items()}
+                cache.save_unfinished(unit, new)
+                raise
+            new |= {keyed[name][wanted[at]]: answer.row() for at, answer in answers.items()}
         if new:
             cache.save_unit(unit, new)
         for i in range(len(chunk)):
