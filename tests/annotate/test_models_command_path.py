@@ -138,7 +138,10 @@ def test_a_model_sure_of_one_answer_is_unreliable_and_replaces_nothing(seed: int
     assert workers["model:constant"]["unreliable"] and workers["model:constant"]["reliability"] < 0.5
     share = both.agreement["model_workers"]["model_share"]
     assert share["replaced_ratings"] == 0
-    assert "unreliable: its answers were left out, it replaced no ratings" in "\n".join(model_share_lines(share))
+    assert (
+        "no information (no agreement with people beyond chance): its answers were left out, it replaced no ratings"
+        in "\n".join(model_share_lines(share))
+    )
     # it flags every item (P 0.8): the verdict is the people's
     p_alone, p_both = alone.model.verdict.p_flag, both.model.verdict.p_flag
     assert abs(np.nanmean(p_both) - np.nanmean(p_alone)) <= 0.05 and workers["model:constant"]["flag_skill"] < 0.6

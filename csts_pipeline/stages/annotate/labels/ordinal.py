@@ -544,6 +544,7 @@ def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray, family
     marginal = np.where(total > 0, marginal / np.maximum(total, 1e-12), 1 / len(SCALE))  # a scored model: none
     overall = pooled + FREE_PSEUDO * marginal
     overall /= overall.sum(axis=2, keepdims=True)
-    shrunk = counts[members] + KIND_PSEUDO * overall[at]
+    alone = np.bincount(at)[at] == 1  # a model fitted whole: its table is its family's
+    shrunk = np.where(alone[:, None, None], overall[at], counts[members] + KIND_PSEUDO * overall[at])
     table[members] = shrunk / shrunk.sum(axis=2, keepdims=True)
     return table

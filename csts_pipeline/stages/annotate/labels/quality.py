@@ -321,7 +321,9 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
         skill = dict(zip(model.verdict.workers, model.verdict.skill))
         columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
         measured = model.plan is None or model.plan.people_measured  # an assumed reliability judges no one
-        unreliable = [measured and r is not None and r < UNRELIABLE_BELOW for r in columns["reliability"]]
+        table = model.fit.table if model.fit.table is not None else ordinal.response(model.fit.bias, model.fit.noise)
+        uniform = ordinal.reliability(table)  # the threshold's scale: t uniform, whatever the batch's labels
+        unreliable = [measured and i is not None and uniform[i] < UNRELIABLE_BELOW for i in at]
         for n, name in enumerate(names):
             found = model.model_fits.get(str(name))
             if found is not None:
