@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.stats import pearsonr
 
-from csts_pipeline.stages.annotate.labels import ordinal, quality
+from csts_pipeline.stages.annotate.labels import ordinal, weighing
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, first_batch, import_model, prepare_folder
 from tests.support.simulate import simulate_crowd
@@ -83,7 +83,7 @@ def shift_coverage(models: tuple, per_item: int, ambiguity: float | None) -> flo
     for seed in (501, 502, 503):
         crowd = simulate_crowd(per_item=per_item, seed=seed, ambiguity=0.4, difficulty=0.3)
         rated = with_models(crowd, models, seed) if models else crowd
-        fitted = quality.anchored_fit(rated.ratings, crowd.n_items, None)
+        fitted = weighing.anchored_fit(rated.ratings, crowd.n_items, None)
         if ambiguity is not None:
             fitted = ordinal_fit_at(rated, crowd.n_items, ambiguity)
         low, high = fitted.interval()

@@ -19,7 +19,7 @@ from csts_pipeline.pipeline.shards import shard_name, write_table
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels import ordinal
-from csts_pipeline.stages.annotate.labels.quality import anchored_fit
+from csts_pipeline.stages.annotate.labels.weighing import anchored_fit
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import (  # noqa: F401

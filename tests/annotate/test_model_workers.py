@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
 from csts_pipeline.report.annotations import _agreement
-from csts_pipeline.stages.annotate.labels import quality
+from csts_pipeline.stages.annotate.labels import quality, weighing
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.release.card import _model_share
@@ -37,7 +37,7 @@ ROUNDS = 6
 
 
 def spearman(crowd: Crowd) -> float:
-    fit = quality.anchored_fit(crowd.ratings, crowd.n_items, None)
+    fit = weighing.anchored_fit(crowd.ratings, crowd.n_items, None)
     r = crowd.ratings
     heard = np.bincount(r.item[r.rated & r.human], minlength=crowd.n_items) > 0  # as the import labels them
     return float(spearmanr(fit.label[heard], crowd.truth[heard]).statistic)
@@ -54,7 +54,7 @@ def imported(crowd: Crowd, kinds: tuple[str, ...], seed: int) -> tuple[float, fl
 
 
 def coverage(crowd: Crowd) -> float:
-    low, high = quality.anchored_fit(crowd.ratings, crowd.n_items, None).interval()
+    low, high = weighing.anchored_fit(crowd.ratings, crowd.n_items, None).interval()
     return float(np.mean((low <= crowd.truth) & (crowd.truth <= high)))
 
 
@@ -103,7 +103,7 @@ def test_90_percent_intervals_cover_85_to_97_percent_on_crowds_they_were_not_tun
 
 def test_a_confident_wrong_model_has_its_shift_estimated_not_taken_as_truth():
     crowd = with_models(simulate_crowd(per_item=2, seed=5), ("confident_wrong",), 5)
-    fit = quality.anchored_fit(crowd.ratings, crowd.n_items, None)
+    fit = weighing.anchored_fit(crowd.ratings, crowd.n_items, None)
     at = list(fit.workers).index("model:confident_wrong")
     assert fit.bias[at] >= 0.7, fit.bias[at]
     # the labels are not pulled up by the model's point: their mean error is small, unlike the model's own
@@ -118,7 +118,7 @@ def routed_items(seed: int) -> dict[str, np.ndarray]:
     the careful people's ratings and the model's distributions."""
     people = simulate_crowd(per_item=1, seed=seed)
     crowd = with_models(people, ("strong",), seed)
-    fit = quality.anchored_fit(crowd.ratings, crowd.n_items, None)
+    fit = weighing.anchored_fit(crowd.ratings, crowd.n_items, None)
     gap = quality.model_log10_ratio(fit, crowd.ratings, crowd.n_items)
     answers = np.bincount(people.ratings.item, minlength=crowd.n_items)
     chosen = followup.route(followup.Standing(fit.posterior, answers, np.full(crowd.n_items, "kept"), gap))
@@ -219,7 +219,7 @@ def test_soft_answers_enter_as_their_distribution_not_their_digit():
         dist[0] = q
         model = RatingArrays(np.arange(400), np.full(400, "model:m"), np.argmax(dist, 1) + 1.0, np.zeros(400, bool))
         model.distribution, model.p_flag = dist, np.full(400, 0.05)
-        found[name] = quality.anchored_fit(RatingArrays.concat([people, model]), 400, None).posterior[0][3]
+        found[name] = weighing.anchored_fit(RatingArrays.concat([people, model]), 400, None).posterior[0][3]
     assert found["flat"] < found["unsure"] < found["sure"], found  # P(label 4) of item 0
     assert found["sure"] > 2 * found["unsure"] > 4 * found["flat"], found
 

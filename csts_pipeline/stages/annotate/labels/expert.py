@@ -81,7 +81,7 @@ def read_expert(path: Path, items: list[dict[str, Any]]) -> ExpertLabels:
     elif all(name in table.column_names for name in TEXT):
         by = "sentence1, sentence2 and condition"
         columns = [table.column(name).to_pylist() for name in TEXT]
-        keys = ["\t".join(_fold(v) for v in row) for row in zip(*columns)]  # type: ignore[misc]
+        keys = ["\t".join(_fold(v) for v in row) for row in zip(*columns)]
         at = {"\t".join(_fold(item.get(name, "")) for name in TEXT): n for n, item in enumerate(items)}
     else:
         raise UserError(f"{path}: needs item_id and label, or {', '.join(TEXT)} and label")

@@ -146,8 +146,8 @@ def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays, plan: TrustPlan) ->
             kind_name = str(fit.workers[at]).partition(KIND_SEP)[2] or "all"
             kinds.append(KindFit(kind_name, int(fit.answers[at]), reliability, error, False))
         seen = plan.models.get(str(name))
-        for kind_name in [] if seen is None else seen.dropped:
-            kinds.append(KindFit(kind_name, seen.kinds[kind_name][1], 0.0, None, True))
+        if seen is not None:
+            kinds += [KindFit(kind, seen.kinds[kind][1], 0.0, None, True) for kind in seen.dropped]
         found[str(name)] = ModelFit(pooled, float(weights @ fit.bias[mine]), float(weights @ fit.noise[mine]),
                                     sorted(kinds, key=lambda k: -k.answers), False)  # fmt: skip
     for name, seen in plan.models.items():

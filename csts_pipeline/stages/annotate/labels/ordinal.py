@@ -46,6 +46,7 @@ PSEUDO_RATINGS = 2.0
 TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 INTERVAL_MASS = 0.9
 MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
+MAX_ITER, TOL = 200, 1e-6  # EM's iterations at most, and the largest posterior change that counts as converged
 FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
 KIND_PSEUDO = 3.0  # a model's table on one kind of condition: pseudo-answers per true label from its overall table
 FAMILY_SEP = " @ "  # a model fitted per kind of condition: "model:<name> @ colour", one family of tables
@@ -287,8 +288,8 @@ def fit(
     worker: np.ndarray,
     rating: np.ndarray,
     n_items: int,
-    max_iter: int = 200,
-    tol: float = 1e-6,
+    max_iter: int = MAX_ITER,
+    tol: float = TOL,
     known: np.ndarray | None = None,
     soft: np.ndarray | None = None,
     ambiguity: float | None = None,

@@ -9,14 +9,14 @@ with the model, a pair whose order the model holds less likely than UNSURE_BELOW
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import model_workers, ordinal, shift, trust, verdict
+from csts_pipeline.stages.annotate.labels import model_workers, ordinal, shift, trust, verdict, weighing
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
 
@@ -40,41 +40,8 @@ class ModelResult:
     plan: trust.TrustPlan | None = None  # what the batch's evidence settled (trust.plan)
 
 
-Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
+Anchor = weighing.Anchor
 Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
-
-
-def anchored_fit(
-    ratings: RatingArrays,
-    n_items: int,
-    anchor: Anchor | None,
-    ambiguity: float | None = None,
-    known: np.ndarray | None = None,
-    people_noise: float | None = None,
-    label_prior: np.ndarray | None = None,
-    density_on_known: bool = False,
-) -> ordinal.OrdinalFit:
-    """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
-    known labels fixed (ordinal.fit's `known`), as are the items of `known` (the expert sample, per item 0 or a
-    label); the posterior returned is the items' only. `ambiguity`: the shared shift's sd as the user set it
-    (None: chosen from the people's answers, labels/shift.py); `people_noise`: held for every person (trust.py)."""
-    rated = ratings.subset(ratings.rated)
-    mine = np.zeros(n_items, np.int64) if known is None else known
-    if anchor is None:
-        both, all_known, total = rated, (None if known is None else mine), n_items
-    else:
-        gold, truth = anchor
-        shifted = gold.subset(gold.rated)
-        shifted = replace(shifted, item=shifted.item + n_items)  # a model's distributions on gold stay with it
-        both, all_known, total = (
-            RatingArrays.concat([rated, shifted]),
-            np.concatenate([mine, truth]),
-            n_items + len(truth),
-        )
-    fit = ordinal.fit(both.item, both.worker, both.rating, total, known=all_known, soft=both.distribution,
-                      ambiguity=ambiguity, people_noise=people_noise, score=both.score, label_prior=label_prior,
-                      density_on_known=density_on_known)  # fmt: skip
-    return replace(fit, posterior=fit.posterior[:n_items])
 
 
 def model_labels(
@@ -104,7 +71,7 @@ def model_labels(
     if anchor is not None:
         on_gold = model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items))
         gold = (on_gold.subset(~model_workers.dropped_rows(on_gold, plan)), anchor[1])
-    fit = weighed_fit(plan, split, n_items, gold, ambiguity, known)
+    fit = weighing.weighed_fit(plan, split, n_items, gold, ambiguity, known)
     fits = model_workers.model_fits(fit, split, plan)
     found = flag_verdict(ratings, n_items, controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
@@ -121,60 +88,6 @@ def model_labels(
     ratio = model_log10_ratio(fit, split, n_items) if fits else None
     result = ModelResult(fit, found, low, high, share, ratio, fits, plan)
     return ItemLabels(label, n_ratings, answers, flags, status), result
-
-
-def weighed_fit(
-    plan: trust.TrustPlan,
-    split: RatingArrays,
-    n_items: int,
-    gold: Anchor | None,
-    ambiguity: float | None,
-    known: np.ndarray | None,
-) -> ordinal.OrdinalFit:
-    """The rater model with the people held where the plan says (trust.py): free where repeats measure them; at
-    the noise the items of known label measure; at the triad rule's reliability; or, with one informative
-    model, at the noise where they come out as reliable as the models (trust.equal_noise)."""
-    useful = [name for name, m in plan.models.items() if m.informative]
-    if plan.mode == trust.REPEATS or (plan.mode == trust.ASSUMED and not useful):
-        return anchored_fit(split, n_items, gold, ambiguity, known)
-    if plan.mode == trust.KNOWN:
-        noise = known_noise(split, n_items, gold, known)
-        return anchored_fit(split, n_items, gold, ambiguity, known, noise, sample_prior(known), True)
-    if plan.people_reliability is not None:
-        noise = ordinal.pinned_noise(plan.people_reliability)
-        return anchored_fit(split, n_items, gold, ambiguity, known, noise)
-    first = anchored_fit(split, n_items, gold, ambiguity, known)
-    at = lambda noise: anchored_fit(split, n_items, gold, first.ambiguity, known, noise)  # noqa: E731
-    noise, plan.balance = trust.equal_noise(at, useful)
-    fit = at(noise)
-    people = ~np.isin(model_workers.model_name(fit.workers), useful)
-    plan.people_reliability = float(np.mean(fit.reliability[people]))
-    return replace(fit, spread_log_likelihoods=first.spread_log_likelihoods, spread_on_known=first.spread_on_known)
-
-
-def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
-    """The label prior the expert sample measures (a random sample of the batch, unlike the gold, which is
-    chosen): its labels' shares with one pseudo-item per label; None under trust.MIN_EVIDENCE items."""
-    if known is None or (known > 0).sum() < trust.MIN_EVIDENCE:
-        return None
-    counts = np.bincount(known[known > 0], minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
-    return counts / counts.sum()
-
-
-def known_noise(split: RatingArrays, n_items: int, gold: Anchor | None, known: np.ndarray | None) -> float:
-    """The people's noise as their ratings on the items of known label measure it, pooled over people (a few
-    known items each cannot tell one person's from another's)."""
-    people = split.subset(split.human & split.rated)
-    truth = np.zeros(n_items, np.int64) if known is None else known
-    on = truth[people.item] > 0
-    item, rating = people.item[on], people.rating[on]
-    if gold is not None:
-        theirs = gold[0].subset(gold[0].human & gold[0].rated)
-        item = np.concatenate([item, theirs.item + n_items])
-        rating = np.concatenate([rating, theirs.rating])
-        truth = np.concatenate([truth, gold[1]])
-    fit = ordinal.fit(item, np.full(len(item), "people"), rating, len(truth), known=truth, ambiguity=0.0)
-    return float(fit.noise[0])
 
 
 def _gold_kinds(kinds: np.ndarray | None, n_items: int) -> np.ndarray | None:

@@ -30,6 +30,7 @@ INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standa
 MIN_EVIDENCE = 20  # people's ratings on known or repeated items from which their reliabilities are measured
 EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", "agreement", "assumed"
 KNOWN = "known labels"
+SEARCH_TOL = 1e-4  # the equal rule's bisection ranks each noise at this posterior change (the final fit runs on)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -195,7 +196,7 @@ def plan(
     return found
 
 
-def equal_noise(fit_at: Callable[[float], Any], useful: list[str]) -> tuple[float, dict[float, float]]:
+def equal_noise(fit_at: Callable[..., Any], useful: list[str]) -> tuple[float, dict[float, float]]:
     """The equal rule: the people's noise on ordinal.NOISE_GRID at which the fit gives them the reliability it
     gives the models (mean over the informative `useful` ones), found by bisection (the gap people - models
     falls as their noise grows); `fit_at(noise)` is the rater model's fit with every person held at `noise`."""

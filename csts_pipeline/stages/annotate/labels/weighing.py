@@ -1,0 +1,107 @@
+"""The rater model fitted as the batch's evidence says (labels/trust.py): each worker held or fitted by what
+measures it, the gold's and the expert sample's labels fixed (docs/annotate.md, "Trust from evidence")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from csts_pipeline.stages.annotate.labels import model_workers, ordinal, trust
+from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
+
+Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
+EQUAL_MAX_ITER = 1000  # the equal rule's fits: a weak person beside a score's density moves slowly (452 iterations
+# to a posterior change of 1e-6 on 600 STS-B items; bench/trust_evidence.py)
+
+
+def anchored_fit(
+    ratings: RatingArrays,
+    n_items: int,
+    anchor: Anchor | None,
+    ambiguity: float | None = None,
+    known: np.ndarray | None = None,
+    people_noise: float | None = None,
+    label_prior: np.ndarray | None = None,
+    density_on_known: bool = False,
+    max_iter: int = ordinal.MAX_ITER,
+    tol: float = ordinal.TOL,
+) -> ordinal.OrdinalFit:
+    """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
+    known labels fixed (ordinal.fit's `known`), as are the items of `known` (the expert sample, per item 0 or a
+    label); the posterior returned is the items' only. `ambiguity`: the shared shift's sd as the user set it
+    (None: chosen from the people's answers, labels/shift.py); `people_noise`: held for every person (trust.py)."""
+    rated = ratings.subset(ratings.rated)
+    mine = np.zeros(n_items, np.int64) if known is None else known
+    if anchor is None:
+        both, all_known, total = rated, (None if known is None else mine), n_items
+    else:
+        gold, truth = anchor
+        shifted = gold.subset(gold.rated)
+        shifted = replace(shifted, item=shifted.item + n_items)  # a model's distributions on gold stay with it
+        both, all_known, total = (
+            RatingArrays.concat([rated, shifted]),
+            np.concatenate([mine, truth]),
+            n_items + len(truth),
+        )
+    fit = ordinal.fit(both.item, both.worker, both.rating, total, known=all_known, soft=both.distribution,
+                      ambiguity=ambiguity, people_noise=people_noise, score=both.score, label_prior=label_prior,
+                      density_on_known=density_on_known, max_iter=max_iter, tol=tol)  # fmt: skip
+    return replace(fit, posterior=fit.posterior[:n_items])
+
+
+def weighed_fit(
+    plan: trust.TrustPlan,
+    split: RatingArrays,
+    n_items: int,
+    gold: Anchor | None,
+    ambiguity: float | None,
+    known: np.ndarray | None,
+) -> ordinal.OrdinalFit:
+    """The rater model with the people held where the plan says (trust.py): free where repeats measure them; at
+    the noise the items of known label measure; at the triad rule's reliability; or, with one informative
+    model, at the noise where they come out as reliable as the models (trust.equal_noise)."""
+    useful = [name for name, m in plan.models.items() if m.informative]
+    if plan.mode == trust.REPEATS or (plan.mode == trust.ASSUMED and not useful):
+        return anchored_fit(split, n_items, gold, ambiguity, known)
+    if plan.mode == trust.KNOWN:
+        noise = known_noise(split, n_items, gold, known)
+        return anchored_fit(split, n_items, gold, ambiguity, known, noise, sample_prior(known), True)
+    if plan.people_reliability is not None:
+        noise = ordinal.pinned_noise(plan.people_reliability)
+        return anchored_fit(split, n_items, gold, ambiguity, known, noise)
+    first = anchored_fit(split, n_items, gold, ambiguity, known)
+
+    def at(noise: float, tol: float = trust.SEARCH_TOL) -> ordinal.OrdinalFit:
+        return anchored_fit(split, n_items, gold, first.ambiguity, known, noise, max_iter=EQUAL_MAX_ITER, tol=tol)
+
+    noise, plan.balance = trust.equal_noise(at, useful)
+    fit = at(noise, ordinal.TOL)
+    people = ~np.isin(model_workers.model_name(fit.workers), useful)
+    plan.people_reliability = float(np.mean(fit.reliability[people]))
+    return replace(fit, spread_log_likelihoods=first.spread_log_likelihoods, spread_on_known=first.spread_on_known)
+
+
+def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
+    """The label prior the expert sample measures (a random sample of the batch, unlike the gold, which is
+    chosen): its labels' shares with one pseudo-item per label; None under trust.MIN_EVIDENCE items."""
+    if known is None or (known > 0).sum() < trust.MIN_EVIDENCE:
+        return None
+    counts = np.bincount(known[known > 0], minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
+    return counts / counts.sum()
+
+
+def known_noise(split: RatingArrays, n_items: int, gold: Anchor | None, known: np.ndarray | None) -> float:
+    """The people's noise as their ratings on the items of known label measure it, pooled over people (a few
+    known items each cannot tell one person's from another's)."""
+    people = split.subset(split.human & split.rated)
+    truth = np.zeros(n_items, np.int64) if known is None else known
+    on = truth[people.item] > 0
+    item, rating = people.item[on], people.rating[on]
+    if gold is not None:
+        theirs = gold[0].subset(gold[0].human & gold[0].rated)
+        item = np.concatenate([item, theirs.item + n_items])
+        rating = np.concatenate([rating, theirs.rating])
+        truth = np.concatenate([truth, gold[1]])
+    fit = ordinal.fit(item, np.full(len(item), "people"), rating, len(truth), known=truth, ambiguity=0.0)
+    return float(fit.noise[0])
