@@ -236,7 +236,7 @@ class Answers:
     answered: np.ndarray  # answered and not a control: the items the label prior is the mean of
     heard: np.ndarray
     family: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per worker its model, -1: people
-    pinned: float | None = None  # every person's noise, where nothing measures the people (trust.py)
+    pinned: np.ndarray | None = None  # per worker the noise it is held at (nan: fitted); trust.py says when
     z: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per row a model score's normal score, nan: none
     label_prior: np.ndarray | None = None  # held, where a sample of the batch's labels measured it
     density_on_known: bool = False  # scored models measured on the items of known label alone (trust.KNOWN)
@@ -246,11 +246,17 @@ class Answers:
         """The rows whose answer is a score, read by its density (score_density.py), not a table."""
         return np.flatnonzero(~np.isnan(self.z)) if len(self.z) else np.zeros(0, np.int64)
 
-    def pinned_noise(self) -> np.ndarray | None:
-        """Per worker the noise it is held at (nan: chosen), or None when nobody is held."""
-        if self.pinned is None:
-            return None
-        return np.where(self.free, np.nan, self.pinned)
+    def hold(self, people_noise: float | dict[str, float] | None) -> None:
+        """Hold every person's noise at `people_noise`, one for all or per worker id (a person not named keeps
+        the mean of those named); models stay fitted."""
+        if people_noise is None:
+            return
+        if isinstance(people_noise, dict):
+            fallback = float(np.exp(np.mean(np.log(list(people_noise.values()))))) if people_noise else 1.0
+            each = np.array([people_noise.get(str(w), fallback) for w in self.workers], np.float64)
+        else:
+            each = np.full(len(self.workers), float(people_noise))
+        self.pinned = np.where(self.free, np.nan, each)
 
     @property
     def n_items(self) -> int:
@@ -264,7 +270,8 @@ class Answers:
         heard = np.bincount(self.item[rows], minlength=self.n_items) > 0
         return Answers(self.item[rows], code, self.workers[kept], self.answers[rows], self.digits[rows],
                        self.free[kept], self.allowed, heard & self.answered, heard, self.family[kept],
-                       self.pinned, self.z[rows] if len(self.z) else self.z, self.label_prior,
+                       None if self.pinned is None else self.pinned[kept], self.z[rows] if len(self.z) else self.z,
+                       self.label_prior,
                        self.density_on_known)  # fmt: skip
 
 
@@ -293,7 +300,7 @@ def fit(
     known: np.ndarray | None = None,
     soft: np.ndarray | None = None,
     ambiguity: float | None = None,
-    people_noise: float | None = None,
+    people_noise: float | dict[str, float] | None = None,
     score: np.ndarray | None = None,
     label_prior: np.ndarray | None = None,
     density_on_known: bool = False,
@@ -304,14 +311,16 @@ def fit(
     the label prior. `soft` ([ratings, 5], rows of nan for hard ratings) gives a model worker's distribution for
     its rows: such a worker gets a free confusion (free_tables), starts uninformative and earns its weight
     against the others. The shared shift's spread is `ambiguity`, else likeliest_spread's on the people's
-    answers. `people_noise` holds every person's noise there, their biases still fitted (labels/trust.py: where
-    the people are measured on items of known label, or by the symmetric rule). `score` (per row, nan where
-    none): a similarity model's score, read by a density per true label (score_density.py), not by its bin.
+    answers. `people_noise` holds every person's noise there (one for all, or per worker id), their biases still
+    fitted (labels/trust.py: where the items of known label measure the people, or by the symmetric rule).
+    `score` (per row, nan where none): a similarity model's score, read by a density per true label
+    (score_density.py), not by its bin.
     `label_prior`: the prior over 1..5 held, not learned (an expert sample of the batch measured it);
     `density_on_known`: a scored model's density measured on the items of known label alone, not against the
     posterior (where those items measure the people too: trust.KNOWN)."""
     data = answers_of(item, worker, rating, n_items, known, soft, score)
-    data.pinned, data.label_prior, data.density_on_known = people_noise, label_prior, density_on_known
+    data.hold(people_noise)
+    data.label_prior, data.density_on_known = label_prior, density_on_known
     scores: dict[float, float] = {}
     if ambiguity is None:
         spread, state, scores = likeliest_spread(data.without_models(), tol)
@@ -453,8 +462,12 @@ def start_state(data: Answers) -> State:
     flat = int(np.argmin(np.abs(bias_grid) - noise_grid))
     choice = np.where(data.free, flat, typical)
     if data.pinned is not None:
-        held = int(np.argmin(np.abs(bias_grid) + np.abs(np.log(noise_grid / data.pinned))))
-        choice = np.where(data.free, flat, held)
+        held = np.argmin(
+            np.abs(bias_grid)[None, :]
+            + np.abs(np.log(noise_grid[None, :] / np.nan_to_num(data.pinned, nan=1.0)[:, None])),
+            1,
+        )
+        choice = np.where(data.free | np.isnan(data.pinned), choice, held)
     table = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
     prior = np.full(len(SCALE), 1 / len(SCALE)) if data.label_prior is None else data.label_prior
     return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
@@ -483,7 +496,7 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
         if data.label_prior is None:
             prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
         counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers))
-        choice = best_parameters(counts, shifts, data.pinned_noise())
+        choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
         table = free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free, data.family)
         if len(scored):

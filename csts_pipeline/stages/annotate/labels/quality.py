@@ -233,7 +233,8 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
             columns[name] = [None if i is None else round(float(values[i]), 4) for i in at]
         skill = dict(zip(model.verdict.workers, model.verdict.skill))
         columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
-        measured = model.plan is None or model.plan.people_measured  # an assumed reliability judges no one
+        plan = model.plan  # an assumed reliability judges no one; one relative to the others' does
+        measured = plan is None or plan.people_measured or bool(plan.relative)
         table = model.fit.table if model.fit.table is not None else ordinal.response(model.fit.bias, model.fit.noise)
         uniform = ordinal.reliability(table)  # the threshold's scale: t uniform, whatever the batch's labels
         unreliable = [measured and i is not None and uniform[i] < UNRELIABLE_BELOW for i in at]

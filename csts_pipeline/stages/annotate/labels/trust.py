@@ -104,7 +104,9 @@ class TrustPlan:
     model_pairs: dict[str, float] = field(default_factory=dict)
     mode: str = ASSUMED  # how the people are measured: REPEATS (EM on their overlap), KNOWN (pinned at what the
     # items of known label measure), ASSUMED (pinned by the symmetric rule, or people alone)
-    balance: dict[float, float] = field(default_factory=dict)  # the equal rule's search: people's noise -> gap
+    balance: dict[float, float] = field(default_factory=dict)  # the equal rule's search: people's reliability -> gap
+    relative: dict[str, float] = field(default_factory=dict)  # per person, their agreement with the models over
+    # the people's (shrunk): where nothing measures the people, who is better than whom is still measured
 
     @property
     def left_out(self) -> list[str]:
@@ -189,6 +191,8 @@ def plan(
         mode = ASSUMED
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
     useful = [m for m in models.values() if m.informative]
+    if mode == ASSUMED and useful:
+        found.relative = relative_agreement(rated.subset(human), [series[m.name] for m in useful])
     if mode == ASSUMED and len(useful) >= 2:
         found.people_reliability, found.rule, found.model_pairs = pinned_reliability(useful, series)
     elif mode == ASSUMED and useful:
@@ -196,34 +200,62 @@ def plan(
     return found
 
 
-def equal_noise(fit_at: Callable[..., Any], useful: list[str]) -> tuple[float, dict[float, float]]:
-    """The equal rule: the people's noise on ordinal.NOISE_GRID at which the fit gives them the reliability it
-    gives the models (mean over the informative `useful` ones), found by bisection (the gap people - models
-    falls as their noise grows); `fit_at(noise)` is the rater model's fit with every person held at `noise`."""
+RELATIVE_PSEUDO = 10.0  # a person's agreement with the models shrinks toward the people's with this many items
+
+
+def relative_agreement(people: RatingArrays, series: list[np.ndarray]) -> dict[str, float]:
+    """Per person, their agreement with the models' consensus (the mean rank of the informative models' answers
+    per item) over all the people's, shrunk toward 1 with RELATIVE_PSEUDO items: who rates better than whom,
+    which the models measure even where nothing measures the people's absolute reliability."""
+    ranks = [np.where(np.isnan(s), np.nan, rankdata(np.nan_to_num(s)) / len(s)) for s in series]
+    consensus = np.nanmean(np.vstack(ranks), axis=0) if ranks else np.zeros(0)
+    overall, _ = agreement(item_means(people.item, people.rating, len(consensus)), consensus)
+    if overall <= 0:
+        return {}
+    found = {}
+    for name in np.unique(people.worker.astype(str)):
+        mine = people.worker.astype(str) == name
+        theirs, n = spearman(people.rating[mine], consensus[people.item[mine]]), int(mine.sum())
+        found[name] = float(np.clip((n * theirs + RELATIVE_PSEUDO * overall) / (n + RELATIVE_PSEUDO) / overall, 0, 1.5))
+    return found
+
+
+def people_noises(found: TrustPlan, reliability: float) -> dict[str, float]:
+    """Each person's noise where the people are pinned at `reliability` on average: scaled by their relative
+    agreement with the models (relative_agreement; 1 for all without it)."""
+    names = list(found.relative) or list(found.evidence)
+    return {
+        n: ordinal.pinned_noise(float(np.clip(reliability * found.relative.get(n, 1.0), 0.02, 0.99))) for n in names
+    }
+
+
+RELIABILITY_GRID = np.linspace(0.05, 0.98, 32)  # the equal rule searches the people's mean reliability here
+
+
+def equal_noise(fit_at: Callable[..., Any], found: TrustPlan, useful: list[str]) -> dict[str, float]:
+    """The equal rule: the people's noises (people_noises) at which the fit gives them, on average, the
+    reliability it gives the models (mean over the informative `useful` ones), found by bisection over
+    RELIABILITY_GRID (the gap people - models grows with the people's reliability); `fit_at(noises)` is the rater
+    model's fit with every person held at theirs. Each gap tried is kept in `found.balance`."""
 
     def gap(index: int) -> float:
-        fit = fit_at(float(ordinal.NOISE_GRID[index]))
+        fit = fit_at(people_noises(found, float(RELIABILITY_GRID[index])))
         names = model_name(fit.workers)
         model = np.mean([pooled_reliability(fit, n, np.flatnonzero(names == n)) for n in useful])
         people = np.mean(fit.reliability[~np.isin(names, useful)])
-        found[round(float(ordinal.NOISE_GRID[index]), 4)] = round(float(people - model), 4)
+        found.balance[round(float(RELIABILITY_GRID[index]), 4)] = round(float(people - model), 4)
         return float(people - model)
 
-    found: dict[float, float] = {}
-    low, high = 0, len(ordinal.NOISE_GRID) - 1
-    if gap(low) <= 0:
-        return float(ordinal.NOISE_GRID[low]), found
-    if gap(high) >= 0:
-        return float(ordinal.NOISE_GRID[high]), found
+    low, high = 0, len(RELIABILITY_GRID) - 1
+    if gap(high) <= 0:
+        return people_noises(found, float(RELIABILITY_GRID[high]))
+    if gap(low) >= 0:
+        return people_noises(found, float(RELIABILITY_GRID[low]))
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if gap(middle) > 0 else (low, middle)
-    closer = (
-        low
-        if abs(found[round(float(ordinal.NOISE_GRID[low]), 4)]) < abs(found[round(float(ordinal.NOISE_GRID[high]), 4)])
-        else high
-    )
-    return float(ordinal.NOISE_GRID[closer]), found
+        low, high = (middle, high) if gap(middle) < 0 else (low, middle)
+    gaps = [abs(found.balance[round(float(RELIABILITY_GRID[i]), 4)]) for i in (low, high)]
+    return people_noises(found, float(RELIABILITY_GRID[low if gaps[0] < gaps[1] else high]))
 
 
 def pinned_reliability(useful: list[ModelAgreement], series: dict[str, np.ndarray]) -> tuple[float, str, dict]:
@@ -255,7 +287,12 @@ def person_words(found: TrustPlan, name: str) -> str:
     if found.people_reliability is None:
         return f"{ASSUMED}: nothing in the batch measures the people (no expert sample, gold or repeats)"
     how = "the models' triad rule" if found.rule == "triad" else "equal to the model's, from their agreement"
-    return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} ({how})"
+    each = (
+        f", this person at {found.relative[name]:.2f} times it by their agreement with the models"
+        if name in found.relative
+        else ""
+    )
+    return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} on average ({how}){each}"
 
 
 def model_words(found: TrustPlan, name: str) -> str:

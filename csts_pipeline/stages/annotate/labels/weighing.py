@@ -21,7 +21,7 @@ def anchored_fit(
     anchor: Anchor | None,
     ambiguity: float | None = None,
     known: np.ndarray | None = None,
-    people_noise: float | None = None,
+    people_noise: float | dict[str, float] | None = None,
     label_prior: np.ndarray | None = None,
     density_on_known: bool = False,
     max_iter: int = ordinal.MAX_ITER,
@@ -68,15 +68,14 @@ def weighed_fit(
         noise = known_noise(split, n_items, gold, known)
         return anchored_fit(split, n_items, gold, ambiguity, known, noise, sample_prior(known), True)
     if plan.people_reliability is not None:
-        noise = ordinal.pinned_noise(plan.people_reliability)
-        return anchored_fit(split, n_items, gold, ambiguity, known, noise)
+        noises = trust.people_noises(plan, plan.people_reliability)
+        return anchored_fit(split, n_items, gold, ambiguity, known, noises)
     first = anchored_fit(split, n_items, gold, ambiguity, known)
 
-    def at(noise: float, tol: float = trust.SEARCH_TOL) -> ordinal.OrdinalFit:
-        return anchored_fit(split, n_items, gold, first.ambiguity, known, noise, max_iter=EQUAL_MAX_ITER, tol=tol)
+    def at(noises: dict[str, float], tol: float = trust.SEARCH_TOL) -> ordinal.OrdinalFit:
+        return anchored_fit(split, n_items, gold, first.ambiguity, known, noises, max_iter=EQUAL_MAX_ITER, tol=tol)
 
-    noise, plan.balance = trust.equal_noise(at, useful)
-    fit = at(noise, ordinal.TOL)
+    fit = at(trust.equal_noise(at, plan, useful), ordinal.TOL)
     people = ~np.isin(model_workers.model_name(fit.workers), useful)
     plan.people_reliability = float(np.mean(fit.reliability[people]))
     return replace(fit, spread_log_likelihoods=first.spread_log_likelihoods, spread_on_known=first.spread_on_known)
