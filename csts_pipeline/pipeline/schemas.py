@@ -107,6 +107,8 @@ WORKERS_SCHEMA = pa.schema(
         ("weak_kinds", pa.list_(pa.string())),
         ("gold_accuracy", pa.float64()),  # share of gold items answered right; null until gold is scored
         ("gold_answers", pa.int64()),
+        ("model_kind", pa.string()),  # a model worker: "language model" or "similarity model"; null for people
+        ("model_reading", pa.string()),  # a model worker: how its answers were read (a similarity model's bin edges)
     ]
 )
 
