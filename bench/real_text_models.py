@@ -161,7 +161,7 @@ def main() -> None:
         base[True] = work / "model" / "annotate"
         shutil.copytree(base[False], base[True])
         record = similarity_rater.rate_similarity(base[True], MODEL, batch_size=32, device="cpu")
-        scores = pq.read_table(base[True] / "model_ratings" / "scores.parquet").to_pylist()
+        scores = pq.read_table(record["files"]["scores"]).to_pylist()
         alone = spearmanr([s["score"] for s in scores], [truth[s["item_id"]] for s in scores]).statistic
         print(
             f"{len(pairs)} STS-B pairs ({len(truth)} items) from {args.stsb}; people: ambiguity sd "

@@ -36,7 +36,7 @@ from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
-from csts_pipeline.stages.annotate.steps.model_ratings import MODEL_RATINGS, answers_of, rate
+from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
 from tests.support.simulate import simulate_crowd
 from tests.support.simulate_models import people_answers
@@ -112,10 +112,10 @@ def rated(batch: str) -> tuple[list[dict[str, Any]], list[Rating]]:
         (sample_batch if batch == "sample" else example_batch)(folder)
         annotate.export_ratings(folder, 0, False)
         started = time.perf_counter()
-        rate(folder, local_model())
+        record = rate(folder, local_model())
         print(f"annotate rate: {time.perf_counter() - started:.0f} s")
         tasks = read_jsonl(folder / "ratings_tasks" / "tasks.jsonl")
-        models = answers_of(pq.read_table(folder / MODEL_RATINGS / "ratings.parquet"), tasks, {}).ratings
+        models = answers_of(pq.read_table(record["files"]["ratings"]), tasks, {}).ratings
     return tasks, models
 
 

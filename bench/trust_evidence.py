@@ -32,7 +32,7 @@ from bench.real_text_models import MODEL, STSB, prepared, read_stsb
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import screening
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
-from csts_pipeline.stages.annotate.steps import model_ratings, similarity_rater
+from csts_pipeline.stages.annotate.steps import model_folders, similarity_rater
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
 from tests.support.command_path import task_ids, write_results
 
@@ -77,7 +77,8 @@ def bins_only(folder: Path, results: Path, expert: Path | None) -> dict[str, flo
     given to the rater model), through the import's own label_batch."""
     tasks_all = read_jsonl(folder / "ratings_tasks" / "tasks.jsonl")
     _, people = screening.screen_ratings(tasks_all, [results], folder / "ratings_tasks" / "tasks.jsonl")
-    models = [r._replace(score=None) for r in model_ratings.model_answers(folder, tasks_all).ratings]
+    runs = model_folders.current_runs(folder, None)
+    models = [r._replace(score=None) for r in model_folders.model_answers(runs, tasks_all).ratings]
     done = label_batch(tasks_all, people, models, "model", expert=expert)
     return {item["item_id"]: float(v) for item, v in zip(done.items, done.labels.label) if np.isfinite(v)}
 

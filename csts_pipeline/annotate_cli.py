@@ -103,6 +103,14 @@ QualNameOpt = Annotated[
         "(default 'C-STS annotator').",
     ),
 ]
+ModelsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--models",
+        help="ratings: weigh only these models' answers (`annotate rate`), comma-separated, as model:<name> or "
+        "<name> (default: every model rated).",
+    ),
+]
 MinRatingsOpt = Annotated[
     int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
 ]
@@ -289,6 +297,7 @@ def annotate_import(
     seed: ImportSeedOpt = 0,
     not_pertinent_share: NotPertinentOpt = None,
     min_ratings: MinRatingsOpt = None,
+    models: ModelsOpt = None,
     workers: WorkersOpt = None,
     max_rating_error: MaxErrorOpt = None,
     qualification_name: QualNameOpt = None,
@@ -307,6 +316,7 @@ def annotate_import(
         agreement_sample=agreement_sample,
         ambiguity_sd=ambiguity_sd,
         expert=expert,
+        models=models,
     )
     _only_for(stage, "bws", repeats=repeats)
     _only_for(stage, "qualification", max_rating_error=max_rating_error, qualification_name=qualification_name)
@@ -322,8 +332,9 @@ def annotate_import(
     elif stage == "ratings":
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
         how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
+        chosen = None if models is None else [name.strip() for name in models.split(",") if name.strip()]
         record = annotate.import_ratings(
-            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, expert
+            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, chosen, expert
         )
     elif stage == "bws":
         record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)

@@ -110,6 +110,8 @@ WORKERS_SCHEMA = pa.schema(
         # what measured the reliability: "expert sample 12, gold 8, repeats 40" for a person, "agreement with
         # people 0.41 over 400 items" for a model, or "assumed ..." where nothing in the batch measured it
         ("evidence", pa.string()),
+        ("model_kind", pa.string()),  # a model worker: "language model" or "similarity model"; null for people
+        ("model_reading", pa.string()),  # a model worker: how its answers were read (a similarity model's bin edges)
     ]
 )
 

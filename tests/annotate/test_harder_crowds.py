@@ -66,8 +66,8 @@ def test_a_simulated_model_enters_the_import_through_annotate_rate(tmp_path: Pat
     crowd = simulate_crowd(n_items=len(items), per_item=1, seed=3, ambiguity=0.4)
     index = {item: 2 * pair + (kind == "low") for item, (pair, kind) in items.items()}
     q, p_flag = model_answers(crowd, "overconfident", 3)
-    rate_with(folder, "overconfident", {item: (q[i], float(p_flag[i])) for item, i in index.items()})
-    rows = {r["item_id"]: r for r in pq.read_table(folder / "model_ratings" / "ratings.parquet").to_pylist()}
+    record = rate_with(folder, "overconfident", {item: (q[i], float(p_flag[i])) for item, i in index.items()})
+    rows = {r["item_id"]: r for r in pq.read_table(record["files"]["ratings"]).to_pylist()}
     assert {r["worker_id"] for r in rows.values()} == {"model:overconfident"}
     assert all(np.allclose(rows[item]["distribution"], q[i], atol=1e-8) for item, i in index.items())
     assert all(abs(rows[item]["p_not_pertinent"] - p_flag[i]) < 1e-8 for item, i in index.items())

@@ -18,12 +18,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from csts_pipeline.pipeline.commit import staging_of
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.language_model import ModelSpec, load_prompt, open_model, option_distribution
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
-from csts_pipeline.stages.annotate.steps.model_ratings import MODEL_RATINGS, answers_of, rate
+from csts_pipeline.stages.annotate.layout import model_dir
+from csts_pipeline.stages.annotate.steps.model_folders import model_runs
+from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
 from tests.support.simulate import simulate_crowd
 from tests.support.simulate_models import people_answers
@@ -52,8 +55,14 @@ def cli(*args: str | Path, failpoint: str | None = None) -> subprocess.Completed
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
 
 
+def only_model(folder: Path) -> Path:
+    """The folder of the one model that rated `folder`'s batch."""
+    (run,) = model_runs(folder)
+    return run.folder
+
+
 def model_rows(folder: Path) -> dict[str, dict]:
-    return {row["item_id"]: row for row in pq.read_table(folder / MODEL_RATINGS / "ratings.parquet").to_pylist()}
+    return {row["item_id"]: row for row in pq.read_table(only_model(folder) / "ratings.parquet").to_pylist()}
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +84,11 @@ def both(local_rated: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     args = ("annotate", "rate", "--endpoint", url, "--api-key-env", "CSTS_TEST_KEY", "--batch-size", "4", "--out")
     killed = cli(*args, folder, failpoint="annotate-rate:unit:0")  # dies when the first 8 items' answers are saved
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert not (folder / MODEL_RATINGS).exists() and any((folder / f".{MODEL_RATINGS}.next" / "_units").iterdir())
+    rated = model_dir(folder, f"model:{SERVED_NAME}")
+    assert not rated.exists() and any((staging_of(rated) / "_units").iterdir())
     resumed = cli(*args, folder)
     assert resumed.returncode == 0, resumed.stderr
-    shutil.copy(folder / MODEL_RATINGS / "_stage.json", folder / "resumed_record.json")  # later tests rerun it
+    shutil.copy(rated / "_stage.json", folder / "resumed_record.json")  # later tests rerun it
     return folders
 
 
@@ -107,7 +117,8 @@ def test_local_model_and_loopback_server_give_the_same_distributions(both: dict[
 
 def test_the_record_holds_model_prompts_decoding_and_cost_but_no_key(both: dict[str, Path]) -> None:
     for kind, folder in both.items():
-        text = (folder / ("resumed_record.json" if kind == "endpoint" else f"{MODEL_RATINGS}/_stage.json")).read_text()
+        path = folder / "resumed_record.json" if kind == "endpoint" else only_model(folder) / "_stage.json"
+        text = path.read_text()
         record = json.loads(text)
         assert SECRET not in text and "CSTS_TEST_KEY" not in json.dumps(record["model"])
         assert record["model"]["kind"] == kind
@@ -134,7 +145,7 @@ def test_a_killed_run_resumes_unit_by_unit(both: dict[str, Path]) -> None:
     record = json.loads((both["endpoint"] / "resumed_record.json").read_text())
     assert record["counts"]["answers_cached"] == 16 and record["counts"]["answers_computed"] == 16
     assert record["cost"]["prompts"] == 16  # only the second unit was asked again
-    assert not (both["endpoint"] / f".{MODEL_RATINGS}.next").exists()
+    assert not staging_of(only_model(both["endpoint"])).exists()
 
 
 def test_the_ratings_import_takes_the_model_as_one_more_worker(both: dict[str, Path]) -> None:
@@ -149,7 +160,9 @@ def test_the_ratings_import_takes_the_model_as_one_more_worker(both: dict[str, P
     workers = pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()
     assert "model:SmolLM2-135M-Instruct.Q4_1" in {w["worker_id"] for w in workers}
     record = json.loads((folder / "ratings" / "_stage.json").read_text())
-    assert "model_ratings" in record["inputs"]
+    assert [key for key in record["inputs"] if key.startswith("model_ratings/")] == [
+        f"model_ratings/{only_model(folder).name}"
+    ]
 
 
 def test_unreachable_server_and_missing_model_file_are_one_line_errors(tmp_path: Path) -> None:
@@ -218,7 +231,7 @@ def test_smollm2_is_unreliable_and_moves_no_verdict(local_rated: Path, per_item:
     tasks = read_jsonl(local_rated / "ratings_tasks" / "tasks.jsonl")
     crowd = simulate_crowd(n_items=len(tasks), per_item=per_item, n_workers=6, seed=per_item)
     people = people_answers(crowd)
-    table = pq.read_table(local_rated / MODEL_RATINGS / "ratings.parquet")
+    table = pq.read_table(only_model(local_rated) / "ratings.parquet")
     models = answers_of(table, tasks, {}).ratings
     assert len(models) == len(tasks) and np.mean([m.p_not_pertinent for m in models]) > 0.5
     alone, both = label_batch(tasks, people, [], "model"), label_batch(tasks, people, models, "model")

@@ -27,8 +27,9 @@ from csts_pipeline.pipeline.language_model import ModelSpec, endpoint_http, load
 from csts_pipeline.pipeline.language_model.base import read_logprobs, read_option
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
-from csts_pipeline.stages.annotate.layout import MODEL_RATINGS, RATINGS_TASKS, TASKS
-from csts_pipeline.stages.annotate.steps.model_ratings import model_answers, rate
+from csts_pipeline.stages.annotate.layout import RATINGS_TASKS, TASKS
+from csts_pipeline.stages.annotate.steps.model_folders import current_runs, model_answers, model_runs
+from csts_pipeline.stages.annotate.steps.model_ratings import rate
 from tests.support.openai_server import fake_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,11 +78,13 @@ def one_line_error(result: subprocess.CompletedProcess, *expected: str) -> str:
 
 
 def rows(folder: Path) -> list[dict]:
-    return pq.read_table(folder / MODEL_RATINGS / "ratings.parquet").to_pylist()
+    (run,) = model_runs(folder)
+    return pq.read_table(run.folder / "ratings.parquet").to_pylist()
 
 
 def record(folder: Path) -> dict:
-    return json.loads((folder / MODEL_RATINGS / "_stage.json").read_text())
+    (run,) = model_runs(folder)
+    return json.loads((run.folder / "_stage.json").read_text())
 
 
 # ------------------------------------------------------------------------------------------------ bounded waiting
@@ -93,7 +96,7 @@ def test_a_server_that_never_answers_is_refused_within_the_timeout(folder: Path)
     with fake_server("silent") as (url, server):
         result = cli(*RATE, "--endpoint", url, "--timeout", "2", "--out", folder)
     one_line_error(result, f"POST {url}/chat/completions", "no answer within 2 s (--timeout)", "the last: no reply")
-    assert server.posts >= 1 and not (folder / MODEL_RATINGS).exists()
+    assert server.posts >= 1 and not model_runs(folder)
 
 
 def test_the_run_deadline_and_the_progress_while_waiting(monkeypatch, caplog) -> None:
@@ -159,7 +162,7 @@ def test_a_malformed_reply_is_retried_then_one_line(folder: Path, mode: str, com
                      folder)  # fmt: skip
     one_line_error(result, f"POST {url}/chat/completions", *expected)
     assert server.posts >= 2  # retried
-    assert not (folder / MODEL_RATINGS).exists() and not (folder / "condition_drafts").exists()
+    assert not model_runs(folder) and not (folder / "condition_drafts").exists()
 
 
 @pytest.mark.parametrize(
@@ -230,7 +233,7 @@ def test_no_answer_is_never_a_rating(folder: Path, mode: str, why: str, read_mod
     if mode == "ignores_n":
         assert {(r["samples_asked"], r["samples_readable"]) for r in found} == {(10, 1)}
     tasks = read_jsonl(folder / RATINGS_TASKS / TASKS)
-    assert model_answers(folder, tasks).ratings == []  # the import takes no rating from them
+    assert model_answers(current_runs(folder, None), tasks).ratings == []  # the import takes no rating from them
 
 
 def test_mass_off_the_options_is_recorded_and_no_answer(folder: Path) -> None:
@@ -304,7 +307,7 @@ def test_identity_is_what_the_server_says(folder: Path) -> None:
         first = rate(folder, ModelSpec(endpoint=url))
         assert first["model"]["created"] == 1_700_000_000 and first["model"]["reading"]["mode"] == "auto"
         assert first["decoding"]["system_fingerprints"] == ["fp-a"]
-        answers = pq.read_table(folder / MODEL_RATINGS / "answers.parquet").to_pylist()
+        answers = pq.read_table(model_runs(folder)[0].folder / "answers.parquet").to_pylist()
         assert {a["system_fingerprint"] for a in answers} == {"fp-a"}
         asked = server.posts
         assert rate(folder, ModelSpec(endpoint=url))["status"] == "up-to-date" and server.posts == asked
@@ -331,8 +334,9 @@ def test_a_well_behaved_server_stays_clean(folder: Path) -> None:
 
 
 def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: Path, tmp_path: Path) -> None:
-    """Case 5: the import used model A's answers; model B rates the same folder; split, export --more, publish and
-    the report's annotation summary refuse the import in one line naming `annotate import --stage ratings`."""
+    """Case 5: the import used model A's answers; model A rates the same folder again (read another way: new
+    answers); split, export --more, publish and the report's annotation summary refuse the import in one line
+    naming `annotate import --stage ratings`."""
     from csts_pipeline.report.annotations import annotation_summary
     from csts_pipeline.stages.annotate.steps.followup import export_more
     from csts_pipeline.stages.annotate.steps.publish import export_hf
@@ -342,11 +346,10 @@ def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: P
     annotate.import_ratings(folder, [EXAMPLE / "ratings_results.csv"], "model", 0.5, 1, False)
     annotate.split(folder, 0, (0.6, 0.15, 0.25), False)
     assert annotation_summary(folder, tmp_path) is not None  # current: read
-    with fake_server() as (url, server):
-        server.name = "other-model"
-        rate(folder, ModelSpec(endpoint=url))
+    with fake_server() as (url, _):
+        rate(folder, ModelSpec(endpoint=url, read="samples"))
     stale = (
-        r"ratings: stale: the model_ratings output .* "
+        rf"ratings: stale: the {model_runs(folder)[0].folder.name} output .* "
         r"rerun `csts-pipeline annotate import --stage ratings --results FILE`"
     )
     for step in (

@@ -22,6 +22,7 @@ from csts_pipeline.report.annotations import _agreement
 from csts_pipeline.stages.annotate.crowd import hidden_gold
 from csts_pipeline.stages.annotate.crowd.hidden_gold import GoldCheck
 from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
@@ -59,8 +60,10 @@ def answers_for(tasks: list[dict], digit: dict[str, int], sharp: bool):
 
 
 def rate_and_import(folder: Path, tasks: list[dict], digit: dict[str, int], sharp: bool, results: Path) -> dict:
-    """`annotate rate` through the server, then the import with the model; the items table by item id."""
-    server = ChosenServer("sharp" if sharp else "spread", answers_for(tasks, digit, sharp))
+    """`annotate rate` through the server, then the import with that model only (`--models`: the other one's
+    answers stay in its own folder); the items table by item id."""
+    name = "sharp" if sharp else "spread"
+    server = ChosenServer(name, answers_for(tasks, digit, sharp))
     httpd = start(server)
     try:
         url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
@@ -68,8 +71,9 @@ def rate_and_import(folder: Path, tasks: list[dict], digit: dict[str, int], shar
     finally:
         httpd.shutdown()
     assert server.requests == 2 * len(tasks)
-    cli("annotate", "import", "--stage", "ratings", "--out", folder, "--results", results, "--aggregate", "model")
-    rows = pq.read_table(folder / "model_ratings" / "ratings.parquet").to_pylist()
+    cli("annotate", "import", "--stage", "ratings", "--out", folder, "--results", results, "--aggregate", "model",
+        "--models", name)  # fmt: skip
+    rows = pq.read_table(model_dir(folder, f"model:{name}") / "ratings.parquet").to_pylist()
     assert {r["item_id"]: r["rating"] for r in rows} == digit  # the same most likely digits either way
     return {r["item_id"]: r for r in pq.read_table(folder / "ratings" / "items.parquet").to_pylist()}
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
+from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.similarity_rater import ordinal_bins
 from tests.annotate.test_annotate import cli, cli_error
 from tests.conftest import REPO
@@ -64,14 +65,15 @@ def test_scores_become_bins_at_the_batch_quantiles():
 def test_the_similarity_model_rates_every_item_with_its_conditioned_cosine(scored):
     folder, truth, output = scored
     assert "240 items scored by model:all-MiniLM-L6-v2" in output and "edges" in output
-    rows = pq.read_table(folder / "model_ratings" / "ratings.parquet").to_pylist()
-    scores = {r["item_id"]: r for r in pq.read_table(folder / "model_ratings" / "scores.parquet").to_pylist()}
+    minilm = model_dir(folder, "model:all-MiniLM-L6-v2")
+    rows = pq.read_table(minilm / "ratings.parquet").to_pylist()
+    scores = {r["item_id"]: r for r in pq.read_table(minilm / "scores.parquet").to_pylist()}
     assert len(rows) == 240 and {r["worker_id"] for r in rows} == {"model:all-MiniLM-L6-v2"}
     assert all(r["distribution"] == np.eye(5)[r["rating"] - 1].tolist() for r in rows)  # one-hot on the bin
     assert all(r["p_not_pertinent"] is None and not r["not_pertinent"] for r in rows)  # pertinence not asked
     assert all(scores[r["item_id"]]["bin"] == r["rating"] for r in rows)
     assert np.bincount([r["rating"] for r in rows]).tolist()[1:] == [48] * 5
-    record = json.loads((folder / "model_ratings" / "_stage.json").read_text())
+    record = json.loads((minilm / "_stage.json").read_text())
     edges = np.quantile([s["score"] for s in scores.values()], [0.2, 0.4, 0.6, 0.8])
     assert np.allclose(record["bin_edges"], edges, atol=1e-5)
     # the score is the cosine of (sentence, condition) encoded as a tokenizer pair and mean-pooled, as train's
@@ -147,7 +149,7 @@ def test_the_round_trip_with_a_trained_model(tmp_path: Path):
     )  # fmt: skip
     rated = cli("annotate", "rate", "--out", second, "--similarity-model", trained, "--device", "cpu")
     assert "200 items scored by model:trained" in rated
-    record = json.loads((second / "model_ratings" / "_stage.json").read_text())
+    record = json.loads((model_dir(second, "model:trained") / "_stage.json").read_text())
     assert record["model"]["model"] == str(trained) and "csts_model.json" in record["model"]["files"]
     given = [first_batch(second, people, 1, tmp_path / "second.csv", 3)]
     cli("annotate", "import", "--stage", "ratings", "--out", second, *results(given), "--aggregate", "model")

@@ -5,8 +5,10 @@ One place for these, so the steps, the readers and the docs (docs/annotate.md, d
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
+from csts_pipeline.pipeline.records import read_record
 from csts_pipeline.pipeline.schemas import PROVENANCE
 
 # one folder per step under the annotate folder
@@ -17,7 +19,7 @@ RATINGS = "ratings"
 CSTS = "csts"
 BWS_TASKS = "bws_tasks"
 BWS = "bws"
-MODEL_RATINGS = "model_ratings"  # `annotate rate`: a language model's ratings, one more worker in the ratings import
+MODEL_RATINGS = "model_ratings"  # `annotate rate`: one folder per model worker (model_dir), each a worker of the import
 RATINGS_IMPORT = "annotate import --stage ratings --results FILE"  # the command that rebuilds RATINGS
 # files inside them
 HITS = "hits.csv"
@@ -46,8 +48,40 @@ _MASK64 = (1 << 64) - 1
 
 def ratings_sources(annotate_dir: Path) -> dict[str, Path]:
     """What the ratings import was computed from (its record's input key -> that folder), for every step that reads
-    it (split, export --more, publish, report): a new ratings export or a new `annotate rate` makes it stale."""
-    return {"tasks": annotate_dir / RATINGS_TASKS, MODEL_RATINGS: annotate_dir / MODEL_RATINGS}
+    it (split, export --more, publish, report): a new ratings export, or a rerun of a model it weighed, makes it
+    stale. A model folder's key is `model_ratings/<folder>` (model_input_key)."""
+    found = {"tasks": annotate_dir / RATINGS_TASKS}
+    models = annotate_dir / MODEL_RATINGS
+    for folder in sorted(models.iterdir()) if models.is_dir() else []:
+        if folder.is_dir() and folder.name[0] not in "._":
+            found[model_input_key(folder)] = folder
+    return found
+
+
+def model_dir(annotate_dir: Path, worker: str) -> Path:
+    """The folder of one model worker's answers (`model:<name>`): its name made safe for a path, and 8 hex digits
+    of the worker id, so two names that read alike never share a folder."""
+    name = re.sub(r"[^A-Za-z0-9.-]+", "-", worker.removeprefix("model:")).strip(".-")[:60] or "model"
+    digest = hashlib.blake2b(worker.encode(), digest_size=4).hexdigest()
+    return annotate_dir / MODEL_RATINGS / f"{name}-{digest}"
+
+
+def model_input_key(folder: Path) -> str:
+    """The ratings import's input key of a model folder."""
+    return f"{MODEL_RATINGS}/{folder.name}"
+
+
+def move_older_layout(annotate_dir: Path) -> None:
+    """An older version kept one model's answers in `model_ratings/` itself: they move, whole (answer cache
+    included), into that model's own folder (model_dir); a move a crash cut is finished here."""
+    top, aside = annotate_dir / MODEL_RATINGS, annotate_dir / f".{MODEL_RATINGS}.v1"
+    if read_record(top) is not None:
+        top.rename(aside)
+    record = read_record(aside)
+    if record is None:
+        return
+    top.mkdir(exist_ok=True)
+    aside.rename(model_dir(annotate_dir, str(record["worker_id"])))
 
 
 def condition_task_id(pair_id: int) -> str:

@@ -214,9 +214,11 @@ def _p_flag(rows: RatingArrays) -> np.ndarray:
 
 
 def describe(m: dict[str, Any]) -> str:
-    """One model of model_share in words, for the import's summary, the report page and the dataset card: its
-    answers, reliability, flag skill and gold, its weak kinds of condition, and what it replaced."""
-    parts = [f"{m['answers']:,} answers, reliability {m['reliability']:.3f}"]
+    """One model of model_share in words, for the import's summary, the report page and the dataset card: its kind
+    and how its answers were read (where the import knew them), its answers, reliability, flag skill and gold, its
+    weak kinds of condition, and what it replaced."""
+    kind = f"{m['model_kind']}, {m['model_reading']}; " if m.get("model_kind") else ""
+    parts = [f"{kind}{m['answers']:,} answers, reliability {m['reliability']:.3f}"]
     if m.get("flag_skill") is not None:
         parts.append(f"flag skill {m['flag_skill']:.3f}")
     if m.get("gold_answers"):

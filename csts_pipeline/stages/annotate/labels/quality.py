@@ -213,11 +213,17 @@ def _or_nans(values: np.ndarray | None, n: int) -> np.ndarray:
     return np.full(n, np.nan) if values is None else values
 
 
-def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[str, Any] | None = None) -> pa.Table:
+def workers_table(
+    model: ModelResult | None,
+    ratings: RatingArrays,
+    gold: dict[str, Any] | None = None,
+    described: dict[str, dict[str, str]] | None = None,
+) -> pa.Table:
     """`workers.parquet`: every worker with accepted answers; reliability, bias and noise from the ordinal model
     (null for one who only flagged, and for the other policies), and for a language model the pooled figures,
     its flag skill and its fit per kind of condition (`kinds`, `weak_kinds`); gold accuracy and answers from the
-    hidden gold (`gold`: worker -> hidden_gold.WorkerGold; null and 0 without gold in the batch)."""
+    hidden gold (`gold`: worker -> hidden_gold.WorkerGold; null and 0 without gold in the batch); a model's kind
+    and how its answers were read (`described`: worker -> model_kind, model_reading; null for people)."""
     names, codes = np.unique(ratings.worker.astype(str), return_inverse=True)
     answers = np.bincount(codes, minlength=len(names))
     rated = np.bincount(codes[ratings.rated], minlength=len(names))
@@ -251,6 +257,8 @@ def workers_table(model: ModelResult | None, ratings: RatingArrays, gold: dict[s
     columns["gold_accuracy"] = [None if g is None or g.accuracy is None else round(g.accuracy, 4) for g in scored]
     columns["gold_answers"] = [0 if g is None else g.answers for g in scored]
     columns["evidence"] = [_evidence(model, str(name)) for name in names]
+    for name in ("model_kind", "model_reading"):
+        columns[name] = [(described or {}).get(str(w), {}).get(name) for w in names]
     return pa.table(columns, schema=WORKERS_SCHEMA)
 
 

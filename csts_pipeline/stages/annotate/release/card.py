@@ -187,12 +187,13 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
 
 
 def _model_share(share: dict[str, Any] | None) -> list[str]:
-    """The card's sentence on language models as raters: human ratings bought, and what the models replaced."""
+    """The card's sentence on models as raters (language and similarity models, each named with its kind and how
+    its answers were read): human ratings bought, and what the models replaced."""
     if not share or not share.get("models"):
         return []
     each = "; ".join(f"`{m['worker_id']}`: {model_workers.describe(m)}" for m in share["models"])
     return [
-        f"\nLanguage models rated alongside people, weighed by the same rater model and never taken as truth: "
+        f"\nModels rated alongside people, weighed by the same rater model and never taken as truth: "
         f"{share['human_ratings']:,} human ratings were bought and the models' answers replaced "
         f"{share['replaced_ratings']:,} ({each})."
     ]

@@ -5,7 +5,8 @@ Two questions per item, each read as a distribution from next-token probabilitie
 does the condition apply to both sentences (P(not pertinent) = P("no")), and how similar are they under it
 (P(1..5)). The items are the ratings export's rows, hidden controls included: the model sees the sentences and
 the condition only, so, as a person, it cannot tell a control from a real item, and the hidden gold scores it.
-Output: `<annotate>/model_ratings/ratings.parquet` (schemas.MODEL_RATING_SCHEMA: the ratings schema with
+Output: the model's own folder `<annotate>/model_ratings/<name>-<hash>/` (layout.model_dir; steps/model_folders.py:
+several models at once), `ratings.parquet` (schemas.MODEL_RATING_SCHEMA: the ratings schema with
 `distribution` and `p_not_pertinent` filled, and how each answer was read) and the answer cache `answers.parquet`;
 the ratings import takes the answered rows as one more worker, each with its distribution (model_answers). An item
 the model gave no answer for is counted and kept with nulls, never made a rating."""
@@ -32,17 +33,17 @@ from csts_pipeline.pipeline.language_model import (
     load_prompt,
     open_model,
 )
-from csts_pipeline.pipeline.records import read_record, require_current
+from csts_pipeline.pipeline.records import require_current
 from csts_pipeline.pipeline.schemas import MODEL_RATING_SCHEMA
-from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_parquet
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.layout import (
     CONDITIONS,
     INDIVIDUAL_RATINGS,
-    MODEL_RATINGS,
     RATINGS_TASKS,
     TASKS,
+    model_dir,
+    move_older_layout,
 )
 
 SCORES = "scores.parquet"  # a similarity model's raw scores beside its binned answers (similarity_rater.py)
@@ -67,7 +68,8 @@ def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = Fals
     prompts = {name: load_prompt("csts_pipeline.stages.annotate", name) for name in QUESTIONS}
     params = {"model": model.identity, "prompts": {name: p.describe() for name, p in prompts.items()}}
     inputs = {"tasks": upstream["fingerprint"]}
-    folder = annotate_dir / MODEL_RATINGS
+    move_older_layout(annotate_dir)
+    folder = model_dir(annotate_dir, worker_id(model))
     with OutputFolder("annotate-rate", folder, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
@@ -190,28 +192,12 @@ def _how_read(answer: Answer, prefix: str) -> dict[str, Any]:
 @dataclass
 class ModelAnswers:
     """The model rows for the ratings import: as accepted answers with their distributions (indexed into the
-    rating tasks), and the fingerprint that makes the import depend on them."""
+    rating tasks), the fingerprints that make the import depend on them, and what each model is (worker id ->
+    model_folders.ModelRun.row)."""
 
     ratings: list[Rating] = field(default_factory=list)
     inputs: dict[str, str] = field(default_factory=dict)
-
-
-def model_input(annotate_dir: Path) -> dict[str, str]:
-    """The ratings import's input from `annotate rate` (none when it never ran; refused when it is stale)."""
-    if read_record(annotate_dir / MODEL_RATINGS) is None:
-        return {}
-    record = require_current(annotate_dir / MODEL_RATINGS, "annotate rate", {"tasks": annotate_dir / RATINGS_TASKS})
-    return {"model_ratings": record["fingerprint"]}
-
-
-def model_answers(annotate_dir: Path, rating_tasks: list[dict[str, Any]]) -> ModelAnswers:
-    """What `annotate rate` left, matched to the exported rating tasks (none when it never ran)."""
-    inputs = model_input(annotate_dir)
-    if not inputs:
-        return ModelAnswers()
-    folder = annotate_dir / MODEL_RATINGS
-    scores = read_table(folder / SCORES) if (folder / SCORES).is_file() else None
-    return answers_of(read_table(folder / INDIVIDUAL_RATINGS), rating_tasks, inputs, scores)
+    described: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def answers_of(

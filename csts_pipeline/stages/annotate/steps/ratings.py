@@ -1,6 +1,7 @@
 """The ratings round: export every triplet (with hidden controls) as rating tasks, and import the ratings:
-screened, merged with a language model's ratings as one more worker, aggregated (labels/aggregators.py), with
-agreement, the workers table and the high-against-low check. The previous output stays until all of it is written."""
+screened, merged with each model's ratings as one more worker (steps/model_folders.py), aggregated
+(labels/aggregators.py), with agreement, the workers table and the high-against-low check. The previous output
+stays until all of it is written."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from csts_pipeline.stages.annotate.layout import (
     TRIPLETS,
     WORKERS,
 )
-from csts_pipeline.stages.annotate.steps import model_ratings, qualification
+from csts_pipeline.stages.annotate.steps import model_folders, qualification
 
 # -------------------------------------------------------------------------------------------------------------- export
 
@@ -114,6 +115,7 @@ def import_ratings(
     seed: int = 0,
     workers: Path | None = None,
     ambiguity_sd: float | None = None,
+    models: list[str] | None = None,
     expert: Path | None = None,
 ) -> dict:
     """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
@@ -123,7 +125,9 @@ def import_ratings(
     each (the paper's protocol). Rows of workers not qualified are left out (`workers`, as for the conditions
     import). `ambiguity_sd` (`--aggregate model` only): the sd of the shared per-item shift the rater model
     assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior.
-    `expert` (`--aggregate model` only): careful labels for a sample of the items (labels/expert.py)."""
+    `models`: the model workers to weigh (`model:<name>` or `<name>`; None: every one `annotate rate` left), each
+    refused when its answers are stale (model_folders.current_runs). `expert` (`--aggregate model` only): careful
+    labels for a sample of the items (labels/expert.py)."""
     _check_rating_options(how, not_pertinent_share, min_ratings, ambiguity_sd, expert)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
@@ -135,13 +139,15 @@ def import_ratings(
     qualified = qualification.qualified_workers(annotate_dir, workers)
     inputs = {"tasks": upstream["fingerprint"], "results": screening.results_fingerprint(results)}
     inputs |= qualification.workers_input(qualified)
-    inputs |= model_ratings.model_input(annotate_dir)  # `annotate rate`'s worker, when it ran
+    runs = model_folders.current_runs(annotate_dir, models)
+    params |= {"models": [run.worker for run in runs]} if models is not None else {}
+    inputs |= model_folders.model_input(runs)  # each model's own fingerprint: a rerun of one makes this stale
     inputs |= {"expert": file_fingerprint(expert)} if expert is not None else {}
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
         tasks_all = read_jsonl(tasks_dir / TASKS)
-        by_model = model_ratings.model_answers(annotate_dir, tasks_all)
+        by_model = model_folders.model_answers(runs, tasks_all)
         screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified)
         gold = hidden_gold.GoldCheck.of(tasks_all, accepted) if any(map(hidden_gold.is_gold, tasks_all)) else None
         if gold is not None and gold.blocked:
@@ -149,7 +155,7 @@ def import_ratings(
         if not any(not hidden_gold.is_control(tasks_all[a.item]) for a in accepted):
             raise screen.nothing_valid(results, "ratings")
         done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
-                           agreement_sample, seed, ambiguity_sd, expert)  # fmt: skip
+                           agreement_sample, seed, ambiguity_sd, by_model.described, expert)  # fmt: skip
 
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
@@ -209,13 +215,16 @@ def label_batch(
     agreement_sample: int | None = None,
     seed: int = 0,
     ambiguity_sd: float | None = None,
+    described: dict[str, dict[str, str]] | None = None,
     expert: Path | None = None,
 ) -> Labelled:
     """The import's labels from the rating tasks (hidden controls included, `gold` their check on people) and the
-    accepted answers of people and of language models (model_ratings.answers_of: each with its distribution):
-    the label policy `how`, agreement, the workers table and the high-against-low check. Everything the command
-    computes goes through here; a bench or a simulation calls it with answers made in memory. `expert`: a file
-    of careful labels for some items (labels/expert.py)."""
+    accepted answers of people and of models (model_ratings.answers_of: each with its distribution): the label
+    policy `how`, agreement, the workers table and the high-against-low check. `described`: what each model is
+    and how its answers were read (model_folders.ModelRun.row), for the tables and summaries; `expert`: a file
+    of careful labels for some items (labels/expert.py). Everything the command computes goes through here; a
+    bench or a simulation calls it with answers made in memory."""
+    described = described or {}
     parts = hidden_gold.separate(tasks_all, people + models)
     items, accepted = parts.items, parts.accepted
     ratings = RatingArrays.of(accepted)
@@ -231,11 +240,13 @@ def label_batch(
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
     checks = quality.high_low(items, labels, model)
     scored = hidden_gold.GoldCheck.of(tasks_all, models).workers if gold is not None else {}
-    workers = quality.workers_table(model, ratings, (gold.workers | scored) if gold else None)
+    workers = quality.workers_table(model, ratings, (gold.workers | scored) if gold else None, described)
     for found in (model.models or {}).get("models", []) if model else []:  # a model's gold, as a person's
         found |= {"gold_answers": scored[found["worker_id"]].answers if found["worker_id"] in scored else 0}
         found["gold_accuracy"] = scored[found["worker_id"]].accuracy if found["gold_answers"] else None
+        found |= described.get(found["worker_id"], {})
     agreement |= {
+        "models": list(described.values()),
         "high_low": checks.summary,
         "model_workers": quality.workers_summary(model, workers, ambiguity_sd is not None) if model else None,
         "gold": gold.summary() if gold else None,

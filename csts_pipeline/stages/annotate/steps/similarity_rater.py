@@ -12,8 +12,10 @@ and the hidden gold. A bin is a rank, not a claim: bin 5 of a batch of unrelated
 and the bin edges stay in the folder (`scores.parquet`, the record's `bin_edges`). A similarity model says nothing
 about pertinence: its rows never flag, and `p_not_pertinent` is null (not asked).
 
-Output: `<annotate>/model_ratings/`, the folder `annotate rate` writes and the ratings import reads (one model at
-a time: a rerun with another model replaces it), with `ratings.parquet` in the ratings schema."""
+The items are the ratings export's rows, hidden controls included, as a language model rates them, so the
+record's `inputs.tasks` ties the answers to that export and the ratings import refuses them once it changes.
+Output: the model's own folder `<annotate>/model_ratings/<name>-<hash>/` (layout.model_dir; a rerun of one model
+leaves the others' answers in place, steps/model_folders.py), with `ratings.parquet` in the ratings schema."""
 
 from __future__ import annotations
 
@@ -28,11 +30,16 @@ from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint, require_current
 from csts_pipeline.pipeline.schemas import RATING_SCHEMA
-from csts_pipeline.pipeline.shards import read_table
-from csts_pipeline.stages.annotate.crowd import tasks
-from csts_pipeline.stages.annotate.crowd.files import write_parquet
-from csts_pipeline.stages.annotate.layout import CONDITIONS, CONDITIONS_TASKS, INDIVIDUAL_RATINGS, TRIPLETS
-from csts_pipeline.stages.annotate.steps.model_ratings import ITEM_FIELDS, MODEL_RATINGS, SCORES
+from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_parquet
+from csts_pipeline.stages.annotate.layout import (
+    CONDITIONS,
+    INDIVIDUAL_RATINGS,
+    RATINGS_TASKS,
+    TASKS,
+    model_dir,
+    move_older_layout,
+)
+from csts_pipeline.stages.annotate.steps.model_ratings import ITEM_FIELDS, SCORES
 
 BINS = 5  # one bin per point of the 1-5 scale
 SCORES_SCHEMA = pa.schema([("item_id", pa.string()), ("score", pa.float64()), ("bin", pa.int8())])
@@ -127,25 +134,23 @@ def ratings_rows(items: list[dict[str, Any]], bins: np.ndarray, worker: str) -> 
 def rate_similarity(
     annotate_dir: Path, model: SimilarityModel | str, force: bool = False, batch_size: int = 64, device: str = "auto"
 ) -> dict[str, Any]:
-    """Score every item of the conditions import with `model` (loaded, or a name to load once the items are
-    known to be there) and write its binned answers as the model worker's rows; a no-op when the model and the
-    items are unchanged."""
-    conditions_dir = annotate_dir / CONDITIONS
-    upstream = require_current(
-        conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
-    )
+    """Score every row of the ratings export with `model` (loaded, or a name to load once the items are known to
+    be there) and write its binned answers as the model worker's rows; a no-op when the model and the items are
+    unchanged."""
+    tasks_dir = annotate_dir / RATINGS_TASKS
+    upstream = require_current(tasks_dir, "annotate export --stage ratings", {"conditions": annotate_dir / CONDITIONS})
     if isinstance(model, str):
         model = open_similarity_model(model, batch_size, device)
     worker = f"model:{model.name}"
     params = {"model": model.identity, "bins": BINS, "answer": "quantile bins of the batch, one-hot"}
-    inputs = {"conditions": upstream["fingerprint"]}
-    folder = annotate_dir / MODEL_RATINGS
-    with OutputFolder("annotate-rate", folder, params, inputs, reads=(conditions_dir,)) as out:
+    inputs = {"tasks": upstream["fingerprint"]}
+    move_older_layout(annotate_dir)
+    with OutputFolder("annotate-rate", model_dir(annotate_dir, worker), params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
-        items = tasks.rating_tasks(read_table(conditions_dir / TRIPLETS))
+        items = [{"item_id": t["item_id"], **{f: t[f] for f in ITEM_FIELDS}} for t in read_jsonl(tasks_dir / TASKS)]
         if not items:
-            raise UserError(f"{conditions_dir / TRIPLETS}: no items to rate")
+            raise UserError(f"{tasks_dir / TASKS}: no items to rate")
         scores = model.score(items)
         if not np.isfinite(scores).all():
             raise UserError(f"{model.identity['model']}: gave a score that is not a number on some items")

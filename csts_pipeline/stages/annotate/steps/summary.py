@@ -151,6 +151,8 @@ def _import_ratings(record: dict[str, Any]) -> str:
             f"{sample['ratings_each']} ratings each: {_figures(sample)}"
         )
     lines.append(_high_low(agreement.get("high_low"), files.get(INVERSIONS)))
+    for m in agreement.get("models", []):
+        lines.append(f"model {m['worker_id']}: {m['model_kind']}, {m['model_reading']}")
     model = agreement.get("model_workers")
     if model is not None:
         spread = shift.spread_words(model) + shift.evidence_words(model)
@@ -181,9 +183,8 @@ def _convergence(model: dict[str, Any]) -> str:
 
 
 def model_share_lines(share: dict[str, Any] | None) -> list[str]:
-    """What the language models gave: the human ratings bought, and per model its answers, reliability, flag
-    skill, gold, weak kinds and the human ratings its answers replaced (quality.model_share); nothing without a
-    model worker."""
+    """What the models gave: the human ratings bought, and per model its answers, reliability, flag skill, gold,
+    weak kinds and the human ratings its answers replaced (quality.model_share); nothing without a model worker."""
     if not share or not share.get("models"):
         return []
     lines = [

@@ -1,0 +1,140 @@
+"""Several models at once: each model worker's answers in its own folder, `<annotate>/model_ratings/<name>-<hash>/`
+(layout.model_dir), written by `annotate rate` (a language model, steps/model_ratings.py) or `annotate rate
+--similarity-model` (steps/similarity_rater.py), so a rerun of one model leaves the others' answers in place
+(docs/annotate.md, "Several models at once").
+
+The ratings import weighs every model there, or those `--models` names, each only while its answers were computed
+from the current ratings export: its record's `inputs.tasks` is the export's fingerprint, and a model whose
+record lacks it, or holds another, is refused in one line naming the `annotate rate` command that rebuilds it.
+Each used model's own fingerprint enters the import's inputs (`model_ratings/<folder>`), so a rerun of one model
+makes the import stale for every step that reads it (layout.ratings_sources)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.records import read_record, require_record
+from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.layout import (
+    INDIVIDUAL_RATINGS,
+    MODEL_RATINGS,
+    RATINGS_TASKS,
+    model_input_key,
+    move_older_layout,
+)
+from csts_pipeline.stages.annotate.steps.model_ratings import SCORES, ModelAnswers, answers_of
+
+LANGUAGE_MODEL = "language model"
+SIMILARITY_MODEL = "similarity model"
+
+
+@dataclass
+class ModelRun:
+    """One model worker's committed answers: its folder and record."""
+
+    folder: Path
+    record: dict[str, Any]
+
+    @property
+    def worker(self) -> str:
+        return str(self.record["worker_id"])
+
+    @property
+    def kind(self) -> str:
+        """A language model or a similarity model (the record's model identity says which)."""
+        return SIMILARITY_MODEL if self.record.get("model", {}).get("kind") == "similarity" else LANGUAGE_MODEL
+
+    @property
+    def reading(self) -> str:
+        """How its answers were read, in words: a similarity model's bins with their edges, a language model's
+        next-token distributions."""
+        if self.kind == SIMILARITY_MODEL:
+            edges = ", ".join(f"{e:.3f}" for e in self.record.get("bin_edges", []))
+            return (
+                f"its answers are bins 1-5 of its similarity score among the batch's quantiles (bin edges {edges}), "
+                "not asked whether pertinent"
+            )
+        counts = self.record.get("counts", {})
+        return (
+            "its answers are P(1..5) and P(not pertinent) read from its next-token probabilities "
+            f"({counts.get('read_logprobs', 0)} by logprobs, {counts.get('read_samples', 0)} by samples)"
+        )
+
+    def rerun(self) -> str:
+        """The command that rates again with this model."""
+        model = self.record.get("model", {})
+        if self.kind == SIMILARITY_MODEL:
+            return f"csts-pipeline annotate rate --similarity-model {model.get('model')}"
+        if model.get("kind") == "endpoint":
+            return f"csts-pipeline annotate rate --endpoint {model.get('endpoint')} --model {model.get('model')}"
+        return f"csts-pipeline annotate rate --model {model.get('model')}"
+
+    def row(self) -> dict[str, str]:
+        """What the import's tables and summaries say of the model (workers.parquet, agreement.json)."""
+        return {"worker_id": self.worker, "model_kind": self.kind, "model_reading": self.reading}
+
+
+def model_runs(annotate_dir: Path) -> list[ModelRun]:
+    """Every model folder with a whole committed output, by worker id."""
+    top = annotate_dir / MODEL_RATINGS
+    found = []
+    for folder in sorted(top.iterdir()) if top.is_dir() else []:
+        if folder.is_dir() and folder.name[0] not in "._" and read_record(folder) is not None:
+            found.append(ModelRun(folder, require_record(folder, "annotate rate")))
+    return sorted(found, key=lambda run: run.worker)
+
+
+def chosen_runs(annotate_dir: Path, names: list[str] | None) -> list[ModelRun]:
+    """The models the import weighs: every one there, or those `names` gives (`model:<name>` or `<name>`); an
+    unknown name is refused, listing the ones there."""
+    runs = model_runs(annotate_dir)
+    if names is None:
+        return runs
+    by_worker = {run.worker: run for run in runs}
+    chosen = []
+    for name in names:
+        worker = name if name.startswith("model:") else f"model:{name}"
+        if worker not in by_worker:
+            there = ", ".join(by_worker) or "none (run `csts-pipeline annotate rate` first)"
+            where = annotate_dir / MODEL_RATINGS
+            raise UserError(f"{where}: --models {name}: no such model; the models there: {there}")
+        chosen.append(by_worker[worker])
+    return sorted({run.worker: run for run in chosen}.values(), key=lambda run: run.worker)
+
+
+def require_current_run(annotate_dir: Path, run: ModelRun) -> None:
+    """Refuse a model's answers computed from another ratings export than the current one (or from an unknown
+    one: a record without `inputs.tasks`)."""
+    tasks = require_record(annotate_dir / RATINGS_TASKS, "annotate export --stage ratings")
+    if run.record.get("inputs", {}).get("tasks") != tasks.get("fingerprint"):
+        raise UserError(
+            f"{run.folder}: stale: {run.worker}'s answers were not computed from the current ratings export; "
+            f"rerun `{run.rerun()}` first"
+        )
+
+
+def current_runs(annotate_dir: Path, names: list[str] | None) -> list[ModelRun]:
+    """The chosen models (chosen_runs), each current against the ratings export."""
+    move_older_layout(annotate_dir)
+    runs = chosen_runs(annotate_dir, names)
+    for run in runs:
+        require_current_run(annotate_dir, run)
+    return runs
+
+
+def model_input(runs: list[ModelRun]) -> dict[str, str]:
+    """The ratings import's inputs from the models it weighs: each folder's fingerprint."""
+    return {model_input_key(run.folder): str(run.record["fingerprint"]) for run in runs}
+
+
+def model_answers(runs: list[ModelRun], rating_tasks: list[dict[str, Any]]) -> ModelAnswers:
+    """The models' answers matched to the exported rating tasks, with what each model is (ModelRun.row)."""
+    found = ModelAnswers(inputs=model_input(runs))
+    for run in runs:
+        scores = read_table(run.folder / SCORES) if (run.folder / SCORES).is_file() else None  # a similarity model
+        found.ratings += answers_of(read_table(run.folder / INDIVIDUAL_RATINGS), rating_tasks, {}, scores).ratings
+        found.described[run.worker] = run.row()
+    return found
