@@ -162,7 +162,7 @@ def test_the_round_trip_with_a_trained_model(tmp_path: Path):
     card = tmp_path / "card"
     cli("export", "--format", "hf", "--annotate", second, "--out", card)
     text = (card / "README.md").read_text()
-    assert "`model:trained`: 200 answers" in text and "human ratings were bought" in text
+    assert "`model:trained`: similarity model" in text and "200 answers" in text and "human ratings were bought" in text
 
 
 def test_a_question_not_asked_is_no_flag_and_a_missing_rating_is_no_answer():
