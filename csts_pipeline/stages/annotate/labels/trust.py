@@ -191,7 +191,7 @@ def plan(
         mode = ASSUMED
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
     useful = [m for m in models.values() if m.informative]
-    if mode == ASSUMED and useful:
+    if mode != REPEATS and useful:
         found.relative = relative_agreement(rated.subset(human), [series[m.name] for m in useful])
     if mode == ASSUMED and len(useful) >= 2:
         found.people_reliability, found.rule, found.model_pairs = pinned_reliability(useful, series)
@@ -276,10 +276,11 @@ def pinned_reliability(useful: list[ModelAgreement], series: dict[str, np.ndarra
 def person_words(found: TrustPlan, name: str) -> str:
     """What measured a person, in words ("expert sample 12, repeats 40"), or how their reliability was assumed."""
     shown = [f"{kind} {n}" for kind, n in found.evidence.get(name, {}).items() if n]
+    factor = found.relative.get(name)
+    relative = "" if factor is None else f"; this person at {factor:.2f} times it by their agreement with the models"
     if found.mode == KNOWN:  # a few known items each: measured pooled over the people
-        return (
-            f"{', '.join(shown) or 'none of its own'}; the people's noise measured pooled on the items of known label"
-        )
+        own = ", ".join(shown) or "none of their own"
+        return f"{own}; the people's noise measured pooled on the items of known label{relative}"
     if found.people_measured and shown:
         return ", ".join(shown)
     if found.people_measured:
@@ -287,12 +288,7 @@ def person_words(found: TrustPlan, name: str) -> str:
     if found.people_reliability is None:
         return f"{ASSUMED}: nothing in the batch measures the people (no expert sample, gold or repeats)"
     how = "the models' triad rule" if found.rule == "triad" else "equal to the model's, from their agreement"
-    each = (
-        f", this person at {found.relative[name]:.2f} times it by their agreement with the models"
-        if name in found.relative
-        else ""
-    )
-    return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} on average ({how}){each}"
+    return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} on average ({how}){relative}"
 
 
 def model_words(found: TrustPlan, name: str) -> str:

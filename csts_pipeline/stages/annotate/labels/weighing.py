@@ -66,7 +66,9 @@ def weighed_fit(
         return anchored_fit(split, n_items, gold, ambiguity, known)
     if plan.mode == trust.KNOWN:
         noise = known_noise(split, n_items, gold, known)
-        return anchored_fit(split, n_items, gold, ambiguity, known, noise, sample_prior(known), True)
+        pooled = float(ordinal.reliability(ordinal.response(np.zeros(1), np.array([noise])))[0])
+        noises = trust.people_noises(plan, pooled) if plan.relative else noise
+        return anchored_fit(split, n_items, gold, ambiguity, known, noises, sample_prior(known), True)
     if plan.people_reliability is not None:
         noises = trust.people_noises(plan, plan.people_reliability)
         return anchored_fit(split, n_items, gold, ambiguity, known, noises)
