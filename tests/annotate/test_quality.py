@@ -147,6 +147,26 @@ def test_the_verdict_model_finds_bad_conditions_better_than_the_share_of_flags()
     assert hits_model > hits_share
 
 
+@pytest.mark.parametrize("seed, every", [(0, False), (1, False), (2, True)])
+def test_the_verdict_is_crowd_kits_dawid_skene_to_float_noise(seed: int, every: bool):
+    """verdict.dawid_skene replays crowd-kit's DawidSkene(n_iter=100) in arrays: the same P(not pertinent) and
+    balanced skills (an item nobody answered stays nan; `every`: a crowd whose every answer is a flag)."""
+    import pandas as pd
+    from crowdkit.aggregation import DawidSkene
+
+    r = simulate_crowd(n_items=600, n_workers=30, seed=seed).ratings
+    flagged = np.ones(len(r.item), bool) if every else r.flagged
+    votes = pd.DataFrame({"task": r.item, "worker": r.worker.astype(str)})
+    votes["label"] = np.where(flagged, verdict.FLAG, verdict.OK)
+    theirs = DawidSkene(n_iter=100).fit(votes)
+    ours = verdict.dawid_skene(r.item, r.worker, flagged, 602)
+    expected = np.full(602, np.nan)
+    expected[theirs.probas_.index.to_numpy()] = theirs.probas_[verdict.FLAG].to_numpy()
+    assert np.isnan(ours.p_flag[600:]).all()
+    np.testing.assert_allclose(ours.p_flag[:600], expected[:600], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ours.skill, verdict.balanced_skill(theirs.errors_, ours.workers), rtol=0, atol=1e-9)
+
+
 # -------------------------------------------------------------------------------- through the import
 
 
