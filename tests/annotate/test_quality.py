@@ -15,7 +15,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import ordinal, verdict
+from csts_pipeline.stages.annotate.labels import em_answers, ordinal, verdict
 from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
 from csts_pipeline.stages.annotate.labels.interval import credible_interval
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
@@ -105,7 +105,7 @@ def test_response_and_posterior_on_a_case_checked_by_hand():
     unnormalised = [p(4, t, 0.0) * p(5, t, 1.0) for t in range(1, 6)]
     by_hand = [u / sum(unnormalised) for u in unnormalised]
     table = ordinal.response(np.array([0.0, 1.0]), np.array([1.0, 1.0]))
-    answers = ordinal.answer_matrix(np.array([4.0, 5.0]), None)
+    answers = em_answers.answer_matrix(np.array([4.0, 5.0]), None)
     posterior = ordinal.item_posterior(np.array([0, 0]), np.array([0, 1]), answers, table, np.full(5, 0.2), 1)
     assert posterior[0] == pytest.approx(by_hand)
     # 4 and 5 nearly tie: the lenient worker's 5 fits a true 4 (4 + 1) and a true 5 (the top clips the shift)

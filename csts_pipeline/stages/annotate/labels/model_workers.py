@@ -14,16 +14,23 @@ FLAG_SKILL_BELOW changes no verdict."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import ordinal, score_density
+from csts_pipeline.stages.annotate.labels import em_answers, ordinal, score_density
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, is_model_worker
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 
-if TYPE_CHECKING:
-    from csts_pipeline.stages.annotate.labels.trust import TrustPlan
+
+class TrustPlan(Protocol):
+    """What model_fits and dropped_rows read of trust.TrustPlan (a Protocol: trust.py imports this module)."""
+
+    models: dict[str, Any]
+
+    @property
+    def left_out(self) -> list[str]: ...
+
 
 UNRELIABLE_BELOW = 0.5  # a person whose reliability (a correlation) is below this answers close to at random
 FLAG_SKILL_BELOW = 0.6  # a model's balanced flag accuracy below this: its flags are close to a constant
@@ -36,7 +43,7 @@ KIND_ERROR_AT = 0.5
 # 0.91 with 0.89 coverage at a fixed 3 an item on the simulated crowds (docs/annotate.md, "Models in the loop"),
 # about what their own `--more` rounds spend (3.3 an item), so there the labels are as good as people's alone.
 KIND_MIN_RATINGS = 3
-KIND_SEP = ordinal.FAMILY_SEP  # a model worker fitted on one kind of condition: "model:<name> @ colour"
+KIND_SEP = em_answers.FAMILY_SEP  # a model worker fitted on one kind of condition: "model:<name> @ colour"
 FAIR_VOTER = np.array([[0.8, 0.2], [0.2, 0.8]])  # pseudo-votes of a fair voter, [true verdict, vote]
 
 
@@ -132,7 +139,7 @@ def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays, plan: TrustPlan) ->
     virtual = np.flatnonzero(is_model_worker(fit.workers))
     found: dict[str, ModelFit] = {}
     rated = split.subset(split.rated & ~split.human)
-    expected = ordinal.answer_matrix(rated.rating, rated.distribution) @ ordinal.SCALE
+    expected = em_answers.answer_matrix(rated.rating, rated.distribution) @ ordinal.SCALE
     error_of = expected - fit.label[rated.item]
     for name in np.unique(model_name(fit.workers[virtual])):
         mine = virtual[model_name(fit.workers[virtual]) == name]

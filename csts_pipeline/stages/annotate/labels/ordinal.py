@@ -31,15 +31,15 @@ the same for all of them, and the E-step integrates u out; the sd is chosen from
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache, cached_property, lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
-from scipy import sparse
 
 from csts_pipeline.stages.annotate.labels import score_density, shift
+from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
+from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
 from csts_pipeline.stages.annotate.labels.interval import credible_interval
 
-SCALE = np.arange(1, 6, dtype=np.float64)
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)
 BIAS_PRIOR_SD = 1.0
@@ -50,7 +50,6 @@ MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
 MAX_ITER, TOL = 200, 1e-6  # EM's iterations at most, and the largest posterior change that counts as converged
 FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
 KIND_PSEUDO = 3.0  # a model's table on one kind of condition: pseudo-answers per true label from its overall table
-FAMILY_SEP = " @ "  # a model fitted per kind of condition: "model:<name> @ colour", one family of tables
 
 
 def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
@@ -122,19 +121,6 @@ class OrdinalFit:
         return (self.posterior[high] * below).sum(axis=1)
 
 
-def answer_matrix(rating: np.ndarray, soft: np.ndarray | None) -> np.ndarray:
-    """Each answer as a distribution over 1..5, [answers, y]: one-hot for a hard rating, the row of `soft` where
-    it has one (rows of nan in `soft` mark hard ratings)."""
-    hard = np.eye(len(SCALE))[np.clip(np.rint(rating).astype(np.int64), 1, len(SCALE)) - 1]
-    if soft is None:
-        return hard
-    soft = np.asarray(soft, np.float64)
-    has = ~np.isnan(soft).any(axis=1)
-    rows = np.clip(np.nan_to_num(soft[has]), 0.0, None)
-    hard[has] = rows / np.maximum(rows.sum(axis=1, keepdims=True), 1e-12)
-    return hard
-
-
 def answer_likelihood(answers: np.ndarray, code: np.ndarray, table: np.ndarray) -> np.ndarray:
     """[answers, t]: sum_y q(y) P(y | t) of each answer's distribution q under its worker's table[worker, t, y]."""
     return np.einsum("ry,rty->rt", answers, table[code])
@@ -146,108 +132,6 @@ def item_posterior(
     """E-step without a shared shift: per item, the posterior over 1..5 given its answers ([answers, y],
     answer_matrix); table[worker, t, y] holds P(y | t)."""
     return joint_posterior(item, code, answers, table[None], prior, np.ones(1), n_items)[0].sum(axis=2)
-
-
-def joint_posterior(
-    item: np.ndarray,
-    code: np.ndarray,
-    answers: np.ndarray,
-    tables: np.ndarray,
-    prior: np.ndarray,
-    weights: np.ndarray,
-    n_items: int,
-    layout: Layout | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """E-step: per item, the posterior [items, t, g] over its true label and the shared shift's node g, given its
-    answers, and the log-likelihood of its answers; tables[g, worker, t, y] holds P(y | t + shift_g), `weights`
-    the nodes' prior mass. `layout`: Layout.of these answers (Answers.layout keeps it across iterations)."""
-    layout = layout or Layout.of(item, code, answers, tables.shape[1], n_items)
-    columns = len(SCALE) * len(weights)
-    cells = tables.transpose(1, 3, 2, 0).reshape(-1, columns)  # [worker * y, t * g]: a hard answer's likelihoods
-    like = np.concatenate([cells, _soft_likelihood(answers[layout.soft], tables, code[layout.soft])])
-    log_post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
-    log_post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
-    top = log_post.max(axis=(1, 2), keepdims=True)
-    post = np.exp(log_post - top)
-    total = post.sum(axis=(1, 2), keepdims=True)
-    return post / total, (np.log(total) + top).reshape(-1)
-
-
-def _soft_likelihood(answers: np.ndarray, tables: np.ndarray, code: np.ndarray) -> np.ndarray:
-    """[answers, t * g]: sum_y q(y) P(y | t + shift_g) of answers that are not one digit."""
-    return np.einsum("ry,grty->rtg", answers, tables[:, code]).reshape(len(answers), len(SCALE) * len(tables))
-
-
-def sum_by_index(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Rows of `values` [rows, columns] summed by their `index` (0..n-1): one sort and reduceat, not a
-    per-column bincount or np.add.at, which were the fit's slowest lines."""
-    out = np.zeros((n, values.shape[1]))
-    if len(index) == 0:
-        return out
-    order = np.argsort(index, kind="stable")
-    sorted_index = index[order]
-    starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]])
-    out[sorted_index[starts]] = np.add.reduceat(values[order], starts, axis=0)
-    return out
-
-
-def worker_counts(
-    joint: np.ndarray,
-    item: np.ndarray,
-    code: np.ndarray,
-    answers: np.ndarray,
-    n: int,
-    layout: Layout | None = None,
-) -> np.ndarray:
-    """Expected counts[worker, g, t, y]: each answer's distribution over y (its most likely digit, in `fit`)
-    spread over the (true label, shift node) pairs by its item's joint posterior [items, t, g]. `layout`:
-    Layout.of these answers (Answers.count_layout keeps it across iterations)."""
-    layout = layout or Layout.of(item, code, answers, n, len(joint))
-    cells = layout.by_cell @ joint.reshape(len(joint), -1)  # [worker * y, t * g]
-    return cells.reshape(n, len(SCALE), len(SCALE), joint.shape[2]).transpose(0, 3, 2, 1)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A batch's answers arranged for the two sums every EM iteration makes, as sparse matrices (built once per
-    batch: the sort they need was the E- and M-steps' slowest line, redone every iteration):
-
-    - by_item [items, worker * y + soft answers]: per item, its answers that are one digit y as their (worker,
-      y) cell, and one column for each other answer (a model's distribution, `soft`), in the answers' order; the
-      E-step's log-likelihood of an item is this times the cells' and the soft answers' log-likelihoods;
-    - by_cell [worker * y, items]: per (worker, y), q(y) of each of the worker's answers, at its item; the
-      M-step's expected counts are this times the items' posteriors.
-
-    Each sum adds an item's (a cell's) terms in the answers' order, as sum_by_index did, so the fit is the same
-    to the last bit (scipy's CSR product keeps the stored order and duplicate entries)."""
-
-    by_item: sparse.csr_matrix
-    by_cell: sparse.csr_matrix
-    soft: np.ndarray  # the answers that are not one digit, in their order
-
-    @staticmethod
-    def of(item: np.ndarray, code: np.ndarray, answers: np.ndarray, n_workers: int, n_items: int) -> Layout:
-        item, code = np.asarray(item, np.int64), np.asarray(code, np.int64)
-        digit = np.argmax(answers, axis=1) if len(answers) else np.zeros(0, np.int64)
-        one = np.zeros_like(answers)
-        one[np.arange(len(answers)), digit] = 1.0
-        soft = np.flatnonzero((answers != one).any(axis=1))
-        column = code * len(SCALE) + digit
-        column[soft] = n_workers * len(SCALE) + np.arange(len(soft))
-        width = n_workers * len(SCALE) + len(soft)
-        by_item = _rows_in_order(item, column, np.ones(len(item)), (n_items, width))
-        row, y = np.nonzero(answers)
-        by_cell = _rows_in_order(code[row] * len(SCALE) + y, item[row], answers[row, y], (width - len(soft), n_items))
-        return Layout(by_item, by_cell, soft)
-
-
-def _rows_in_order(row: np.ndarray, column: np.ndarray, value: np.ndarray, shape: tuple[int, int]) -> sparse.csr_matrix:
-    """A CSR matrix of the entries (row, column, value), each row's entries kept in their order (duplicates
-    too: the product adds them)."""
-    order = np.argsort(row, kind="stable")
-    pointer = np.zeros(shape[0] + 1, np.int64)
-    np.cumsum(np.bincount(row, minlength=shape[0]), out=pointer[1:])
-    return sparse.csr_matrix((value[order], column[order], pointer), shape=shape)
 
 
 def kernel_tables(bias: np.ndarray, noise: np.ndarray, shifts: np.ndarray) -> np.ndarray:
@@ -279,71 +163,6 @@ def _scored_grid(shifts: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
     constant = pseudo.reshape(-1) @ log_table.T + log_prior
     return np.ascontiguousarray(moved.transpose(0, 2, 1).reshape(-1, len(bias))), constant[None, :]
-
-
-@dataclass
-class Answers:
-    """A batch's answers as the EM reads them: item and worker indexes, each answer's distribution and most likely
-    digit, which workers are models (a free confusion), and per item the true labels it may have (one for a
-    control with a known answer)."""
-
-    item: np.ndarray
-    code: np.ndarray
-    workers: np.ndarray
-    answers: np.ndarray
-    digits: np.ndarray
-    free: np.ndarray
-    allowed: np.ndarray
-    answered: np.ndarray  # answered and not a control: the items the label prior is the mean of
-    heard: np.ndarray
-    family: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per worker its model, -1: people
-    pinned: np.ndarray | None = None  # per worker the noise it is held at (nan: fitted); trust.py says when
-    z: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per row a model score's normal score, nan: none
-    label_prior: np.ndarray | None = None  # held, where a sample of the batch's labels measured it
-    density_on_known: bool = False  # scored models measured on the items of known label alone (trust.KNOWN)
-
-    @property
-    def scored(self) -> np.ndarray:
-        """The rows whose answer is a score, read by its density (score_density.py), not a table."""
-        return np.flatnonzero(~np.isnan(self.z)) if len(self.z) else np.zeros(0, np.int64)
-
-    def hold(self, people_noise: float | dict[str, float] | None) -> None:
-        """Hold every person's noise at `people_noise`, one for all or per worker id (a person not named keeps
-        the mean of those named); models stay fitted."""
-        if people_noise is None:
-            return
-        if isinstance(people_noise, dict):
-            fallback = float(np.exp(np.mean(np.log(list(people_noise.values()))))) if people_noise else 1.0
-            each = np.array([people_noise.get(str(w), fallback) for w in self.workers], np.float64)
-        else:
-            each = np.full(len(self.workers), float(people_noise))
-        self.pinned = np.where(self.free, np.nan, each)
-
-    @property
-    def n_items(self) -> int:
-        return len(self.allowed)
-
-    @cached_property
-    def layout(self) -> Layout:
-        """The answers arranged for joint_posterior, once for all the EM's iterations."""
-        return Layout.of(self.item, self.code, self.answers, len(self.workers), self.n_items)
-
-    @cached_property
-    def count_layout(self) -> Layout:
-        """The most likely digits arranged for worker_counts, once for all the EM's iterations."""
-        return Layout.of(self.item, self.code, self.digits, len(self.workers), self.n_items)
-
-    def without_models(self) -> Answers:
-        """The people's answers alone (every item kept, a model's rows dropped)."""
-        rows = ~self.free[self.code]
-        kept = np.flatnonzero(np.bincount(self.code[rows], minlength=len(self.workers)) > 0)
-        code = np.searchsorted(kept, self.code[rows])
-        heard = np.bincount(self.item[rows], minlength=self.n_items) > 0
-        return Answers(self.item[rows], code, self.workers[kept], self.answers[rows], self.digits[rows],
-                       self.free[kept], self.allowed, heard & self.answered, heard, self.family[kept],
-                       None if self.pinned is None else self.pinned[kept], self.z[rows] if len(self.z) else self.z,
-                       self.label_prior,
-                       self.density_on_known)  # fmt: skip
 
 
 @dataclass
@@ -450,11 +269,6 @@ def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[floa
     return best[1], best[2], scores
 
 
-def known_items(data: Answers) -> np.ndarray:
-    """Items whose true label is fixed (the expert sample, the gold) and that people answered."""
-    return (data.allowed.sum(axis=1) == 1) & data.heard
-
-
 def known_log_likelihood(data: Answers, state: State, spread: float) -> float:
     """The log-likelihood of the answers on the known items given their true labels, the shared shift integrated
     out: how well a spread explains how raters of an item with a known label err together (labels/shift.py)."""
@@ -470,60 +284,6 @@ def known_log_likelihood(data: Answers, state: State, spread: float) -> float:
     per_item = sum_by_index(data.item[rows], per_rating, data.n_items)[known] + np.log(weights)[None, :]
     top = per_item.max(axis=1, keepdims=True)
     return float((np.log(np.exp(per_item - top).sum(axis=1)) + top[:, 0]).sum())
-
-
-def answers_of(
-    item: np.ndarray,
-    worker: np.ndarray,
-    rating: np.ndarray,
-    n_items: int,
-    known: np.ndarray | None,
-    soft: np.ndarray | None,
-    score: np.ndarray | None = None,
-) -> Answers:
-    """The ratings checked (hard ones integers 1-5) and indexed for EM; a scored row's answer leaves the tables
-    (its distribution all ones, no digit) for its density."""
-    workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
-    rating = np.asarray(rating, np.float64)
-    hard = np.ones(len(rating), bool) if soft is None else np.isnan(np.asarray(soft, np.float64)).any(axis=1)
-    checked = rating[hard]
-    if len(checked) and (checked.min() < 1 or checked.max() > 5 or (checked != np.round(checked)).any()):
-        raise ValueError("ratings must be integers from 1 to 5")
-    answers = answer_matrix(rating, soft)
-    free = np.bincount(code, weights=~hard, minlength=len(workers)) > 0  # model workers: a free confusion
-    fixed = np.zeros(n_items, bool) if known is None else np.asarray(known) > 0
-    allowed = np.ones((n_items, len(SCALE)))
-    if known is not None:
-        allowed[fixed] = np.eye(len(SCALE))[np.asarray(known)[fixed].astype(np.int64) - 1]
-    heard = np.bincount(item, minlength=n_items) > 0
-    digits = np.eye(len(SCALE))[np.argmax(answers, axis=1)]  # what the tables are estimated from
-    family = families(workers, free)
-    z = np.zeros(0)
-    if score is not None and np.isfinite(score).any():
-        z = score_density.normal_scores(
-            np.where(np.isfinite(score), score, np.nan), np.where(np.isfinite(score), family[code], -1)
-        )
-        answers[~np.isnan(z)], digits[~np.isnan(z)] = 1.0, 0.0
-    return Answers(
-        item=np.asarray(item),
-        code=code,
-        workers=workers,
-        answers=answers,
-        digits=digits,
-        free=free,
-        allowed=allowed,
-        answered=heard & ~fixed,
-        heard=heard,
-        family=family,
-        z=z,
-    )
-
-
-def families(workers: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """Per worker, the index of the model it is one kind of (the name before FAMILY_SEP); -1 for people."""
-    names = np.array([str(w).partition(FAMILY_SEP)[0] for w in workers], dtype=str)
-    _, index = np.unique(names, return_inverse=True)
-    return np.where(free, index.reshape(-1), -1)
 
 
 def start_state(data: Answers) -> State:

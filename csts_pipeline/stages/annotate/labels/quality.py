@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import model_workers, ordinal, shift, trust, verdict, weighing
+from csts_pipeline.stages.annotate.labels import em_answers, model_workers, ordinal, shift, trust, verdict, weighing
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
 
@@ -129,7 +129,7 @@ def model_log10_ratio(fit: ordinal.OrdinalFit, ratings: RatingArrays, n_items: i
     rated = ratings.subset(ratings.rated)
     code = np.searchsorted(fit.workers, rated.worker.astype(str))
     table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
-    like = ordinal.answer_likelihood(ordinal.answer_matrix(rated.rating, rated.distribution), code, table)
+    like = ordinal.answer_likelihood(em_answers.answer_matrix(rated.rating, rated.distribution), code, table)
     log_like = np.log(np.maximum(like, 1e-300))
     sums = []
     for side in (rated.human, ~rated.human):
@@ -152,7 +152,7 @@ def answer_information(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> np.nda
     rated = ratings.subset(ratings.rated)
     code = np.searchsorted(fit.workers, rated.worker.astype(str))
     table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
-    like = ordinal.answer_likelihood(ordinal.answer_matrix(rated.rating, rated.distribution), code, table)
+    like = ordinal.answer_likelihood(em_answers.answer_matrix(rated.rating, rated.distribution), code, table)
     post = fit.posterior[rated.item]
     without = post / np.maximum(like, 1e-300)
     without /= without.sum(axis=1, keepdims=True)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from csts_pipeline.stages.annotate.labels import ordinal
+from csts_pipeline.stages.annotate.labels import em_answers, ordinal
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
 
@@ -171,7 +171,7 @@ def plan(
     rated = ratings.subset(ratings.rated)
     human = rated.human
     people = item_means(rated.item[human], rated.rating[human], n_items)
-    expected = ordinal.answer_matrix(rated.rating, rated.distribution) @ ordinal.SCALE
+    expected = em_answers.answer_matrix(rated.rating, rated.distribution) @ ordinal.SCALE
     if rated.score is not None:  # a similarity model's whole score, not its bin
         expected = np.where(np.isnan(rated.score), expected, rated.score)
     owner = model_name(rated.worker)
