@@ -1,7 +1,9 @@
-"""The house as docs/architecture.md draws it, kept so: imports (module-level and function-level alike) only run
-downwards (the frame imports no stage, annotate's label statistics import no platform or step), no import circle
-among the installed modules, annotate's top folder holds its sub-packages and at most three modules, and no module
-passes 400 lines."""
+"""The house as docs/architecture.md draws it, kept so: the package's top is four rooms (cli/, pipeline/, stages/,
+report/) plus `__init__` and `__main__`; imports (module-level and function-level alike) only run downwards (the
+command line imports the stages and nothing imports the command line, the frame imports no stage, annotate's label
+statistics import no platform or step), no import circle among the installed modules, annotate's top folder holds
+its sub-packages and at most three modules, no module passes 400 lines, and bench/ is grouped by subject with no
+circle between its subjects."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "csts_pipeline"
 TOP_NAMES = {"pipeline", "stages", "report"}  # the package's floors; never top-level import names
+ROOMS = {"cli", "pipeline", "stages", "report"}  # the package's top, beside __init__.py and __main__.py
+BENCH = REPO / "bench"
+BENCH_SUBJECTS = {"pipeline", "embed", "mine", "filter", "train", "annotate", "gpu"}
+BENCH_SHARED = {"shared_data.py"}  # what every subject may import, at bench/'s top
 
 
 def modules() -> dict[str, Path]:
@@ -92,6 +98,29 @@ def test_no_import_circle_and_imports_run_downwards():
     assert {n: up for n, up in crowd.items() if up} == {}
 
 
+def test_the_package_top_is_four_rooms():
+    """A newcomer opening csts_pipeline/ meets the rooms, not the command modules side by side."""
+    top = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")}
+    assert top == ROOMS | {"__init__.py", "__main__.py"}
+
+
+def test_the_command_line_imports_the_stages_and_nothing_imports_it():
+    found = modules()
+    graph = {name: module_imports(path, set(found)) - {name} for name, path in found.items()}
+    cli = "csts_pipeline.cli"
+    outside = {n: sorted(i for i in g if i == cli or i.startswith(f"{cli}.")) for n, g in graph.items()}
+    up = {
+        n: i
+        for n, i in outside.items()
+        if i and not (n == cli or n.startswith(f"{cli}.")) and n != "csts_pipeline.__main__"
+    }
+    assert up == {}
+    into_stages = {
+        i for n, g in graph.items() if n.startswith(f"{cli}.") for i in g if i.startswith("csts_pipeline.stages")
+    }
+    assert into_stages
+
+
 def test_annotate_is_split_by_subject_and_no_module_is_long():
     top = sorted(p.name for p in (PACKAGE / "stages" / "annotate").glob("*.py"))
     assert len(top) <= 3, top
@@ -134,7 +163,7 @@ def room(module: str) -> str:
     """The room of the house a module lives in: the command line, the frame (pipeline), the registry (stages), a
     stage, annotate's sub-packages, the report."""
     parts = module.split(".")[1:]
-    if not parts or parts[0] in ("cli", "options", "__main__") or parts[0].endswith("_cli"):
+    if not parts or parts[0] in ("cli", "__main__"):
         return "command line"
     if parts[0] == "stages" and len(parts) > 1:
         sub = parts[2] if parts[1] == "annotate" and len(parts) > 2 else None
@@ -152,4 +181,38 @@ def test_the_rooms_form_no_circle():
                 arrows.setdefault(room(name), set()).add(room(target))
     rooms = {room(name) for name in found}
     assert len(rooms) >= 12 and sum(map(len, arrows.values())) >= 30
+    assert cycles({r: arrows.get(r, set()) for r in rooms}) == []
+
+
+def bench_modules() -> dict[str, Path]:
+    """Import name -> file for every module of bench/."""
+    return {
+        ".".join(p.relative_to(REPO).with_suffix("").parts): p
+        for p in BENCH.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+
+
+def test_bench_is_grouped_by_subject():
+    """Every bench lies in its subject's folder (a new one is placed there, tools/house_map.py's BENCH); only what
+    every subject shares stays at bench/'s top."""
+    top = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
+    assert set(top) <= BENCH_SHARED, f"bench/: modules outside a subject folder: {sorted(set(top) - BENCH_SHARED)}"
+    folders = {p.name for p in BENCH.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == BENCH_SUBJECTS
+    nested = [str(p.relative_to(REPO)) for p in BENCH.rglob("*.py") if len(p.relative_to(BENCH).parts) > 2]
+    assert nested == []
+
+
+def test_bench_subjects_form_no_circle():
+    """The benches' imports between subjects run one way (whole runs and the GPU run use embed's and mine's data
+    makers, never the reverse)."""
+    found = bench_modules()
+    arrows: dict[str, set[str]] = {}
+    for name, path in found.items():
+        for target in module_imports(path, set(found)):
+            source_room, target_room = name.split(".")[1], target.split(".")[1]
+            if source_room != target_room and f"{target_room}.py" not in BENCH_SHARED:
+                arrows.setdefault(source_room, set()).add(target_room)
+    rooms = {name.split(".")[1] for name in found}
     assert cycles({r: arrows.get(r, set()) for r in rooms}) == []
