@@ -4,8 +4,8 @@ Sizes and row counts miss silent corruption: a flipped bit inside a Parquet page
 So the one atomic writer (pipeline.shards.write_atomic) passes every byte through `HashingWriter` and leaves the
 digest in a hidden sidecar beside the file (`.<name>.xxh3`), which survives a crash, a resume and a worker process;
 the stage record then lists each file's digest next to its size (`describe_files`), and readers check a file
-against it before trusting it (`verify_outputs`). XXH3-64 was chosen over BLAKE2b by bench/checksums.py: it hashes
-at memory speed, so writing with it costs under 1% (docs/performance.md). It guards against accidents (bit rot,
+against it before trusting it (`verify_outputs`). XXH3-64 was chosen over BLAKE2b by bench/pipeline/checksums.py: it
+hashes at memory speed, so writing with it costs under 1% (docs/performance.md). It guards against accidents (bit rot,
 truncation, a stray edit), not against an attacker, who could rewrite the record too.
 """
 

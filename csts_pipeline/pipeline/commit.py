@@ -242,7 +242,7 @@ class OutputFolder:
 
     def record_in_place(self, counts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         """Record `folder` as it stands, without staging: for tests and benchmarks that fabricate a stage's
-        output file by file (bench/scale.py's synthetic embed folder)."""
+        output file by file (bench/mine/scale.py's synthetic embed folder)."""
         record = self._record(counts, {}, extra | {IN_PLACE: True})  # no plan made it: nothing to check it against
         record["output_files"] = describe_files(self.folder)
         record = sealed(record)

@@ -2,7 +2,7 @@
 upstream, what it reads, where its class is), importing its upstream's, so the chain embed -> mine -> filter is
 written as imports; the executor checks every upstream record before a stage plans (pipeline.executor.
 check_upstream) and the command line makes `run`, `status` and one command per stage from this list
-(csts_pipeline/stage_cli.py). Stages meet only at their on-disk Parquet schemas (docs/schemas.md)."""
+(csts_pipeline/cli/stages.py). Stages meet only at their on-disk Parquet schemas (docs/schemas.md)."""
 
 from __future__ import annotations
 

@@ -695,10 +695,10 @@ def fenced_blocks(markdown: str) -> dict[str, list[str]]:
 
 
 def test_the_documented_example_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Every `$ csts-pipeline annotate ...` of docs/annotate.md's worked example, run from the repository root
+    """Every `$ csts-pipeline annotate ...` of docs/annotate-audit.md's worked example, run from the repository root
     with its output folder in a temporary place, prints exactly what the document shows."""
     monkeypatch.chdir(REPO)
-    text = (REPO / "docs" / "annotate.md").read_text()
+    text = (REPO / "docs" / "annotate-audit.md").read_text()
     example = text[text.index("## Worked example") :]
     blocks = fenced_blocks(example)
     steps = []

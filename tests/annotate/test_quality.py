@@ -320,7 +320,7 @@ def test_the_model_with_no_ratings_or_one_rating():
 
 @pytest.mark.slow
 def test_the_docs_worker_reliability_figure_is_reproducible(tmp_path: Path):
-    from bench.worker_reliability import draw
+    from bench.annotate.worker_reliability import draw
 
     found = draw(tmp_path / "a.png", seed=0)
     draw(tmp_path / "b.png", seed=0)

@@ -1,4 +1,4 @@
-"""bench/gpu.sh --dry-run: every step of the GPU run (embed's decoders, the text encoding, mine's exact baseline and
+"""bench/gpu/run.sh --dry-run: every step of the GPU run (embed's decoders, the text encoding, mine's exact baseline and
 torch IVF with held-out recall, COCO-shaped end to end) on the CPU at tiny sizes, with the repository's own data."""
 
 import json
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_gpu_script_runs_every_step_on_the_cpu_and_writes_its_figures(tmp_path: Path):
     out = tmp_path / "out"
     env = os.environ | {"OUT": str(out), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
-    command = ["bash", str(REPO / "bench" / "gpu.sh"), "--dry-run", "--work", str(tmp_path / "work")]
+    command = ["bash", str(REPO / "bench" / "gpu" / "run.sh"), "--dry-run", "--work", str(tmp_path / "work")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1500, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads((out / "gpu_figures.json").read_text())

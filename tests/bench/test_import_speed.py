@@ -1,12 +1,12 @@
-"""bench/import_speed.py at a tiny size, so the bench keeps working (its figures are not checked here: wall time
-on a shared machine says nothing)."""
+"""bench/annotate/import_speed.py at a tiny size, so the bench keeps working (its figures are not checked here: wall
+time on a shared machine says nothing)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from bench import import_speed
+from bench.annotate import import_speed
 
 
 def test_the_large_crowd_gives_each_item_distinct_raters_of_every_kind():

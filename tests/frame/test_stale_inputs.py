@@ -75,7 +75,7 @@ def test_the_commands_are_the_registry() -> None:
     import typer.main
 
     from csts_pipeline.cli import app
-    from csts_pipeline.stage_cli import COMMON
+    from csts_pipeline.cli.stages import COMMON
     from csts_pipeline.stages import REGISTRY
 
     commands = {info.name: info for info in app.registered_commands}

@@ -3,7 +3,7 @@
 `Criteria` is the one place that knows the thresholds: which criteria are on, their bounds, pass/fail, and the
 cheapest-first order. `score_pairs` computes the cheap metrics for every pair and the cosine only for the pairs that
 pass them (or for all, for a full report), with a backend of stages.filter.metrics. `reference_pair_metrics` is the
-definition written plainly, one pair at a time: the oracle of the tests and the baseline of bench/filter.py.
+definition written plainly, one pair at a time: the oracle of the tests and the baseline of bench/filter/metrics.py.
 """
 
 from __future__ import annotations

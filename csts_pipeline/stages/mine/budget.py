@@ -3,7 +3,7 @@ chooses under a memory budget (exact, IVF-Flat, IVF-SQ8, then IVF-PQ with fewer 
 FAISS's 4-bit fast-scan codes (FAISS's advice with a re-ranking step): training them took 15 s where 8-bit codes
 took 214 s (65,536 x 512-d on 2 cores), and the re-ranking makes up for the coarser codes. They code each vector's
 residual from its list's centroid (`PQ{m}x4fsr`), which ranks the candidates better at the same scan cost
-(bench/pq_codes.py). OPQ is not used: its rotation's training costs minutes more on 2 cores for a gain that the
+(bench/mine/pq_codes.py). OPQ is not used: its rotation's training costs minutes more on 2 cores for a gain that the
 re-ranking already gives.
 
 The estimate is the whole process's peak, not only the index: the interpreter with torch, FAISS and Arrow
@@ -41,7 +41,7 @@ MANY_LISTS_PER_ROOT = 4
 # from this many lists the coarse quantiser is an HNSW graph (IndexHNSWFlat), so assigning a vector to its lists
 # (training, adding and every query's probe) costs a graph walk, not a distance to every list. Below it a batch of
 # queries against every centroid is one matrix product, quicker and exact: at 12,649 lists (10M images) 0.086 ms a
-# query for nprobe 256 where the graph took 0.116 and found 97% of the lists (bench/coarse_quantizer.py, 2 cores)
+# query for nprobe 256 where the graph took 0.116 and found 97% of the lists (bench/mine/coarse_quantizer.py, 2 cores)
 HNSW_QUANTIZER_FROM = 32_768
 QUANTIZER_M = 32
 QUANTIZER_EF_SEARCH = 128

@@ -112,7 +112,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, columns) of the k best columns of each row, best first. The k best lie in the k groups of `GROUP`
     columns with the best maxima, so the selection runs over the group maxima (one pass over the scores) and then
     over k x GROUP candidates: 1.08x `torch.topk` over every column on an H100 at 1M and 10M images, 0.95x on two
-    CPU cores at 30,000, where the product dominates (bench/exact_scale.py)."""
+    CPU cores at 30,000, where the product dominates (bench/mine/exact_scale.py)."""
     rows, cols = scores.shape
     groups = cols // GROUP
     if groups <= 2 * k:

@@ -21,7 +21,7 @@ import numpy as np
 from csts_pipeline.stages.mine.budget import READ_ROWS, RERANK_PAIRS
 from csts_pipeline.stages.mine.vectors import row_runs
 
-MAP_BELOW = 0.02  # share of the file's rows from which a read goes through a memory map (bench/rerank_reads.py)
+MAP_BELOW = 0.02  # share of the file's rows from which a read goes through a memory map (bench/mine/rerank_reads.py)
 
 
 class VectorFile:
@@ -59,7 +59,7 @@ class StoredRows:
     """Rows of an .npy file, in the stored dtype, read by number into a buffer reused from one read to the next.
     Sparse reads (under MAP_BELOW of the file's rows) take one positioned read (`preadv`) per run of consecutive
     rows, where a memory map faults about once a row; denser reads go through a map, unmapped at once, whose faults
-    then bring in several wanted rows each (bench/rerank_reads.py measures both). The pages read stay in the page
+    then bring in several wanted rows each (bench/mine/rerank_reads.py measures both). The pages read stay in the page
     cache, not in the process."""
 
     def __init__(self, path: Path):
@@ -145,7 +145,8 @@ def candidate_scores(queries: np.ndarray, found: np.ndarray, stored: StoredRows)
 def pairs_by_row(flat: np.ndarray) -> np.ndarray:
     """Places in `flat` of its rows (-1: none, left out), sorted by row, in place order within a row: what a stable
     argsort gives, by a counting sort into buckets of rows and a sort within each (`_bucket_sort`), which took
-    0.44 s for a block's 2^24 pairs where numpy's stable argsort took 2.26 (bench/pair_sort.py, 10M rows, 2 cores)."""
+    0.44 s for a block's 2^24 pairs where numpy's stable argsort took 2.26 (bench/mine/pair_sort.py, 10M rows, 2
+    cores)."""
     top = int(flat.max(initial=-1))
     if top < 0:
         return np.zeros(0, np.int64)

@@ -95,7 +95,7 @@ def listed_blocks(
     by list (`ann.rows_by_list`, `TorchIVF.rows_by_list`) and read from the re-ranking copy (or the device's
     base); keyed by the block's place in that order. Rows of one list probe nearly the same lists and share most
     of their candidates, so the scan and the re-ranking's reads cost less than for rows taken in order
-    (bench/query_order.py), and a torch IVF scores a whole list's queries in one product."""
+    (bench/mine/query_order.py), and a torch IVF scores a whole list's queries in one product."""
     from csts_pipeline.stages.mine.ann import rows_by_list
     from csts_pipeline.stages.mine.rerank import RerankSearch, StoredRows
 

@@ -1,5 +1,5 @@
-"""Hidden gold in live rating batches (docs/annotate.md, "Label quality"): control items with a known answer mixed
-into the HITs at `annotate export --stage ratings --gold-share`, and at the import a per-worker sequential test
+"""Hidden gold in live rating batches (docs/annotate-labels.md, "Label quality"): control items with a known answer
+mixed into the HITs at `annotate export --stage ratings --gold-share`, and at the import a per-worker sequential test
 on them that decides who is blocked.
 
 Controls are made in stages/annotate/crowd/controls.py, so that no column, id, row order, partner structure or

@@ -1,5 +1,5 @@
 """The 90% interval of an item's label from the rater model's posterior over 1..5 (labels/ordinal.py,
-OrdinalFit.interval; docs/annotate.md, "Label quality")."""
+OrdinalFit.interval; docs/annotate-labels.md, "Label quality")."""
 
 from __future__ import annotations
 

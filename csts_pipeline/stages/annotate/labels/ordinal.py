@@ -23,7 +23,7 @@ estimated from its most likely digits (free_tables says why). And each answer en
 the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a rating, an
 unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its weight
 against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and leaves
-out what it has not earned (docs/annotate.md, "Models in the loop").
+out what it has not earned (docs/annotate-models.md, "Models in the loop").
 
 **Shared ambiguity** (labels/shift.py): every rater of an item reads its true label t as t + u, u ~ N(0, sd^2)
 the same for all of them, and the E-step integrates u out; the sd is chosen from a grid on the people's answers."""

@@ -3,7 +3,7 @@ score, learned in the EM, instead of the score's bin among five.
 
 Why: five quantile bins keep a fifth of what the score says and leave a free 5 x 5 table to map them, which, beside
 a weak person (one rating an item), collapsed the label prior onto 1 and 5 (STS-B, MiniLM: labels at Spearman
-0.67 where the model alone reaches 0.81; bench/trust_evidence.py). A score is a number whose order is what a
+0.67 where the model alone reaches 0.81; bench/annotate/trust_evidence.py). A score is a number whose order is what a
 model of unknown calibration tells, so each model's scores become normal scores of their ranks in the batch (z,
 mean 0, sd 1, whatever the model's scale: a cosine or a regression score), and a true label t makes z normal
 around mu_t with one sd per model: six parameters, fitted in the M-step from the items' posteriors with

@@ -2,11 +2,11 @@
 
 Every answer is a binary vote (the condition flagged not pertinent or not). A worker-skill model from crowd-kit
 infers each item's verdict and each worker's skill from the votes of all items at once, so a spammer's random
-flags count for less than a careful worker's. The model was chosen by bench/crowd_models.py (docs/annotate.md,
-"Label quality"): on simulated crowds with 25% spammers, Dawid-Skene and MACE found the not-pertinent conditions
-best (F1 0.83, against 0.78 for the plain share of flags), GLAD and one-coin Dawid-Skene less well; Dawid-Skene
-is deterministic and twice as fast as MACE. The import runs it as dawid_skene, crowd-kit's steps replayed in
-arrays (crowd-kit's pandas took 100 s on a 200,000-item batch); the bench runs crowd-kit's."""
+flags count for less than a careful worker's. The model was chosen by bench/annotate/crowd_models.py
+(docs/annotate-labels.md, "Label quality"): on simulated crowds with 25% spammers, Dawid-Skene and MACE found the
+not-pertinent conditions best (F1 0.83, against 0.78 for the plain share of flags), GLAD and one-coin Dawid-Skene less
+well; Dawid-Skene is deterministic and twice as fast as MACE. The import runs it as dawid_skene, crowd-kit's steps
+replayed in arrays (crowd-kit's pandas took 100 s on a 200,000-item batch); the bench runs crowd-kit's."""
 
 from __future__ import annotations
 

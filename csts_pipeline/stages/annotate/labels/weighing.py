@@ -1,5 +1,5 @@
 """The rater model fitted as the batch's evidence says (labels/trust.py): each worker held or fitted by what
-measures it, the gold's and the expert sample's labels fixed (docs/annotate.md, "Trust from evidence")."""
+measures it, the gold's and the expert sample's labels fixed (docs/annotate-labels.md, "Trust from evidence")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
 EQUAL_MAX_ITER = 1000  # the equal rule's fits: a weak person beside a score's density moves slowly (452 iterations
-# to a posterior change of 1e-6 on 600 STS-B items; bench/trust_evidence.py)
+# to a posterior change of 1e-6 on 600 STS-B items; bench/annotate/trust_evidence.py)
 
 
 def anchored_fit(
