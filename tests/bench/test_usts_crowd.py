@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import usts_crowd
+from tests.support.command_path import prepare_folder, task_ids
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "usts"
 
@@ -41,3 +42,9 @@ def test_the_bench_gives_finite_figures_for_two_raters_an_item(capsys):
             assert math.isfinite(one[name]), (name, one)
         assert one["measured_by"] == "repeats" and one["ambiguity_sd"] is not None
     assert "| 2 | expert sample |" in capsys.readouterr().out
+
+
+def test_a_sentence_with_a_line_separator_reaches_the_tasks(tmp_path: Path):
+    """Two USTS-U sentences hold U+2028, which json.dumps writes as is: the task files are split at newlines only."""
+    items = prepare_folder([("第一句\u2028第二句", "另一句"), ("一", "二")], tmp_path / "annotate")
+    assert sorted(task_ids(tmp_path / "annotate" / "ratings_tasks")) == sorted(items) and len(items) == 4
