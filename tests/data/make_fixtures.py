@@ -21,6 +21,7 @@ COCO_FIRST_IMAGES = 250  # the lowest image ids: tests take the first 60 (filter
 COCO_TRICKY_CAPTIONS = 200  # plus the images of the first captions with an apostrophe or a digit (pair filter)
 STSB_ROWS = {"train": 200, "dev": 200, "test": 200}  # per file, for the tests
 STSB_EXAMPLE_ROWS = 300  # docs/examples/stsb/sts-test-sample.csv, the README's evaluate example
+USTS_C_PAIRS = 40  # tests/bench/test_usts_crowd.py: bench/usts_crowd.py on a slice of USTS-C
 
 
 def tricky(caption: str) -> bool:
@@ -53,6 +54,18 @@ def trim_stsb(source: Path, target: Path, rows: int) -> None:
     print(f"{target}: {len(chosen)} of {len(lines)} rows ({extra} with extra fields)")
 
 
+def trim_usts(source: Path, target: Path, pairs: int) -> None:
+    """`pairs` entries of a USTS JSON file spread evenly over it (the file is ordered by source), every field as
+    in the source, in the source's layout (an object keyed by pair id, indent 4, the Chinese text as is)."""
+    full = json.loads(source.read_text(encoding="utf-8"))
+    keys = list(full)
+    step = len(keys) / pairs
+    trimmed = {keys[int(i * step)]: full[keys[int(i * step)]] for i in range(pairs)}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(trimmed, ensure_ascii=False, indent=4) + "\n", encoding="utf-8")
+    print(f"{target}: {len(trimmed)} of {len(keys)} pairs")
+
+
 def main() -> None:
     if not SHARED.is_dir():
         raise SystemExit(f"full data not found at {SHARED}")
@@ -64,6 +77,8 @@ def main() -> None:
         for name in ("LICENSE.txt", "readme.txt"):
             shutil.copyfile(SHARED / "stsb" / name, folder / name)
     shutil.copyfile(SHARED / "nltk_stopwords_english.txt", HERE / "nltk_stopwords_english.txt")
+    trim_usts(SHARED / "usts" / "ustsc_train.json", HERE / "usts" / "ustsc_train.json", USTS_C_PAIRS)
+    shutil.copyfile(SHARED / "usts" / "LICENSE", HERE / "usts" / "LICENSE")
 
 
 if __name__ == "__main__":

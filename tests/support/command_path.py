@@ -88,8 +88,14 @@ def write_results(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    """A JSON lines file, split at newlines only: str.splitlines would also split inside a text holding a line
+    separator (U+2028, as two USTS-U sentences do), which json.dumps writes as is."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
 def task_ids(folder: Path) -> list[str]:
-    return [json.loads(line)["item_id"] for line in (folder / "tasks.jsonl").read_text().splitlines()]
+    return [row["item_id"] for row in jsonl(folder / "tasks.jsonl")]
 
 
 def first_batch(annotate_dir: Path, people: People, per_item: int, out: Path, seed: int) -> Path:
@@ -248,7 +254,7 @@ def prepare_folder(pairs: list[tuple[str, str]], folder: Path, conditions: tuple
     folder.parent.mkdir(parents=True, exist_ok=True)
     source = annotate.kept_source(None, kept_csv(pairs, folder.parent / "kept.csv"))
     annotate.export_conditions(folder, source, len(pairs), 0, 1, False)
-    tasks = [json.loads(line) for line in (folder / "conditions_tasks" / "tasks.jsonl").read_text().splitlines()]
+    tasks = jsonl(folder / "conditions_tasks" / "tasks.jsonl")
     path = folder.parent / "conditions.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, ["task_id", "worker_id", "assignment_id", "condition_high", "condition_low"])
