@@ -1,4 +1,4 @@
-"""bench/usts_crowd.py's main path on the trimmed USTS-C slice (tests/data/usts: 40 pairs, 19 raters each): two
+"""bench/annotate/usts_crowd.py's main path on the trimmed USTS-C slice (tests/data/usts: 40 pairs, 19 raters each): two
 raters an item, without and with the expert sample, through the import's own function."""
 
 import math
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import usts_crowd
+from bench.annotate import usts_crowd
 from tests.support.command_path import prepare_folder, task_ids
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "usts"
