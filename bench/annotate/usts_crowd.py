@@ -1,9 +1,8 @@
 """A real crowd for the rater model: USTS's raters as the batch's people, the rest of them as the truth
 (docs/annotate-labels.md, "Trust from evidence").
 
-    python -m bench.annotate.usts_crowd --seeds 3 [--pairs N] [--k 1 2 3 5] [--expert-share 0.05] [--usts
-    ../shared/data/usts] python -m bench.annotate.usts_crowd --file ustsu_train.json --k 1 2 3   # USTS-U: 4 raters a
-    pair
+    python -m bench.annotate.usts_crowd --seeds 3 [--pairs N] [--k 1 2 3 5] [--expert-share 0.05]
+    python -m bench.annotate.usts_crowd --file ustsu_train.json --k 1 2 3   # USTS-U: 4 raters a pair
 
 Items: USTS (Wang et al., TACL 2023; MIT) pairs, real Chinese sentence pairs with every rater's own score kept: by
 default the USTS-C train file (2,051 pairs, each rated 0-5 by the same 19 people, the position in

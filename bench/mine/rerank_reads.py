@@ -1,7 +1,7 @@
 """Re-ranking reads: candidates' rows through a memory map (the former way), by `preadv`, or by `StoredRows`.
 
-    python -m bench.mine.rerank_reads                      # 2,000,000 x 512 float16 (2 GB), 128 queries x 512
-    candidates python -m bench.mine.rerank_reads --rows 10000000      # the 10M copy's size (10 GB of disk)
+    python -m bench.mine.rerank_reads                  # 2,000,000 x 512 float16 (2 GB), 128 queries x 512 candidates
+    python -m bench.mine.rerank_reads --rows 10000000  # the 10M copy's size (10 GB of disk)
 
 Writes a float16 .npy file of random rows (as mine's re-ranking copy, `VectorFile`), reads it once so that both
 ways find it in the page cache, then times, alternately on the same fresh random candidate lists, one re-ranking
