@@ -280,6 +280,8 @@ def grouped_spearman(group: np.ndarray, x: np.ndarray, y: np.ndarray, n: int) ->
 
 def _grouped_ranks(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Each value's rank (1-based, ties averaged) among its group's values."""
+    if len(values) == 0:
+        return np.zeros(0)
     order = np.lexsort((values, group))
     g, v = group[order], values[order]
     first = np.searchsorted(g, np.arange(n))  # where each group starts in the sorted order
