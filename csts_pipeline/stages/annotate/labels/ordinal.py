@@ -156,12 +156,14 @@ def joint_posterior(
     columns = len(SCALE) * len(weights)
     cells = tables.transpose(1, 3, 2, 0).reshape(-1, columns)  # [worker * y, t * g]: a hard answer's likelihoods
     like = np.concatenate([cells, _soft_likelihood(answers[layout.soft], tables, code[layout.soft])])
-    log_post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
-    log_post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
-    top = log_post.max(axis=(1, 2), keepdims=True)
-    post = np.exp(log_post - top)
+    post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
+    post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
+    top = post.max(axis=(1, 2), keepdims=True)
+    post -= top  # in place from here: [items, t, g] arrays are the E-step's memory traffic
+    np.exp(post, out=post)
     total = post.sum(axis=(1, 2), keepdims=True)
-    return post / total, (np.log(total) + top).reshape(-1)
+    post /= total
+    return post, (np.log(total) + top).reshape(-1)
 
 
 def _soft_likelihood(answers: np.ndarray, tables: np.ndarray, code: np.ndarray) -> np.ndarray:
@@ -252,7 +254,15 @@ def best_parameters(counts: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     true labels, unshifted, and the bias prior)."""
     moved, constant = _scored_grid(tuple(float(s) for s in shifts))
     flat = counts.reshape(len(counts), len(shifts) * len(SCALE) ** 2)  # [worker, g * cell]
-    return np.argmax(flat @ moved + constant, axis=1)
+    best = np.empty(len(flat), np.int64)
+    for first in range(0, len(flat), BEST_BLOCK):  # a block of workers' scores at a time: it stays in cache
+        scores = flat[first : first + BEST_BLOCK] @ moved
+        scores += constant
+        best[first : first + BEST_BLOCK] = np.argmax(scores, axis=1)
+    return best
+
+
+BEST_BLOCK = 512  # workers scored at once by best_parameters ([512, 984] float64: 4 MB)
 
 
 @lru_cache(maxsize=32)
