@@ -133,13 +133,14 @@ def dawid_skene(item: np.ndarray, worker: np.ndarray, flagged: np.ndarray, n_ite
     loss = -np.inf
     for _ in range(DS_ITERATIONS):
         priors = np.maximum(priors, DS_EPS)
-        log_like = np.log2(priors) + by_task(np.log2(errors[cell]))
+        with np.errstate(divide="ignore"):  # a vote a worker never gave: -inf, never read
+            log_like = np.log2(priors) + by_task(np.log2(errors)[cell])
         probas = np.exp2(log_like - log_like.max(axis=1, keepdims=True))
         probas /= probas.sum(axis=1, keepdims=True)
         priors = probas.mean(axis=0)
         errors = m_step(probas)
         with np.errstate(divide="ignore"):
-            expected = (probas[task] * (np.log(errors[cell]) + np.log(np.maximum(priors, DS_EPS)))).sum()
+            expected = (probas[task] * (np.log(errors)[cell] + np.log(np.maximum(priors, DS_EPS)))).sum()
         probas = np.maximum(probas, DS_EPS)
         new_loss = (expected - (np.log(probas) * probas).sum()) / len(item)
         if new_loss - loss < DS_TOL:
