@@ -60,7 +60,7 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     rows = np.arange(labels)
     onto_low = (low[:, :, None] == rows).astype(np.float64).reshape(-1, labels)  # [g * t, t']
     onto_high = (low[:, :, None] + 1 == rows).astype(np.float64).reshape(-1, labels)
-    flat = (len(counts), -1, counts.shape[3])  # [worker, g * t, y]: one matrix product per worker, not einsum's loop
+    flat = (len(counts), counts.shape[1] * labels, counts.shape[3])  # [worker, g * t, y]: a product per worker
     return onto_low.T @ (share * counts).reshape(flat) + onto_high.T @ ((1 - share) * counts).reshape(flat)
 
 
