@@ -17,6 +17,7 @@ from csts_pipeline.stages.annotate.labels.agreement import (
     FLAG_BELOW,
     RatingArrays,
     agreement_summary,
+    grouped_spearman,
     krippendorff_alpha,
     worker_agreement,
 )
@@ -170,6 +171,20 @@ def test_the_sample_option_on_the_command_line(tmp_path: Path, rated: Path):  # 
 
 
 # --------------------------------------------------------------------------------------------- worker flags
+
+
+def test_grouped_spearman_is_scipys_per_group_with_ties_and_nothing():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    group = rng.integers(0, 40, 2000)
+    x, y = rng.integers(1, 6, 2000).astype(float), rng.normal(size=2000).round(1)
+    rho = grouped_spearman(group, x, y, 41)
+    expected = [spearmanr(x[group == g], y[group == g]).statistic for g in range(40)]
+    np.testing.assert_allclose(rho[:40], expected, rtol=0, atol=1e-12)
+    assert np.isnan(rho[40])  # a group without values
+    assert len(grouped_spearman(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), 0)) == 0
+    assert worker_agreement(np.arange(3), np.array(["A", "B", "C"]), np.ones(3)) == []  # no item shared
 
 
 def test_workers_below_the_threshold_are_flagged():

@@ -188,13 +188,21 @@ def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
     real_at = {i: n for n, i in enumerate(i for i, t in enumerate(tasks) if not is_control(t))}
     numeric = [i for i, t in enumerate(tasks) if is_gold(t) and parse_rating(t["gold_answer"]) is not None]
     anchor_at = {i: n for n, i in enumerate(numeric)}
-    real = [r._replace(item=real_at[r.item]) for r in accepted if r.item in real_at]
-    anchor = [r._replace(item=anchor_at[r.item]) for r in accepted if r.item in anchor_at]
+    real = list(accepted) if len(real_at) == len(tasks) else _reindexed(accepted, real_at)  # no control: as is
+    anchor = _reindexed(accepted, anchor_at)
     truth = np.array([parse_rating(tasks[i]["gold_answer"]) for i in numeric], np.int64)
     conditions = [str(tasks[i].get("condition", "")) for i in numeric]
     scored = [i for i, t in enumerate(tasks) if is_gold(t)]
     scored_at = {i: n for n, i in enumerate(scored)}
-    controls = [r._replace(item=scored_at[r.item]) for r in accepted if r.item in scored_at]
+    controls = _reindexed(accepted, scored_at)
     flag = np.array([tasks[i]["gold_answer"] == gold_set.NOT_PERTINENT for i in scored], np.int64)
     items = [t for t in tasks if not is_control(t)]
     return Separated(items, real, anchor, truth, conditions, controls, flag)
+
+
+def _reindexed(accepted: list[Rating], at: dict[int, int]) -> list[Rating]:
+    """The ratings of the items in `at`, each with its item's new index (a tuple built directly: _replace was
+    12 s of a 600,000-rating import under load)."""
+    if not at:
+        return []
+    return [Rating(at[r.item], *r[1:]) for r in accepted if r.item in at]

@@ -29,12 +29,14 @@ def joint_posterior(
     columns = len(SCALE) * len(weights)
     cells = tables.transpose(1, 3, 2, 0).reshape(-1, columns)  # [worker * y, t * g]: a hard answer's likelihoods
     like = np.concatenate([cells, _soft_likelihood(answers[layout.soft], tables, code[layout.soft])])
-    log_post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
-    log_post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
-    top = log_post.max(axis=(1, 2), keepdims=True)
-    post = np.exp(log_post - top)
+    post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
+    post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
+    top = post.max(axis=(1, 2), keepdims=True)
+    post -= top  # in place from here: [items, t, g] arrays are the E-step's memory traffic
+    np.exp(post, out=post)
     total = post.sum(axis=(1, 2), keepdims=True)
-    return post / total, (np.log(total) + top).reshape(-1)
+    post /= total
+    return post, (np.log(total) + top).reshape(-1)
 
 
 def _soft_likelihood(answers: np.ndarray, tables: np.ndarray, code: np.ndarray) -> np.ndarray:

@@ -62,11 +62,10 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     above = frac * table[:, low + 1]
     share = below / np.maximum(below + above, 1e-300)
     rows = np.arange(labels)
-    onto_low = (low[:, :, None] == rows).astype(np.float64)  # [g, t, t']
-    onto_high = (low[:, :, None] + 1 == rows).astype(np.float64)
-    return np.einsum("gtk,wgty->wky", onto_low, share * counts) + np.einsum(
-        "gtk,wgty->wky", onto_high, (1 - share) * counts
-    )
+    onto_low = (low[:, :, None] == rows).astype(np.float64).reshape(-1, labels)  # [g * t, t']
+    onto_high = (low[:, :, None] + 1 == rows).astype(np.float64).reshape(-1, labels)
+    flat = (len(counts), counts.shape[1] * labels, counts.shape[3])  # [worker, g * t, y]: a product per worker
+    return onto_low.T @ (share * counts).reshape(flat) + onto_high.T @ ((1 - share) * counts).reshape(flat)
 
 
 def relative_log_likelihoods(log_likelihoods: dict[float, float]) -> dict[str, float] | None:

@@ -4,9 +4,10 @@ Every answer is a binary vote (the condition flagged not pertinent or not). A wo
 infers each item's verdict and each worker's skill from the votes of all items at once, so a spammer's random
 flags count for less than a careful worker's. The model was chosen by bench/annotate/crowd_models.py
 (docs/annotate-labels.md, "Label quality"): on simulated crowds with 25% spammers, Dawid-Skene and MACE found the
-not-pertinent conditions best (F1 0.83, against 0.78 for the plain share of flags), GLAD and one-coin Dawid-Skene less
-well; Dawid-Skene is deterministic and twice as fast as MACE. The import runs it as dawid_skene, crowd-kit's steps
-replayed in arrays (crowd-kit's pandas took 100 s on a 200,000-item batch); the bench runs crowd-kit's."""
+not-pertinent conditions best (F1 0.83, against 0.78 for the plain share of flags), GLAD and one-coin Dawid-Skene
+less well; Dawid-Skene is deterministic and twice as fast as MACE. The import runs it as dawid_skene, crowd-kit's
+steps replayed in arrays (crowd-kit's pandas took 10.7 of the import's 37.7 s at 20,000 items); the bench runs
+crowd-kit's."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 
 FLAG, OK = "not_pertinent", "pertinent"
 CHOSEN = "dawid_skene"
@@ -105,8 +107,8 @@ DS_ITERATIONS, DS_TOL, DS_EPS = 100, 1e-5, 1e-10  # crowd-kit DawidSkene(n_iter=
 
 def dawid_skene(item: np.ndarray, worker: np.ndarray, flagged: np.ndarray, n_items: int) -> Verdict:
     """crowd-kit's DawidSkene(n_iter=100) on the flags, step for step, in arrays: the same verdicts and skills
-    to float noise (tests/annotate/test_quality.py compares the two), without its pandas joins and group-bys,
-    which took 100 s on a 200,000-item batch. Start: each item's share of votes for each answer (majority vote's
+    to float noise (tests/annotate/test_quality.py compares the two), without its pandas joins and group-bys
+    (docs/performance.md, "annotate import"). Start: each item's share of votes for each answer (majority vote's
     probabilities); then E- and M-steps until the evidence lower bound per vote gains less than DS_TOL; each
     worker's P(vote | verdict) kept above DS_EPS among the votes it gave, the final probabilities too."""
     workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)
@@ -116,30 +118,31 @@ def dawid_skene(item: np.ndarray, worker: np.ndarray, flagged: np.ndarray, n_ite
     tasks, task = np.unique(item, return_inverse=True)
     cell = code * len(labels) + vote  # (worker, vote)
     given = np.bincount(cell, minlength=len(workers) * len(labels)) > 0
+    ones = np.ones(len(cell))
+    by_task = sparse.csr_matrix((ones, (task, cell)), shape=(len(tasks), len(given)))  # votes per (task, cell)
+    by_cell = by_task.T.tocsr()
 
-    def by_task(values: np.ndarray) -> np.ndarray:  # [votes, k] summed per task
-        return np.stack([np.bincount(task, weights=v, minlength=len(tasks)) for v in values.T], axis=1)
+    def m_step(probas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # P(vote | verdict) [worker * vote, k]
+        summed = by_cell @ probas  # each (worker, vote)'s posterior mass per verdict
+        counts = np.where(given[:, None], np.maximum(summed, DS_EPS), 0.0).reshape(len(workers), len(labels), -1)
+        return (counts / counts.sum(axis=1)[:, None, :]).reshape(len(given), -1), summed
 
-    def m_step(probas: np.ndarray) -> np.ndarray:  # P(vote | verdict) [worker * vote, k]
-        counts = np.stack([np.bincount(cell, weights=p, minlength=len(given)) for p in probas[task].T], axis=1)
-        counts = np.where(given[:, None], np.maximum(counts, DS_EPS), 0.0)
-        totals = counts.reshape(len(workers), len(labels), -1).sum(axis=1)
-        return (counts.reshape(len(workers), len(labels), -1) / totals[:, None, :]).reshape(len(given), -1)
-
-    probas = by_task(np.eye(len(labels))[vote])
-    probas /= probas.sum(axis=1, keepdims=True)
+    probas = np.stack([np.bincount(task, weights=vote == k, minlength=len(tasks)) for k in range(len(labels))], 1)
+    probas = probas / probas.sum(axis=1, keepdims=True)
     priors = probas.mean(axis=0)
-    errors = m_step(probas)
+    errors, _ = m_step(probas)
     loss = -np.inf
     for _ in range(DS_ITERATIONS):
         priors = np.maximum(priors, DS_EPS)
-        log_like = np.log2(priors) + by_task(np.log2(errors[cell]))
+        with np.errstate(divide="ignore"):  # a vote a worker never gave: -inf, never read
+            log_like = np.log2(priors) + by_task @ np.log2(errors)
         probas = np.exp2(log_like - log_like.max(axis=1, keepdims=True))
         probas /= probas.sum(axis=1, keepdims=True)
         priors = probas.mean(axis=0)
-        errors = m_step(probas)
-        with np.errstate(divide="ignore"):
-            expected = (probas[task] * (np.log(errors[cell]) + np.log(np.maximum(priors, DS_EPS)))).sum()
+        errors, summed = m_step(probas)
+        with np.errstate(divide="ignore"):  # sum over votes of P(verdict) log(P(vote | verdict) prior), by cell
+            log_errors = np.where(given[:, None], np.log(errors), 0.0)
+        expected = (summed * (log_errors + np.log(np.maximum(priors, DS_EPS)))).sum()
         probas = np.maximum(probas, DS_EPS)
         new_loss = (expected - (np.log(probas) * probas).sum()) / len(item)
         if new_loss - loss < DS_TOL:
