@@ -23,7 +23,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from csts_pipeline.stages.annotate.labels import em_answers, ordinal
-from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
+from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, grouped_spearman
 from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
 
 INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standard errors above zero
@@ -132,15 +132,19 @@ def people_evidence(people: RatingArrays, known: np.ndarray, anchor: RatingArray
     """Per person, how many of their ratings fall on known items (the expert sample), on the gold, and on items
     another person rated too (repeats)."""
     rated = people.subset(people.rated)
+    names, code = np.unique(people.worker.astype(str), return_inverse=True)
+    mine = code[people.rated]
     per_item = np.bincount(rated.item, minlength=len(known))
-    kinds = {EXPERT: known[rated.item] > 0, REPEATS: per_item[rated.item] >= 2}
-    found: dict[str, dict[str, int]] = {}
-    for name in np.unique(people.worker.astype(str)):
-        mine = rated.worker.astype(str) == name
-        found[name] = {kind: int((mine & rows).sum()) for kind, rows in kinds.items()}
-        if anchor is not None:
-            found[name][GOLD] = int(((anchor.worker.astype(str) == name) & anchor.rated).sum())
-    return found
+    counts = {
+        EXPERT: np.bincount(mine, weights=known[rated.item] > 0, minlength=len(names)),
+        REPEATS: np.bincount(mine, weights=per_item[rated.item] >= 2, minlength=len(names)),
+    }
+    if anchor is not None:
+        on_gold = anchor.subset(anchor.rated)
+        at = np.searchsorted(names, on_gold.worker.astype(str))
+        known_worker = (at < len(names)) & (names[np.minimum(at, len(names) - 1)] == on_gold.worker.astype(str))
+        counts[GOLD] = np.bincount(at[known_worker], minlength=len(names))
+    return {str(n): {kind: int(c[i]) for kind, c in counts.items()} for i, n in enumerate(names)}
 
 
 def model_agreement(name: str, people: np.ndarray, theirs: np.ndarray, kinds: np.ndarray | None) -> ModelAgreement:
@@ -212,12 +216,11 @@ def relative_agreement(people: RatingArrays, series: list[np.ndarray]) -> dict[s
     overall, _ = agreement(item_means(people.item, people.rating, len(consensus)), consensus)
     if overall <= 0:
         return {}
-    found = {}
-    for name in np.unique(people.worker.astype(str)):
-        mine = people.worker.astype(str) == name
-        theirs, n = spearman(people.rating[mine], consensus[people.item[mine]]), int(mine.sum())
-        found[name] = float(np.clip((n * theirs + RELATIVE_PSEUDO * overall) / (n + RELATIVE_PSEUDO) / overall, 0, 1.5))
-    return found
+    names, code = np.unique(people.worker.astype(str), return_inverse=True)
+    theirs = np.nan_to_num(grouped_spearman(code, people.rating, consensus[people.item], len(names)))
+    n = np.bincount(code, minlength=len(names))
+    shrunk = np.clip((n * theirs + RELATIVE_PSEUDO * overall) / (n + RELATIVE_PSEUDO) / overall, 0, 1.5)
+    return {str(name): float(v) for name, v in zip(names, shrunk)}
 
 
 def people_noises(found: TrustPlan, reliability: float) -> dict[str, float]:
