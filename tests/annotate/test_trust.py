@@ -15,7 +15,7 @@ from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from csts_pipeline.stages.annotate.labels import score_density
+from csts_pipeline.stages.annotate.labels import expert, score_density
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, first_batch, prepare_folder, task_ids
 from tests.support.simulate_models import kernel
@@ -108,6 +108,14 @@ def test_an_expert_sample_measures_the_people_and_names_itself(tmp_path: Path):
     import_ratings(folder, results, "--expert", by_text)
     again = json.loads((folder / "ratings" / "agreement.json").read_text())["expert"]
     assert again["items"] == 40 and again["matched_by"] == "sentence1, sentence2 and condition"
+
+
+def test_an_expert_json_lines_file_splits_at_newlines_only(tmp_path: Path):
+    """A JSON string may hold U+2028 (a Unicode line separator) unescaped: each row stays one row."""
+    path = tmp_path / "expert.jsonl"
+    rows = [{"sentence1": "A dog\u2028runs.", "sentence2": "A cat.", "condition": "The animal.", "label": 4}] * 2
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    assert expert.read_table_file(path).to_pylist() == rows
 
 
 def test_a_bad_expert_file_is_one_line(tmp_path: Path):

@@ -147,6 +147,14 @@ def test_flickr_malformed_lines_are_counted_skips(tmp_path: Path):
     assert [s.ref for s in corpus.skips] == ["results.csv:3"]
 
 
+def test_flickr_token_lines_end_at_newlines_only(tmp_path: Path):
+    """A caption holding a Unicode line separator (U+2028) stays one caption; CRLF endings are read as lines."""
+    token = tmp_path / "r.token"
+    token.write_bytes("1.jpg#0\tA dog\u2028runs.\r\n1.jpg#1\tA cat.\r\n".encode())
+    corpus = read_flickr_token(token)
+    assert corpus.captions == ["A dog\u2028runs.", "A cat."] and not corpus.skips
+
+
 def test_flickr_errors(tmp_path: Path):
     token = tmp_path / "r.token"
     token.write_text("1.jpg#0\tA.\n1.jpg#0\tB.\n")

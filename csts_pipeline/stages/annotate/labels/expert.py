@@ -57,7 +57,8 @@ def read_table_file(path: Path) -> pa.Table:
         if path.suffix == ".parquet":
             return pq.read_table(path)
         if path.suffix in (".jsonl", ".json"):
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+            lines = path.read_text(encoding="utf-8-sig").split("\n")  # not splitlines: U+2028 may sit in a text
+            rows = [json.loads(line) for line in lines if line.strip()]
             return pa.Table.from_pylist(rows)
         return pacsv.read_csv(path)
     except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:

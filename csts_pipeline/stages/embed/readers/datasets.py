@@ -207,7 +207,8 @@ _TOKEN_LINE = re.compile(r"^(?P<name>[^#\t]+)#(?P<n>\d+)\t(?P<text>.*)$")
 def read_flickr_token(path: Path) -> Corpus:
     """`results_20130124.token`: one `name.jpg#n<TAB>caption` per line."""
     rows, skips = [], []
-    for lineno, line in enumerate(_utf8_text(path).splitlines(), start=1):
+    for lineno, line in enumerate(_utf8_text(path).split("\n"), start=1):  # not splitlines: U+2028 in a caption
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         match = _TOKEN_LINE.match(line)
