@@ -11,8 +11,9 @@ from CONDITIONS by the task id: every kind of condition of the audit), imported,
 `--batch example`: docs/examples/annotate's kept pairs and conditions results (16 rating items). Then `annotate
 rate` with the local model, and per seed a simulated crowd (tests/support/simulate.py, 6 workers) of one and of
 two ratings an item, labelled by ratings.label_batch with and without the model's answers. Prints, per crowd:
-the items' mean P(not pertinent) with people alone and with the model, the model's reliability, flag skill and
-whether it is marked unreliable; then the largest change in the mean P(not pertinent).
+the items' mean P(not pertinent) with people alone and with the model, the labels' Spearman with the simulated
+truth both ways, how many verdicts (P(not pertinent) > 0.5) the model changed, its reliability, flag skill,
+whether it is marked unreliable and what measured it (workers.parquet's evidence); then the largest changes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
+from scipy.stats import spearmanr
 
 from csts_pipeline.cli.stages import run
 from csts_pipeline.stages import annotate
@@ -126,7 +128,11 @@ def crowd_row(tasks: list[dict[str, Any]], models: list[Rating], per_item: int, 
     alone, both = label_batch(tasks, people, [], "model"), label_batch(tasks, people, models, "model")
     model = next(w for w in both.workers.to_pylist() if w["worker_id"].startswith("model:"))
     p_alone, p_both = (float(np.nanmean(f.model.verdict.p_flag)) for f in (alone, both))
-    return {"per_item": per_item, "seed": seed, "alone": p_alone, "both": p_both} | model
+    truth = crowd.truth[: len(alone.labels.label)]
+    rho = [float(spearmanr(f.labels.label, truth, nan_policy="omit").statistic) for f in (alone, both)]
+    flips = int(np.sum((alone.model.verdict.p_flag > 0.5) != (both.model.verdict.p_flag > 0.5)))
+    found = {"per_item": per_item, "seed": seed, "alone": p_alone, "both": p_both, "rho_alone": rho[0]}
+    return found | {"rho_both": rho[1], "verdict_flips": flips} | model
 
 
 def main() -> None:
@@ -139,16 +145,21 @@ def main() -> None:
     print(f"{len(tasks)} rating items ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))})")
     flags = np.array([m.p_not_pertinent for m in models])
     print(f"{len(models)} answers, mean P(not pertinent) {flags.mean():.3f}, P > 0.5 on {int((flags > 0.5).sum())}\n")
-    header = ("ratings an item", "seed", "mean P(not pertinent), people", "with SmolLM2", "reliability", "flag skill")
-    print("| " + " | ".join((*header, "unreliable")) + " |")
-    print("|---:|---:|---:|---:|---:|---:|---|")
+    header = ("ratings an item", "seed", "mean P(not pertinent), people", "with SmolLM2", "Spearman, people",
+              "with SmolLM2", "verdicts changed", "reliability", "flag skill")  # fmt: skip
+    print("| " + " | ".join((*header, "unreliable", "evidence")) + " |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     rows = [crowd_row(tasks, models, per_item, seed) for per_item in (1, 2) for seed in range(args.seeds)]
     for r in rows:
-        print(f"| {r['per_item']} | {r['seed']} | {r['alone']:.3f} | {r['both']:.3f} | {r['reliability']:.3f} | "
-              f"{r['flag_skill']:.3f} | {r['unreliable']} |")  # fmt: skip
+        print(f"| {r['per_item']} | {r['seed']} | {r['alone']:.3f} | {r['both']:.3f} | {r['rho_alone']:.3f} | "
+              f"{r['rho_both']:.3f} | {r['verdict_flips']} | {r['reliability']:.3f} | {r['flag_skill']:.3f} | "
+              f"{r['unreliable']} | {r['evidence']} |")  # fmt: skip
     change = max(abs(r["both"] - r["alone"]) for r in rows)
+    moved = max(abs(r["rho_both"] - r["rho_alone"]) for r in rows)
     unreliable = sum(bool(r["unreliable"]) for r in rows)
-    print(f"\nlargest |change| in mean P(not pertinent): {change:.4f}; unreliable in {unreliable} of {len(rows)}")
+    print(f"\nlargest |change| in mean P(not pertinent): {change:.4f}; in the labels' Spearman with the truth: "
+          f"{moved:.4f}; verdicts changed: {sum(r['verdict_flips'] for r in rows)}; unreliable in {unreliable} of "
+          f"{len(rows)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from csts_pipeline.stages.annotate.labels import expert, score_density
+from csts_pipeline.stages.annotate.labels import expert, interval, score_density
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, first_batch, prepare_folder, task_ids
 from tests.support.simulate_models import kernel
@@ -172,3 +172,48 @@ def test_the_score_density_recovers_a_score_s_means_and_orders_them():
     assert abs(score_density.reliability(params, prior) - np.corrcoef(t, z)[0, 1]) < 0.02
     flipped = score_density.m_step(-z, np.zeros(len(t), np.int64), np.eye(5)[t - 1], 1)[0]
     assert np.all(np.diff(flipped[:5]) >= 0)
+
+
+def test_an_expert_sample_calibrates_the_intervals_the_model_made_too_sharp(tmp_path: Path):
+    """People who share each item's misreading (sd 0.7) while the import assumes they do not (`--ambiguity-sd
+    0`): the posterior is too sure of itself. The expert sample's items, judged from their answers alone, set the
+    intervals' threshold, so that on the other items the intervals cover the truth about 90% of the time; the
+    summary and agreement.json say what set them."""
+    pairs = [(f"A dog runs in field {i}.", f"A cat sits on mat {i}.") for i in range(PAIRS)]
+    folder = tmp_path / "annotate"
+    items = prepare_folder(pairs, folder)
+    rng = np.random.default_rng(5)
+    truth = {item: float(rng.integers(1, 6)) for item in items}
+    people = People.around(truth, seed=1, spam=0.0, lenient=0.0, harsh=0.0, ambiguity=0.7)
+    results = first_batch(folder, people, 2, tmp_path / "two.csv", 1)
+    ids = task_ids(folder / "ratings_tasks")
+    sample = set(ids[::3])
+    expert_file = tmp_path / "expert.csv"
+    expert_file.write_text("item_id,label\n" + "".join(f"{i},{truth[i]:g}\n" for i in sorted(sample)))
+
+    def coverage() -> float:
+        rows = pq.read_table(folder / "ratings" / "items.parquet").to_pylist()
+        rows = [r for r in rows if r["item_id"] in truth and r["item_id"] not in sample and r["label"] is not None]
+        return float(np.mean([r["interval_low"] <= truth[r["item_id"]] <= r["interval_high"] for r in rows]))
+
+    said = import_ratings(folder, results, "--ambiguity-sd", "0")
+    assert "own posterior mass (no items of known label" in said
+    alone = coverage()
+    said = import_ratings(folder, results, "--ambiguity-sd", "0", "--expert", expert_file)
+    calibrated = coverage()
+    assert alone < 0.84 and 0.85 <= calibrated <= 0.96, (alone, calibrated)
+    assert f"90% intervals calibrated on {len(sample)} items of known label" in said
+    agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
+    assert agreement["model_workers"]["interval_calibrated_on"] == len(sample)
+
+
+def test_the_calibrated_threshold_covers_the_share_asked_of_the_rows_it_saw():
+    """Split conformal on 5-label posteriors: the runs cover at least 90% of the known labels, and not all."""
+    rng = np.random.default_rng(0)
+    posterior = rng.dirichlet(np.full(5, 0.3), 200)
+    label = np.array([rng.choice(5, p=p**0.5 / (p**0.5).sum()) for p in posterior])  # wider than the posterior
+    threshold = interval.calibrated_threshold(posterior, label, 0.9)
+    low, high = interval.credible_interval(posterior, 0.9, threshold)
+    covered = (low <= label + 1) & (label + 1 <= high)
+    assert 0.9 <= covered.mean() < 0.95, covered.mean()
+    assert interval.calibrated_threshold(posterior[:10], label[:10], 0.9) is None

@@ -1,23 +1,40 @@
 """The 90% interval of an item's label from the rater model's posterior over 1..5 (labels/ordinal.py,
-OrdinalFit.interval; docs/annotate-labels.md, "Label quality")."""
+OrdinalFit.interval; docs/annotate-labels.md, "Label quality"), and its threshold calibrated on the items of
+known label where the batch has them (calibrated_threshold)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+MIN_CALIBRATION_ITEMS = 20  # items of known label (expert sample, gold) with answers that calibrate the threshold
 
-def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, np.ndarray]:
+
+def credible_interval(
+    posterior: np.ndarray, mass: float, threshold: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per posterior row, the run of labels lo..hi spanning its most probable label and every label whose
-    probability reaches a threshold shared by the batch, the threshold set so that the runs hold, on average
-    over the rows, the posterior mass closest to `mass`. Why shared: on five discrete labels one item's run
-    cannot hold 0.9 when its mode alone holds 0.97, so per-item runs held 95-97% on sharp crowds (a crowd with a
-    good model, or five ratings an item) and covered the truth as often: too wide. Spending the batch's mass
-    where the posteriors are wide keeps the coverage of a calibrated posterior at `mass` (85-95% on crowds of
-    2-5 ratings an item, with and without model raters: tests/annotate/test_model_workers.py)."""
+    probability reaches a threshold shared by the batch: `threshold` where the items of known label calibrated
+    it, else set so that the runs hold, on average over the rows, the posterior mass closest to `mass`. Why
+    shared: on five discrete labels one item's run cannot hold 0.9 when its mode alone holds 0.97, so per-item
+    runs held 95-97% on sharp crowds (a crowd with a good model, or five ratings an item) and covered the truth
+    as often: too wide. Spending the batch's mass where the posteriors are wide keeps the coverage of a
+    calibrated posterior at `mass` (85-95% on crowds of 2-5 ratings an item, with and without model raters:
+    tests/annotate/test_model_workers.py)."""
     n, k = posterior.shape
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     mode = np.argmax(posterior, axis=1)
+    if threshold is None:
+        threshold = mass_threshold(posterior, mode, mass)
+    take = (posterior >= threshold) | (np.arange(k)[None, :] == mode[:, None])
+    labels = np.where(take, np.arange(k)[None, :], -1)
+    low = np.where(take, np.arange(k)[None, :], k).min(axis=1)
+    return low + 1, labels.max(axis=1) + 1
+
+
+def mass_threshold(posterior: np.ndarray, mode: np.ndarray, mass: float) -> float:
+    """The probability a label needs to join its row's run so that the runs hold `mass` on average."""
+    n = len(posterior)
     others = posterior.copy()
     others[np.arange(n), mode] = -1.0
     ordered = np.sort(others.reshape(-1))[::-1]
@@ -25,8 +42,32 @@ def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, n
     held = (posterior[np.arange(n), mode].sum() + np.concatenate([[0.0], np.cumsum(ordered)])) / n
     extra = int(np.argmin(np.where(held <= mass + 1e-12, mass - held, np.inf)))  # cells beyond the modes
     extra = extra if held[extra] <= mass + 1e-12 else 0
-    threshold = ordered[extra - 1] if extra > 0 else np.inf
-    take = (posterior >= threshold) | (np.arange(k)[None, :] == mode[:, None])
-    labels = np.where(take, np.arange(k)[None, :], -1)
-    low = np.where(take, np.arange(k)[None, :], k).min(axis=1)
-    return low + 1, labels.max(axis=1) + 1
+    return float(ordered[extra - 1]) if extra > 0 else np.inf
+
+
+def calibrated_threshold(posterior: np.ndarray, label: np.ndarray, mass: float) -> float | None:
+    """The threshold under which credible_interval's runs cover the known labels of a `mass` share of these
+    rows (split conformal: the finite-sample quantile, so the coverage on exchangeable items is at least
+    `mass`). `posterior`: the known items' posteriors from their answers alone (their labels not used);
+    `label`: their known labels, 0-based. None with fewer than MIN_CALIBRATION_ITEMS rows. Why: on a real crowd
+    (USTS) the posterior is sharper than the truth warrants, a continuous crowd mean where the model has an
+    integer label, and its runs covered 83-85% where the model promised 90; the known items show by how much,
+    whatever their labels mean (a crowd's mean or an expert's integer)."""
+    n, k = posterior.shape
+    if n < MIN_CALIBRATION_ITEMS:
+        return None
+    mode = np.argmax(posterior, axis=1)
+    labels = np.arange(k)[None, :]
+    beyond = np.where((label < mode)[:, None], labels <= label[:, None], labels >= label[:, None])
+    reach = np.where(beyond, posterior, -np.inf).max(axis=1)  # the label is covered iff reach >= threshold
+    reach[label == mode] = np.inf
+    misses = int(np.floor((1 - mass) * (n + 1)))
+    return float(np.sort(reach)[misses - 1]) if misses >= 1 else 0.0
+
+
+def interval_words(calibrated_on: int | None) -> str:
+    """What set the 90% intervals, for the import summary, from agreement.json's model_workers."""
+    if calibrated_on:
+        known = f"{calibrated_on} items of known label"
+        return f"90% intervals calibrated on {known} (set so that their answers alone cover 90% of them)"
+    return "90% intervals: the rater model's own posterior mass (no items of known label to calibrate them)"

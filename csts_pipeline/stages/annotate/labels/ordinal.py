@@ -38,7 +38,7 @@ import numpy as np
 from csts_pipeline.stages.annotate.labels import score_density, shift
 from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
-from csts_pipeline.stages.annotate.labels.interval import credible_interval
+from csts_pipeline.stages.annotate.labels.interval import MIN_CALIBRATION_ITEMS, calibrated_threshold, credible_interval
 
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)
@@ -104,6 +104,7 @@ class OrdinalFit:
     spread_log_likelihoods: dict[float, float] = field(default_factory=dict)  # the people's, per spread tried
     spread_on_known: bool = False  # the spread measured on items of known label, not chosen from all answers
     density: dict[str, np.ndarray] = field(default_factory=dict)  # a scored model's score_density parameters
+    calibration: tuple[float | None, int] = (None, 0)  # the interval's threshold and the known items that set it
 
     @property
     def label(self) -> np.ndarray:
@@ -112,8 +113,9 @@ class OrdinalFit:
 
     def interval(self, mass: float = INTERVAL_MASS) -> tuple[np.ndarray, np.ndarray]:
         """Per item the run of labels lo..hi around the most probable one; the runs of all items hold `mass` of
-        their posterior mass on average (credible_interval)."""
-        return credible_interval(self.posterior, mass)
+        their posterior mass on average, or cover the known labels' share `mass` where those calibrated the
+        threshold (credible_interval)."""
+        return credible_interval(self.posterior, mass, self.calibration[0] if mass == INTERVAL_MASS else None)
 
     def p_higher(self, high: np.ndarray, low: np.ndarray) -> np.ndarray:
         """P(true label of item `high` > that of item `low`), the two posteriors taken as independent."""
@@ -236,6 +238,7 @@ def fit(
         spread_log_likelihoods=scores,
         density=densities(data, state),
         spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= shift.MIN_KNOWN_ITEMS,
+        calibration=interval_threshold(data, state, spread),
     )
 
 
@@ -306,23 +309,15 @@ def start_state(data: Answers) -> State:
 
 def expectation_maximisation(data: Answers, state: State, spread: float, max_iter: int, tol: float) -> State:
     """EM at a fixed spread of the shared shift, from `state`, until no item's posterior moves by `tol`."""
-    bias_grid, noise_grid, log_grid, _ = _grid()
-    shifts, weights = shift.nodes(spread)
+    _, _, log_grid, _ = _grid()
+    shifts, _ = shift.nodes(spread)
     prior, choice, table, before = state.prior, state.choice, state.table, state.posterior.sum(axis=2)
     scored = data.scored
     groups, group = np.unique(data.family[data.code[scored]], return_inverse=True)
     measured = known_items(data)[data.item[scored]] if data.density_on_known else np.ones(len(scored), bool)
     density = state.density if state.density is not None else score_density.start(len(groups))
     for iterations in range(1, max_iter + 1):
-        tables = kernel_tables(bias_grid[choice], noise_grid[choice], shifts)
-        tables[:, data.free] = shift.shifted_rows(table[data.free], shifts)
-        joint, evidence = joint_posterior(
-            data.item, data.code, data.answers, tables, prior, weights, data.n_items, data.layout
-        )
-        if len(scored):
-            extra = score_density.log_likelihood(data.z[scored], group, density, shifts)
-            per_item = sum_by_index(data.item[scored], extra.reshape(len(scored), -1), data.n_items)
-            joint, evidence = with_evidence(joint, evidence, per_item.reshape(joint.shape))
+        joint, evidence = e_step(data, State(prior, choice, table, before, density), group, spread)
         joint *= data.allowed[:, :, None]
         joint /= joint.sum(axis=(1, 2), keepdims=True)
         posterior = joint.sum(axis=2)
@@ -343,6 +338,39 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
         if done.converged:
             break
     return done
+
+
+def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tuple[np.ndarray, np.ndarray]:
+    """The items' joint posterior [items, t, g] from their answers under `state`'s parameters, the known labels
+    not yet applied, and each item's log-likelihood; `group`: each scored row's family among the scored ones."""
+    bias_grid, noise_grid, _, _ = _grid()
+    shifts, weights = shift.nodes(spread)
+    tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
+    tables[:, data.free] = shift.shifted_rows(state.table[data.free], shifts)
+    joint, evidence = joint_posterior(
+        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout
+    )
+    if len(data.scored) and state.density is not None:
+        extra = score_density.log_likelihood(data.z[data.scored], group, state.density, shifts)
+        per_item = sum_by_index(data.item[data.scored], extra.reshape(len(data.scored), -1), data.n_items)
+        joint, evidence = with_evidence(joint, evidence, per_item.reshape(joint.shape))
+    return joint, evidence
+
+
+def interval_threshold(data: Answers, state: State, spread: float) -> tuple[float | None, int]:
+    """The interval's threshold calibrated on the items of known label (interval.calibrated_threshold), from
+    their posteriors given their answers alone under the fitted parameters; with how many items measured it
+    (None and 0 where too few)."""
+    known = known_items(data)
+    if known.sum() < MIN_CALIBRATION_ITEMS:
+        return None, 0
+    group = np.unique(data.family[data.code[data.scored]], return_inverse=True)[1]
+    joint, _ = e_step(data, state, group, spread)
+    posterior = joint.sum(axis=2)[known]
+    label = np.argmax(data.allowed[known], axis=1)
+    return calibrated_threshold(posterior / posterior.sum(axis=1, keepdims=True), label, INTERVAL_MASS), int(
+        known.sum()
+    )
 
 
 def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

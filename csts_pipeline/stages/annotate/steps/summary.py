@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from csts_pipeline.stages.annotate.labels import model_workers, shift, trust
+from csts_pipeline.stages.annotate.labels import interval, model_workers, shift, trust
 from csts_pipeline.stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 
@@ -162,6 +162,7 @@ def _import_ratings(record: dict[str, Any]) -> str:
         )
         lines.extend([f"  {trust.summary_words(model)}"] if model.get("trust") else [])
         lines.append(_convergence(model))
+        lines.append(f"  {interval.interval_words(model.get('interval_calibrated_on'))}")
         lines.extend(model_share_lines(model.get("model_share")))
     gold = agreement.get("gold")
     if gold is not None:
