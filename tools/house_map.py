@@ -1,16 +1,13 @@
 """The house's rooms as a re-runnable map (issue 54): the command modules into csts_pipeline/cli/, bench/ by
-subject, docs/annotate.md split into a guide and references by subject.
+subject, docs/annotate.md split into a guide and references by subject. This module is the rewriter: the moves,
+the text rewrites and the docs split. Which file and heading goes where is the plan, tools/house_plan.py: its tables
+are what a new bench or heading edits, and what they do not place is refused there before anything changes.
 
 Run from the repository root: `python tools/house_map.py` (`--check` says what it would move and fails on what it
 does not know, changing nothing). It is idempotent: a file already moved is left, every text rewrite maps only an
 old spelling, and a docs/annotate.md already split holds only the guide's headings, so running it twice, or on a
 branch made before the move, gives the same tree. It moves with `git mv` where the tree is a git checkout.
 
-What it does not know, it refuses before it changes anything, naming it:
-- a module at the top of csts_pipeline/ other than `__init__`, `__main__`, `cli`, `options` and `*_cli` (a `NAME_cli.py`
-  becomes `cli/NAME.py` by rule);
-- a module at the top of bench/ that neither BENCH nor BENCH_PREFIXES places (add it to BENCH);
-- a `##` or `###` heading of docs/annotate.md that HEADINGS does not list (add it, with its page).
 Cross-references into docs/annotate.md (`docs/annotate.md, "Label quality"`, `section 10`, `#the-hit-pages`) are
 pointed at the page that now holds their section; one it cannot place is printed and left on the guide."""
 
@@ -22,185 +19,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = "csts_pipeline"
-
-# -- 1. the command line: csts_pipeline/<name>_cli.py -> csts_pipeline/cli/<name>.py, by rule, but for these --
-CLI_FILES = {"cli": "__init__", "options": "options", "stage_cli": "stages"}
-PACKAGE_TOP = {"__init__", "__main__"}
-
-# -- 2. bench/ by subject: module (or script) -> folder/new name --
-BENCH = {
-    # whole runs and the frame's costs
-    "e2e.py": "pipeline/e2e.py",
-    "scale.py": "mine/scale.py",  # the mine -> filter path at scale; its data makers serve index_choice
-    "checksums.py": "pipeline/checksums.py",
-    "checksums_sample.py": "pipeline/checksums_sample.py",
-    "ray_local.py": "pipeline/ray_local.py",
-    # embed
-    "embed.py": "embed/throughput.py",
-    # mine
-    "mine.py": "mine/exact_topk.py",
-    "exact_scale.py": "mine/exact_scale.py",
-    "hard_data.py": "mine/hard_data.py",
-    "index_choice.py": "mine/index_choice.py",
-    "ivf_coverage.py": "mine/ivf_coverage.py",
-    "coarse_quantizer.py": "mine/coarse_quantizer.py",
-    "pq_codes.py": "mine/pq_codes.py",
-    "pair_sort.py": "mine/pair_sort.py",
-    "query_order.py": "mine/query_order.py",
-    "rerank_block.py": "mine/rerank_block.py",
-    "rerank_reads.py": "mine/rerank_reads.py",
-    "float16_mine.py": "mine/float16_mine.py",
-    # filter
-    "filter.py": "filter/metrics.py",
-    "filter_pass.py": "filter/filter_pass.py",
-    "float16_check.py": "filter/float16_check.py",
-    # train
-    "train_csts.py": "train/train_csts.py",
-    "train_scaling.py": "train/train_scaling.py",
-    "tiny_generator.py": "train/tiny_generator.py",
-    # annotate: crowds, label models, models in the loop
-    "ambiguity_evidence.py": "annotate/ambiguity_evidence.py",
-    "crowd_models.py": "annotate/crowd_models.py",
-    "harder_crowds.py": "annotate/harder_crowds.py",
-    "hidden_gold.py": "annotate/hidden_gold.py",
-    "models_in_loop.py": "annotate/models_in_loop.py",
-    "real_text_models.py": "annotate/real_text_models.py",
-    "smollm2_in_loop.py": "annotate/smollm2_in_loop.py",
-    "worker_reliability.py": "annotate/worker_reliability.py",
-    "trust_evidence.py": "annotate/trust_evidence.py",
-    "usts_crowd.py": "annotate/usts_crowd.py",
-    "import_speed.py": "annotate/import_speed.py",
-    # the GPU lease's run
-    "gpu.py": "gpu/figures.py",
-    "gpu_mine.py": "gpu/mine_figures.py",
-    "gpu.sh": "gpu/run.sh",
-}
-# a bench module BENCH does not name is placed by its name's first word, or refused
-BENCH_PREFIXES = {"gpu_": "gpu", "train_": "train", "filter_": "filter", "mine_": "mine", "embed_": "embed"}
-BENCH_STAYS = {"shared_data.py"}  # shared by every subject: bench/shared_data.py
-
-# -- 3. docs/annotate.md by reader --
-# (level, heading prefix without its "N. " number) -> page; None: the page of its ## section
-GUIDE = "annotate.md"
-PAGES = {
-    "annotate-platforms.md": (
-        "Annotation reference: the HIT pages, Best-Worst Scaling and the crowd platforms",
-        "What workers see and where the tasks go; the commands in order are in [the guide](annotate.md).",
-    ),
-    "annotate-labels.md": (
-        "Annotation reference: label quality and the rater model",
-        "How the ratings become labels, and the evidence behind each choice; the commands in order are in"
-        " [the guide](annotate.md).",
-    ),
-    "annotate-models.md": (
-        "Annotation reference: models in the loop",
-        "Language and similarity models beside the people: rating, drafting and checking conditions; the commands in"
-        " order are in [the guide](annotate.md).",
-    ),
-    "annotate-audit.md": (
-        "Annotation reference: the worked example and the audit",
-        "Every annotate command on the small example files of docs/examples/annotate/, and the audit of the labels"
-        " against a re-annotation; the commands in order are in [the guide](annotate.md).",
-    ),
-}
-REFERENCES_HEADING = "The reference pages"
-HEADINGS: dict[tuple[int, str], str | None] = {
-    (2, REFERENCES_HEADING): GUIDE,
-    (2, "The whole flow, from images to a trained model"): GUIDE,
-    (2, "Walk-through"): GUIDE,
-    (2, "The HIT pages"): "annotate-platforms.md",
-    (2, "Qualification"): GUIDE,
-    (2, "Ids"): GUIDE,
-    (2, "`annotate export --stage conditions`"): GUIDE,
-    (2, "The condition-writing HIT and its results"): GUIDE,
-    (2, "`annotate import --stage conditions"): GUIDE,
-    (2, "`annotate export --stage ratings`"): GUIDE,
-    (2, "The rating HIT and its results"): GUIDE,
-    (2, "`annotate import --stage ratings"): GUIDE,
-    (2, "`annotate split`"): GUIDE,
-    (2, "Best-Worst Scaling"): "annotate-platforms.md",
-    (2, "Crowd platforms"): "annotate-platforms.md",
-    (2, "Label Studio"): "annotate-platforms.md",
-    (2, "Publishing"): GUIDE,
-    (2, "Label quality"): "annotate-labels.md",
-    (3, "Trust from evidence"): None,
-    (3, "Models in the loop: the rater model's side"): None,
-    (2, "Models in the loop"): "annotate-models.md",
-    (3, "`annotate rate`: the model as one more rater"): None,
-    (3, "`annotate rate --similarity-model`"): None,
-    (3, "Several models at once"): None,
-    (3, "`annotate draft --stage conditions`"): None,
-    (3, "`annotate check-conditions FILE`"): None,
-    (3, "What a small model costs"): None,
-    (2, "Worked example"): "annotate-audit.md",
-    (3, "The same conditions with Best-Worst Scaling"): None,
-    (3, "Auditing the labels against a re-annotation"): None,
-}
-
-TEXT_SUFFIXES = {".py", ".toml", ".cfg", ".in", ".sh", ".txt", ".yaml", ".yml", ".json", ".html", ".md"}
-TEXT_NAMES = {"Makefile", "Dockerfile", "MANIFEST.in"}
-SKIP_PARTS = {".git", ".venv", ".venv-label-studio", "build", "runs", "data", "__pycache__", "node_modules", ".whl"}
-MAX_BYTES = 300_000  # data files (the COCO sample's captions) hold no module names
-SELF = {"house_map.py", "move_map.py"}  # the maps name old spellings on purpose
-
-
-def fail(message: str) -> None:
-    sys.exit(f"house_map: {message}")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the plan: which file goes where
-
-
-def cli_moves(root: Path) -> dict[str, str]:
-    """Old stem -> new stem under csts_pipeline/cli/, for what is still at the package's top."""
-    moves, unknown = {}, []
-    for path in sorted((root / PACKAGE).glob("*.py")):
-        stem = path.stem
-        if stem in PACKAGE_TOP:
-            continue
-        if stem in CLI_FILES:
-            moves[stem] = CLI_FILES[stem]
-        elif stem.endswith("_cli"):
-            moves[stem] = stem.removesuffix("_cli")
-        else:
-            unknown.append(str(path.relative_to(root)))
-    if unknown:
-        fail(f"no room known for {', '.join(unknown)}: name it in CLI_FILES (tools/house_map.py)")
-    return moves
-
-
-def all_cli_names() -> dict[str, str]:
-    """Every old stem this map knows (also after the move): the fixed ones; `*_cli` ones are found by rule."""
-    return dict(CLI_FILES)
-
-
-def bench_moves(root: Path) -> dict[str, str]:
-    """bench/<file> -> bench/<folder>/<file> for what is still at bench's top."""
-    moves, unknown = {}, []
-    for path in sorted((root / "bench").glob("*")):
-        if not path.is_file() or path.suffix not in (".py", ".sh") or path.name in BENCH_STAYS:
-            continue
-        if path.name == "__init__.py":
-            continue
-        target = BENCH.get(path.name)
-        if target is None:
-            folder = next((f for p, f in BENCH_PREFIXES.items() if path.name.startswith(p)), None)
-            target = f"{folder}/{path.name}" if folder else None
-        if target is None:
-            unknown.append(path.name)
-        else:
-            moves[path.name] = target
-    if unknown:
-        fail(f"no subject known for bench/{', bench/'.join(unknown)}: add it to BENCH (tools/house_map.py)")
-    return moves
+# the sibling module: `python tools/house_map.py` puts tools/ first on the import path
+import house_plan as plan
 
 
 def git_mv(root: Path, source: str, target: str) -> None:
     (root / target).parent.mkdir(parents=True, exist_ok=True)
     if (root / target).exists():
-        fail(f"both {source} and {target} exist: carry the branch by hand")
+        plan.fail(f"both {source} and {target} exist: carry the branch by hand")
     if (root / ".git").exists():
         subprocess.run(["git", "mv", source, target], cwd=root, check=True)
     else:
@@ -214,12 +40,12 @@ def git_mv(root: Path, source: str, target: str) -> None:
 def cli_rules(stems: dict[str, str]) -> list[tuple[re.Pattern[str], str]]:
     rules = []
     for old, new in sorted(stems.items(), key=lambda kv: -len(kv[0])):
-        new_dotted = f"{PACKAGE}.cli" if new == "__init__" else f"{PACKAGE}.cli.{new}"
-        new_path = f"{PACKAGE}/cli/{new}.py"
+        new_dotted = f"{plan.PACKAGE}.cli" if new == "__init__" else f"{plan.PACKAGE}.cli.{new}"
+        new_path = f"{plan.PACKAGE}/cli/{new}.py"
         if old != "cli":  # csts_pipeline.cli keeps its import name: the entry point is csts_pipeline.cli:main
-            rules.append((re.compile(rf"\b{PACKAGE}\.{old}\b"), new_dotted))
-        rules.append((re.compile(rf"\b{PACKAGE}/{old}\.py\b"), new_path))
-        rules.append((re.compile(rf'"{PACKAGE}" / "{old}\.py"'), f'"{PACKAGE}" / "cli" / "{new}.py"'))
+            rules.append((re.compile(rf"\b{plan.PACKAGE}\.{old}\b"), new_dotted))
+        rules.append((re.compile(rf"\b{plan.PACKAGE}/{old}\.py\b"), new_path))
+        rules.append((re.compile(rf'"{plan.PACKAGE}" / "{old}\.py"'), f'"{plan.PACKAGE}" / "cli" / "{new}.py"'))
         # a bare file name in prose or a docstring: `train_cli.py` (never `test_cli.py`, `cli/x.py`)
         rules.append((re.compile(rf"(?<![\w/.-]){old}\.py\b"), f"cli/{new}.py"))
         if old.endswith("_cli"):  # `stage_cli.COMMON` in prose
@@ -230,7 +56,7 @@ def cli_rules(stems: dict[str, str]) -> list[tuple[re.Pattern[str], str]]:
 def from_package_imports(text: str, stems: dict[str, str]) -> str:
     """`from csts_pipeline import embed_cli, stage_cli` -> `from csts_pipeline.cli import embed, stages`, and the
     bare names after it in that file (`embed_cli.OPTIONS` -> `embed.OPTIONS`)."""
-    pattern = re.compile(rf"^(\s*)from {PACKAGE} import ([\w, ]+)$", re.M)
+    pattern = re.compile(rf"^(\s*)from {plan.PACKAGE} import ([\w, ]+)$", re.M)
     renamed: dict[str, str] = {}
 
     def one(match: re.Match[str]) -> str:
@@ -241,9 +67,9 @@ def from_package_imports(text: str, stems: dict[str, str]) -> str:
         kept = [n for n in names if n not in moved]
         for name in moved:
             renamed[name] = stems[name]
-        lines = [f"{match.group(1)}from {PACKAGE}.cli import {', '.join(sorted(stems[n] for n in moved))}"]
+        lines = [f"{match.group(1)}from {plan.PACKAGE}.cli import {', '.join(sorted(stems[n] for n in moved))}"]
         if kept:
-            lines.insert(0, f"{match.group(1)}from {PACKAGE} import {', '.join(kept)}")
+            lines.insert(0, f"{match.group(1)}from {plan.PACKAGE} import {', '.join(kept)}")
         return "\n".join(lines)
 
     text = pattern.sub(one, text)
@@ -253,7 +79,7 @@ def from_package_imports(text: str, stems: dict[str, str]) -> str:
 
 
 def bench_rules(moves: dict[str, str]) -> list[tuple[re.Pattern[str], str]]:
-    folders = {target.split("/")[0] for target in BENCH.values()} | set(BENCH_PREFIXES.values())
+    folders = {target.split("/")[0] for target in plan.BENCH.values()} | set(plan.BENCH_PREFIXES.values())
     new_in: dict[str, set[str]] = {}
     for target in moves.values():
         folder, name = target.split("/")
@@ -277,70 +103,19 @@ def bench_rules(moves: dict[str, str]) -> list[tuple[re.Pattern[str], str]]:
     return rules
 
 
-# files one level deeper find the repository one level further up
-DEEPER = [
-    (re.compile(r"(Path\(__file__\)\.resolve\(\)\.parents)\[1\]"), r"\1[2]"),
-    (re.compile(r'cd "\$\(dirname "\$0"\)/\.\."$', re.M), 'cd "$(dirname "$0")/../.."'),
-]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # docs/annotate.md by reader
 
 
-def heading_of(line: str) -> tuple[int, str] | None:
-    match = re.match(r"^(#{2,3}) (.+?)\s*$", line)
-    if not match:
-        return None
-    return len(match.group(1)), re.sub(r"^\d+\.\s+", "", match.group(2))
-
-
-def page_of(level: int, title: str) -> tuple[bool, str | None]:
-    """(known, page) for one heading: the longest prefix of the same level in HEADINGS."""
-    found = [(prefix, page) for (lvl, prefix), page in HEADINGS.items() if lvl == level and title.startswith(prefix)]
-    if not found:
-        return False, None
-    return True, max(found, key=lambda f: len(f[0]))[1]
-
-
-def chunks(text: str, name: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """The preamble and each ##/### heading's lines with the page it goes to; fails on an unknown heading."""
-    preamble: list[str] = []
-    parts: list[tuple[str, list[str]]] = []
-    fenced = False
-    section_page = GUIDE
-    unknown = []
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        head = None if fenced else heading_of(line)
-        if head is not None:
-            known, page = page_of(*head)
-            if not known:
-                unknown.append(f"{'#' * head[0]} {head[1]}")
-                page = GUIDE
-            if head[0] == 2:
-                section_page = page or GUIDE
-            parts.append((page or section_page, [line]))
-        elif parts:
-            parts[-1][1].append(line)
-        else:
-            preamble.append(line)
-    if unknown:
-        listed = "\n  ".join(unknown)
-        fail(f"docs/{name}: headings HEADINGS does not list (add each with its page, tools/house_map.py):\n  {listed}")
-    return preamble, parts
-
-
 def references_index(parts: list[tuple[str, list[str]]]) -> list[str]:
     """The guide's list of the reference pages, each with the sections it holds (written once, at the split)."""
-    lines = [f"## {REFERENCES_HEADING}", ""]
+    lines = [f"## {plan.REFERENCES_HEADING}", ""]
     lines.append("This page is the guide: the commands in order and what each file is for. The references, by subject:")
     lines.append("")
-    for page, (title, _) in PAGES.items():
+    for page, (title, _) in plan.PAGES.items():
         titles = []
         for where, chunk in parts:
-            head = heading_of(chunk[0])
+            head = plan.heading_of(chunk[0])
             if where == page and head is not None and head[0] == 2:
                 titles.append(re.sub(r"`", "", head[1]).split(":")[0])
         lines.append(f"- [{page}]({page}): {title.split(': ', 1)[-1]} ({'; '.join(titles)})")
@@ -355,28 +130,32 @@ def slug(title: str) -> str:
 def split_annotate(root: Path, check: bool) -> dict[str, str]:
     """Split docs/annotate.md by HEADINGS; returns page -> text of every page (after the split)."""
     docs = root / "docs"
-    preamble, parts = chunks((docs / GUIDE).read_text(encoding="utf-8"), GUIDE)
-    for page in PAGES:  # a page written already must know its headings too
+    preamble, parts = plan.chunks((docs / plan.GUIDE).read_text(encoding="utf-8"), plan.GUIDE)
+    for page in plan.PAGES:  # a page written already must know its headings too
         if (docs / page).exists():
-            chunks((docs / page).read_text(encoding="utf-8"), page)
-    pages: dict[str, list[str]] = {GUIDE: list(preamble)}
-    for page in PAGES:
+            plan.chunks((docs / page).read_text(encoding="utf-8"), page)
+    pages: dict[str, list[str]] = {plan.GUIDE: list(preamble)}
+    for page in plan.PAGES:
         if (docs / page).exists():
             pages[page] = [*(docs / page).read_text(encoding="utf-8").rstrip("\n").splitlines(), ""]
         else:
-            title, intro = PAGES[page]
+            title, intro = plan.PAGES[page]
             pages[page] = [f"# {title}", "", intro, ""]
     for page, lines in parts:
         pages[page] += lines
-    moved = any(page != GUIDE for page, _ in parts)
+    moved = any(page != plan.GUIDE for page, _ in parts)
     if moved:
         guide = list(preamble)
-        if not any(heading_of(line) == (2, REFERENCES_HEADING) for _, chunk in parts for line in chunk[:1]):
+        if not any(plan.heading_of(line) == (2, plan.REFERENCES_HEADING) for _, chunk in parts for line in chunk[:1]):
             guide += references_index(parts)
-        pages[GUIDE] = guide + [line for page, chunk in parts if page == GUIDE for line in chunk]
+        pages[plan.GUIDE] = guide + [line for page, chunk in parts if page == plan.GUIDE for line in chunk]
     texts = {page: "\n".join(lines).rstrip("\n") + "\n" for page, lines in pages.items()}
     if not moved:
-        return {page: (docs / page).read_text(encoding="utf-8") for page in [GUIDE, *PAGES] if (docs / page).exists()}
+        return {
+            page: (docs / page).read_text(encoding="utf-8")
+            for page in [plan.GUIDE, *plan.PAGES]
+            if (docs / page).exists()
+        }
     if not check:
         for page, text in texts.items():
             (docs / page).write_text(text, encoding="utf-8")
@@ -434,12 +213,12 @@ def rewrite_doc_references(text: str, here: str | None, headings, anchors, texts
     text = re.sub(r"((?:docs/)?)annotate\.md((?:,\s*|\s+)\(?)([\"'])([^\"'\n]+)", quoted, text)
     text = re.sub(
         r"((?:docs/)?)annotate\.md(,? (?:step|section) )(\d+)",
-        lambda m: f"{m.group(1)}{numbered(m.group(3), headings) or GUIDE}{m.group(2)}{m.group(3)}",
+        lambda m: f"{m.group(1)}{numbered(m.group(3), headings) or plan.GUIDE}{m.group(2)}{m.group(3)}",
         text,
     )
     text = re.sub(
         r"((?:docs/)?)annotate\.md's ([\w -]+)",
-        lambda m: f"{m.group(1)}{place_phrase(m.group(2), headings, texts) or GUIDE}'s {m.group(2)}",
+        lambda m: f"{m.group(1)}{place_phrase(m.group(2), headings, texts) or plan.GUIDE}'s {m.group(2)}",
         text,
     )
 
@@ -556,31 +335,20 @@ def sort_imports(root: Path, paths: list[Path]) -> None:
     subprocess.run([ruff, "check", "--select", "I", "--fix", "-q", *map(str, paths)], cwd=root, check=False)
 
 
-def text_files(root: Path) -> list[Path]:
-    found = []
-    for path in root.rglob("*"):
-        parts = path.relative_to(root).parts
-        if not path.is_file() or SKIP_PARTS & set(parts[:-1]) or path.name in SELF or path.stat().st_size > MAX_BYTES:
-            continue
-        if path.suffix in TEXT_SUFFIXES or path.name in TEXT_NAMES or parts[0] == ".ci":
-            found.append(path)
-    return found
-
-
 def main() -> None:
     check = "--check" in sys.argv[1:]
     root = Path.cwd()
-    if not (root / PACKAGE).is_dir() or not (root / "bench").is_dir():
-        fail(f"run from the repository root ({PACKAGE}/ and bench/ not found in {root})")
+    if not (root / plan.PACKAGE).is_dir() or not (root / "bench").is_dir():
+        plan.fail(f"run from the repository root ({plan.PACKAGE}/ and bench/ not found in {root})")
     # everything refused is refused before anything changes
-    cli = cli_moves(root)
-    bench = bench_moves(root)
+    cli = plan.cli_moves(root)
+    bench = plan.bench_moves(root)
     texts = split_annotate(root, check=True)
     if check:
         print(f"house_map: would move {len(cli)} command modules, {len(bench)} benches; docs: {', '.join(texts)}")
         return
     for old, new in cli.items():
-        git_mv(root, f"{PACKAGE}/{old}.py", f"{PACKAGE}/cli/{new}.py")
+        git_mv(root, f"{plan.PACKAGE}/{old}.py", f"{plan.PACKAGE}/cli/{new}.py")
     for old, target in bench.items():
         git_mv(root, f"bench/{old}", f"bench/{target}")
     texts = split_annotate(root, check=False)
@@ -588,10 +356,10 @@ def main() -> None:
         subprocess.run(["git", "add", *(f"docs/{page}" for page in texts)], cwd=root, check=True)
     headings, anchors = doc_index(texts)
 
-    stems = {**all_cli_names(), **cli}
-    rules = cli_rules(stems) + bench_rules({**BENCH, **bench})
+    stems = {**plan.all_cli_names(), **cli}
+    rules = cli_rules(stems) + bench_rules({**plan.BENCH, **bench})
     changed: list[Path] = []
-    for path in text_files(root):
+    for path in plan.text_files(root):
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -603,7 +371,7 @@ def main() -> None:
         for pattern, replacement in rules:
             new = pattern.sub(replacement, new)
         if relative.parts[0] == "bench" and len(relative.parts) == 3:
-            for pattern, replacement in DEEPER:
+            for pattern, replacement in plan.DEEPER:
                 new = pattern.sub(replacement, new)
         here = relative.name if relative.parts[:1] == ("docs",) and relative.name in texts else None
         new = rewrite_doc_references(new, here, headings, anchors, texts, str(relative))

@@ -194,7 +194,7 @@ def bench_modules() -> dict[str, Path]:
 
 
 def test_bench_is_grouped_by_subject():
-    """Every bench lies in its subject's folder (a new one is placed there, tools/house_map.py's BENCH); only what
+    """Every bench lies in its subject's folder (a new one is placed there, tools/house_plan.py's BENCH); only what
     every subject shares stays at bench/'s top."""
     top = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
     assert set(top) <= BENCH_SHARED, f"bench/: modules outside a subject folder: {sorted(set(top) - BENCH_SHARED)}"
