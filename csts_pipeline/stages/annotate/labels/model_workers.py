@@ -4,7 +4,7 @@ labels and the not-pertinent verdict (docs/annotate-labels.md, "Models in the lo
 A model answers every item, and its mistakes repeat: one kind of condition it gets wrong, one answer it favours.
 So, unlike a person, it is fitted once per kind of condition (the audit's kinds: colour, number, place, ...;
 audit_stats.condition_kind), each kind with its own confusion table, shrunk toward the model's table over all its
-kinds (ordinal.free_tables), so a kind with little evidence says what the model says overall. Which models enter
+kinds (model_tables.free_tables), so a kind with little evidence says what the model says overall. Which models enter
 at all is the batch's evidence's decision (labels/trust.py): a model whose answers agree with the people no
 better than chance is left out whole and changes no label. A kind where its mean error is KIND_ERROR_AT points or
 more (doubtful) sends its items to people at `export --more` (steps/followup.py). Its not-pertinent votes enter

@@ -19,8 +19,8 @@ one matrix product for all workers, exact and free of step sizes.
 
 A **language model** (a worker whose rows carry a distribution q over 1..5, `soft`) is estimated like anyone,
 against the people and the hidden gold, with two differences. Its P(y | t) is a free 5 x 5 confusion
-estimated from its most likely digits (free_tables says why). And each answer enters the item's posterior as
-the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a rating, an
+estimated from its most likely digits (model_tables.free_tables says why). And each answer enters the item's
+posterior as the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a rating, an
 unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its weight
 against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and leaves
 out what it has not earned (docs/annotate-models.md, "Models in the loop").
@@ -35,7 +35,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import score_density, shift
+from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
 from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
 from csts_pipeline.stages.annotate.labels.interval import MIN_CALIBRATION_ITEMS, calibrated_threshold, credible_interval
@@ -48,8 +48,6 @@ TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 INTERVAL_MASS = 0.9
 MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
 MAX_ITER, TOL = 200, 1e-6  # EM's iterations at most, and the largest posterior change that counts as converged
-FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
-KIND_PSEUDO = 3.0  # a model's table on one kind of condition: pseudo-answers per true label from its overall table
 
 
 def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
@@ -201,7 +199,7 @@ def fit(
     `known` (per item, 0 or a true label 1-5) fixes the true label of control items with a known answer (hidden
     gold) in every E-step, so they anchor the workers' bias and noise and the shared shift; they stay out of
     the label prior. `soft` ([ratings, 5], rows of nan for hard ratings) gives a model worker's distribution for
-    its rows: such a worker gets a free confusion (free_tables), starts uninformative and earns its weight
+    its rows: such a worker gets a free confusion (model_tables.free_tables), starts uninformative and earns its weight
     against the others. The shared shift's spread is `ambiguity`, else likeliest_spread's on the people's
     answers. `people_noise` holds every person's noise there (one for all, or per worker id), their biases still
     fitted (labels/trust.py: where the items of known label measure the people, or by the symmetric rule).
@@ -326,11 +324,11 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
         counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers), data.count_layout)
         choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-        table = free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free, data.family)
+        table = model_tables.free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free, data.family)
         if len(scored):
             on = scored[measured]
             density = score_density.m_step(data.z[on], group[measured], joint[data.item[on]].sum(axis=2), len(groups))
-            table = density_tables(table, data, groups, density)
+            table = model_tables.density_tables(table, data, groups, density)
         change = float(np.abs(posterior - before).max()) if data.n_items else 0.0
         before = posterior
         heard = float(evidence[data.heard].sum())
@@ -382,44 +380,6 @@ def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) ->
     return moved / total, evidence + np.log(total).reshape(-1) + top.reshape(-1)
 
 
-def density_tables(table: np.ndarray, data: Answers, groups: np.ndarray, density: np.ndarray) -> np.ndarray:
-    """The workers' tables with each scored model's read from its density (score_density.tables)."""
-    table = table.copy()
-    read = score_density.tables(density)
-    for at, family in enumerate(groups):
-        table[data.family == family] = read[at]
-    return table
-
-
 def pinned_noise(target: float) -> float:
     """The noise of NOISE_GRID whose unbiased kernel's reliability is nearest `target`."""
     return float(NOISE_GRID[np.argmin(np.abs(reliability(response(np.zeros_like(NOISE_GRID), NOISE_GRID)) - target))])
-
-
-def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray, family: np.ndarray) -> np.ndarray:
-    """The workers' P(y | t): the fitted kernel, and for the `free` workers (models, who answer every item) a
-    free 5 x 5 confusion. A model fitted per kind of condition is a family of free workers (`family`: per worker
-    its family's index, -1 for people): the family's table over all its kinds is estimated from their expected
-    counts with FREE_PSEUDO answers per true label spread as its answers overall (whatever the truth), so a row
-    with little evidence says nothing about t; each kind's table is its own counts plus KIND_PSEUDO answers per
-    true label drawn from the family's table, so a kind with little evidence reads as the model does overall,
-    and one with much evidence as itself. Why free: a model's errors repeat (one answer favoured, a point off on
-    one kind of condition), a pattern a two-parameter kernel smears into noise. Why not its kernel for the
-    pseudo-answers: a model that says 5 for every item fitted a kernel two points up, whose pseudo-answers made
-    a 5 evidence against a true 1, which pulled the labels up EM round by EM round."""
-    table = kernel.copy()
-    members = np.flatnonzero(free)
-    if len(members) == 0:
-        return table
-    groups, at = np.unique(family[members], return_inverse=True)
-    pooled = np.zeros((len(groups), *counts.shape[1:]))
-    np.add.at(pooled, at, counts[members])
-    marginal = pooled.sum(axis=1, keepdims=True)  # [families, 1, y]: its answers whatever the truth
-    total = marginal.sum(axis=2, keepdims=True)
-    marginal = np.where(total > 0, marginal / np.maximum(total, 1e-12), 1 / len(SCALE))  # a scored model: none
-    overall = pooled + FREE_PSEUDO * marginal
-    overall /= overall.sum(axis=2, keepdims=True)
-    alone = np.bincount(at)[at] == 1  # a model fitted whole: its table is its family's
-    shrunk = np.where(alone[:, None, None], overall[at], counts[members] + KIND_PSEUDO * overall[at])
-    table[members] = shrunk / shrunk.sum(axis=2, keepdims=True)
-    return table
