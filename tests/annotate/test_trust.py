@@ -217,3 +217,52 @@ def test_the_calibrated_threshold_covers_the_share_asked_of_the_rows_it_saw():
     covered = (low <= label + 1) & (label + 1 <= high)
     assert 0.9 <= covered.mean() < 0.95, covered.mean()
     assert interval.calibrated_threshold(posterior[:10], label[:10], 0.9) is None
+
+
+def take_qualification(folder: Path, workers: list[str], off: int, tmp_path: Path) -> None:
+    """`annotate export/import --stage qualification` in the batch's folder: every worker writes passing
+    conditions and rates the test's items `off` points from their gold (towards the middle of the scale)."""
+    result = runner.invoke(app, ["annotate", "export", "--stage", "qualification", "--out", str(folder), "--force"])
+    assert result.exit_code == 0, result.output
+    (test,) = map(json.loads, (folder / "qualification_tasks" / "tasks.jsonl").open())
+    rated = [i for i in test["items"] if i["kind"] == "rate"]
+    written = [i for i in test["items"] if i["kind"] == "write"]
+    rows = []
+    for worker in workers:
+        row = {"test_id": test["test_id"], "worker_id": worker, "assignment_id": f"A-{worker}"}
+        for n, _ in enumerate(written, start=1):
+            row |= {f"condition_high_{n}": "The place.", f"condition_low_{n}": "The weather."}
+        for n, item in enumerate(rated, start=1):
+            gold = item["gold_rating"]
+            answer = int(float(gold)) + (off if float(gold) < 3 else -off) if gold[:1].isdigit() else None
+            row |= {f"rating_{n}": str(answer)} if answer else {f"not_pertinent_{n}": "true"}
+        rows.append(row)
+    path = tmp_path / f"qualification-{off}.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(dict.fromkeys(k for r in rows for k in r)))
+        writer.writeheader()
+        writer.writerows(rows)
+    args = ["annotate", "import", "--stage", "qualification", "--results", str(path), "--out", str(folder)]
+    result = runner.invoke(app, [*args, "--max-rating-error", "2", "--force"])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_qualification_test_measures_the_people_where_nothing_else_does(tmp_path: Path):
+    """One person an item and no gold or sample: the people's answers on the qualification test's rating items
+    (their gold known) measure the people's noise, so their weights are measured, not assumed; people who were
+    exact on the test come out more reliable than the same people a point off on it."""
+    folder, truth = folder_with(tmp_path, "good")
+    people = People.around(truth, seed=0, spam=0.0, lenient=0.0, harsh=0.0)
+    results = first_batch(folder, people, 1, tmp_path / "one.csv", 0)
+    reliability = {}
+    for off in (0, 1):
+        take_qualification(folder, list(people.kind), off, tmp_path)
+        said = import_ratings(folder, results)
+        assert "weights measured from the batch's evidence: people by the items of known label (with" in said
+        found = workers(folder)
+        found.pop("model:good")
+        assert all("qualification test" in w["evidence"] and "assumed" not in w["evidence"] for w in found.values())
+        reliability[off] = np.mean([w["reliability"] for w in found.values()])
+        test = json.loads((folder / "ratings" / "agreement.json").read_text())["qualification_test"]
+        assert test["workers"] == len(people.kind) and test["ratings"] == test["items"] * test["workers"]
+    assert reliability[0] > reliability[1] + 0.05, reliability

@@ -152,19 +152,30 @@ class OrdinalModel(Aggregator):
         controls: Controls | None = None,
         ambiguity: float | None = None,
         known: np.ndarray | None = None,
+        test: Anchor | None = None,
     ):
         super().__init__(not_pertinent_share, min_ratings, anchor)
         self.kinds = kinds  # per item, then per gold item: its condition's kind (model_workers)
         self.controls = controls
         self.ambiguity = ambiguity  # the shared shift's sd (`--ambiguity-sd`); None: chosen from the answers
         self.known = known  # per item the expert sample's label (0: none; `--expert`)
+        self.test = test  # the people's answers on the qualification test's rating items, with their gold
 
     def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
         from csts_pipeline.stages.annotate.labels.quality import model_labels
 
         share, least = self.not_pertinent_share, self.min_ratings
         found = model_labels(
-            ratings, n_items, share, least, self.anchor, self.kinds, self.controls, self.ambiguity, self.known
+            ratings,
+            n_items,
+            share,
+            least,
+            self.anchor,
+            self.kinds,
+            self.controls,
+            self.ambiguity,
+            self.known,
+            self.test,
         )
         self.labels_, self.result_ = found
         return self
@@ -192,10 +203,11 @@ def aggregator(
     controls: Controls | None = None,
     ambiguity: float | None = None,
     known: np.ndarray | None = None,
+    test: Anchor | None = None,
 ) -> Aggregator:
-    """The policy `--aggregate how` names, with the import's options (`kinds`, `controls`, `ambiguity`: only a
-    model uses them)."""
+    """The policy `--aggregate how` names, with the import's options (`kinds`, `controls`, `ambiguity`, `known`,
+    `test`: only a model uses them)."""
     cls = aggregator_class(how)
     if issubclass(cls, OrdinalModel):
-        return cls(not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity, known)
+        return cls(not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity, known, test)
     return cls(not_pertinent_share, min_ratings, anchor)

@@ -54,6 +54,7 @@ def model_labels(
     controls: Controls | None = None,
     ambiguity: float | None = None,
     known: np.ndarray | None = None,
+    test: Anchor | None = None,
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
     and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. `kinds` (per
@@ -62,16 +63,19 @@ def model_labels(
     first: a model that agrees with the people no better than chance is left out whole, and where nothing
     measures the people they are pinned at the reliability their agreement with the models implies.
     `controls`: the hidden controls, numeric and not pertinent, that score a language model's flags.
-    `ambiguity`: the shared shift's sd (anchored_fit); `known`: the expert sample's labels per item."""
+    `ambiguity`: the shared shift's sd (anchored_fit); `known`: the expert sample's labels per item; `test`: the
+    people's answers on the qualification test's rating items with their gold (steps/qualification.py)."""
     on_items = None if kinds is None else kinds[:n_items]
-    plan = trust.plan(ratings, n_items, known, None if anchor is None else anchor[0], on_items)
+    plan = trust.plan(
+        ratings, n_items, known, None if anchor is None else anchor[0], on_items, None if test is None else test[0]
+    )
     split = model_workers.by_kind(ratings, on_items)
     split = split.subset(~model_workers.dropped_rows(split, plan))
     gold = None
     if anchor is not None:
         on_gold = model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items))
         gold = (on_gold.subset(~model_workers.dropped_rows(on_gold, plan)), anchor[1])
-    fit = weighing.weighed_fit(plan, split, n_items, gold, ambiguity, known)
+    fit = weighing.weighed_fit(plan, split, n_items, gold, ambiguity, known, test)
     fits = model_workers.model_fits(fit, split, plan)
     found = flag_verdict(ratings, n_items, controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone

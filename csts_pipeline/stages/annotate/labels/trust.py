@@ -29,7 +29,9 @@ from csts_pipeline.stages.annotate.labels.model_workers import model_name, poole
 INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standard errors above zero
 MIN_EVIDENCE = 20  # people's ratings on known or repeated items from which their reliabilities are measured
 EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", "agreement", "assumed"
+TEST = "qualification test"  # a person's answers on the qualification test's rating items (their gold known)
 KNOWN = "known labels"
+NO_EVIDENCE = "no expert sample, gold, repeats or qualification test"
 SEARCH_TOL = 1e-4  # the equal rule's bisection ranks each noise at this posterior change (the final fit runs on)
 
 
@@ -107,6 +109,8 @@ class TrustPlan:
     balance: dict[float, float] = field(default_factory=dict)  # the equal rule's search: people's reliability -> gap
     relative: dict[str, float] = field(default_factory=dict)  # per person, their agreement with the models over
     # the people's (shrunk): where nothing measures the people, who is better than whom is still measured
+    known_in_batch: bool = False  # the batch's own items of known label (expert sample, gold) measure, not only
+    # the qualification test: a similarity model's score density is measured on them
 
     @property
     def left_out(self) -> list[str]:
@@ -124,13 +128,17 @@ class TrustPlan:
             for name, m in self.models.items()
         }
         people = None if self.people_reliability is None else round(self.people_reliability, 4)
+        tested = sum(e.get(TEST, 0) for e in self.evidence.values())
         return {"people_measured": self.people_measured, "people_measured_by": self.mode, "people_reliability":
-                people, "rule": self.rule, "informative_z": INFORMATIVE_Z, "models": models}  # fmt: skip
+                people, "rule": self.rule, "informative_z": INFORMATIVE_Z, "models": models,
+                "qualification_ratings": tested}  # fmt: skip
 
 
-def people_evidence(people: RatingArrays, known: np.ndarray, anchor: RatingArrays | None) -> dict[str, dict[str, int]]:
-    """Per person, how many of their ratings fall on known items (the expert sample), on the gold, and on items
-    another person rated too (repeats)."""
+def people_evidence(
+    people: RatingArrays, known: np.ndarray, anchor: RatingArrays | None, test: RatingArrays | None = None
+) -> dict[str, dict[str, int]]:
+    """Per person, how many of their ratings fall on known items (the expert sample), on the gold, on items
+    another person rated too (repeats) and on the qualification test's rating items (`test`)."""
     rated = people.subset(people.rated)
     names, code = np.unique(people.worker.astype(str), return_inverse=True)
     mine = code[people.rated]
@@ -139,12 +147,16 @@ def people_evidence(people: RatingArrays, known: np.ndarray, anchor: RatingArray
         EXPERT: np.bincount(mine, weights=known[rated.item] > 0, minlength=len(names)),
         REPEATS: np.bincount(mine, weights=per_item[rated.item] >= 2, minlength=len(names)),
     }
-    if anchor is not None:
-        on_gold = anchor.subset(anchor.rated)
-        at = np.searchsorted(names, on_gold.worker.astype(str))
-        known_worker = (at < len(names)) & (names[np.minimum(at, len(names) - 1)] == on_gold.worker.astype(str))
-        counts[GOLD] = np.bincount(at[known_worker], minlength=len(names))
+    for kind, given in ((GOLD, anchor), (TEST, test)):
+        if given is not None:
+            counts[kind] = np.bincount(_worker_codes(names, given.subset(given.rated).worker), minlength=len(names))
     return {str(n): {kind: int(c[i]) for kind, c in counts.items()} for i, n in enumerate(names)}
+
+
+def _worker_codes(names: np.ndarray, workers: np.ndarray) -> np.ndarray:
+    """The index in `names` (sorted) of each of `workers` that is among them."""
+    at = np.searchsorted(names, workers.astype(str))
+    return at[(at < len(names)) & (names[np.minimum(at, len(names) - 1)] == workers.astype(str))]
 
 
 def model_agreement(name: str, people: np.ndarray, theirs: np.ndarray, kinds: np.ndarray | None) -> ModelAgreement:
@@ -168,9 +180,11 @@ def plan(
     known: np.ndarray | None = None,
     anchor: RatingArrays | None = None,
     kinds: np.ndarray | None = None,
+    test: RatingArrays | None = None,
 ) -> TrustPlan:
     """The trust plan for a batch's ratings (model rows named `model:<name>`), `kinds` per item the kind of its
-    condition (model_workers.condition_kinds) or None."""
+    condition (model_workers.condition_kinds) or None; `test`: the people's answers on the qualification test's
+    rating items (steps/qualification.test_answers)."""
     known = np.zeros(n_items, np.int64) if known is None else known
     rated = ratings.subset(ratings.rated)
     human = rated.human
@@ -185,15 +199,16 @@ def plan(
     }
     models = {name: model_agreement(name, people, s, kinds) for name, s in series.items()}
     on_gold = None if anchor is None else anchor.subset(anchor.human)
-    evidence = people_evidence(ratings.subset(ratings.human), known, on_gold)
-    count = {kind: sum(k.get(kind, 0) for k in evidence.values()) for kind in (EXPERT, GOLD, REPEATS)}
+    evidence = people_evidence(ratings.subset(ratings.human), known, on_gold, test)
+    count = {kind: sum(k.get(kind, 0) for k in evidence.values()) for kind in (EXPERT, GOLD, REPEATS, TEST)}
     if count[REPEATS] >= MIN_EVIDENCE:
         mode = REPEATS
-    elif count[EXPERT] + count[GOLD] >= MIN_EVIDENCE:
+    elif count[EXPERT] + count[GOLD] + count[TEST] >= MIN_EVIDENCE:
         mode = KNOWN
     else:
         mode = ASSUMED
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
+    found.known_in_batch = count[EXPERT] + count[GOLD] >= MIN_EVIDENCE
     useful = [m for m in models.values() if m.informative]
     if mode != REPEATS and useful:
         found.relative = relative_agreement(rated.subset(human), [series[m.name] for m in useful])
@@ -289,7 +304,7 @@ def person_words(found: TrustPlan, name: str) -> str:
     if found.people_measured:
         return f"{ASSUMED}: measured only through the other people and models"
     if found.people_reliability is None:
-        return f"{ASSUMED}: nothing in the batch measures the people (no expert sample, gold or repeats)"
+        return f"{ASSUMED}: nothing in the batch measures the people ({NO_EVIDENCE})"
     how = "the models' triad rule" if found.rule == "triad" else "equal to the model's, from their agreement"
     return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} on average ({how}){relative}"
 
@@ -315,15 +330,20 @@ def summary_words(summary: dict[str, Any]) -> str:
         return ""
     if found["people_measured"]:
         by = "their repeats" if found["people_measured_by"] == REPEATS else "the items of known label"
+        by += (
+            f" (with {found['qualification_ratings']} answers on the qualification test)"
+            if found.get("qualification_ratings") and found["people_measured_by"] == KNOWN
+            else ""
+        )
         text = f"weights measured from the batch's evidence: people by {by} (workers.parquet's evidence)"
     elif found["people_reliability"] is not None:
         rule = "the models' triad rule" if found["rule"] == "triad" else "equal to the model's, from their agreement"
         text = (
-            f"weights assumed: nothing in the batch measures the people (no expert sample, gold or repeats), so "
+            f"weights assumed: nothing in the batch measures the people ({NO_EVIDENCE}), so "
             f"they are pinned at reliability {found['people_reliability']:.2f} ({rule}); --expert measures them"
         )
     else:
-        text = "weights assumed: nothing in the batch measures the people (no expert sample, gold or repeats)"
+        text = f"weights assumed: nothing in the batch measures the people ({NO_EVIDENCE})"
     empty = [name for name, m in found["models"].items() if not m["informative"]]
     if empty:
         text += f"; no information in {', '.join(empty)} (no agreement with people beyond chance): left out"

@@ -57,18 +57,22 @@ def weighed_fit(
     gold: Anchor | None,
     ambiguity: float | None,
     known: np.ndarray | None,
+    test: Anchor | None = None,
 ) -> ordinal.OrdinalFit:
     """The rater model with the people held where the plan says (trust.py): free where repeats measure them; at
-    the noise the items of known label measure; at the triad rule's reliability; or, with one informative
-    model, at the noise where they come out as reliable as the models (trust.equal_noise)."""
+    the noise the items of known label measure (the expert sample and the gold, fixed in the fit; the
+    qualification test's answers `test`, which measure the noise and stay out of the fit); at the triad rule's
+    reliability; or, with one informative model, at the noise where they come out as reliable as the models
+    (trust.equal_noise)."""
     useful = [name for name, m in plan.models.items() if m.informative]
     if plan.mode == trust.REPEATS or (plan.mode == trust.ASSUMED and not useful):
         return anchored_fit(split, n_items, gold, ambiguity, known)
     if plan.mode == trust.KNOWN:
-        noise = known_noise(split, n_items, gold, known)
+        noise = known_noise(split, n_items, [a for a in (gold, test) if a is not None], known)
         pooled = float(ordinal.reliability(ordinal.response(np.zeros(1), np.array([noise])))[0])
         noises = trust.people_noises(plan, pooled) if plan.relative else noise
-        return anchored_fit(split, n_items, gold, ambiguity, known, noises, sample_prior(known), True)
+        prior = sample_prior(known)
+        return anchored_fit(split, n_items, gold, ambiguity, known, noises, prior, plan.known_in_batch)
     if plan.people_reliability is not None:
         noises = trust.people_noises(plan, plan.people_reliability)
         return anchored_fit(split, n_items, gold, ambiguity, known, noises)
@@ -92,17 +96,18 @@ def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
     return counts / counts.sum()
 
 
-def known_noise(split: RatingArrays, n_items: int, gold: Anchor | None, known: np.ndarray | None) -> float:
-    """The people's noise as their ratings on the items of known label measure it, pooled over people (a few
-    known items each cannot tell one person's from another's)."""
+def known_noise(split: RatingArrays, n_items: int, anchors: list[Anchor], known: np.ndarray | None) -> float:
+    """The people's noise as their ratings on the items of known label measure it (the batch's expert sample,
+    then each of `anchors`: the gold, the qualification test's rating items), pooled over people (a few known
+    items each cannot tell one person's from another's)."""
     people = split.subset(split.human & split.rated)
     truth = np.zeros(n_items, np.int64) if known is None else known
     on = truth[people.item] > 0
     item, rating = people.item[on], people.rating[on]
-    if gold is not None:
-        theirs = gold[0].subset(gold[0].human & gold[0].rated)
-        item = np.concatenate([item, theirs.item + n_items])
+    for ratings, labels in anchors:
+        theirs = ratings.subset(ratings.human & ratings.rated)
+        item = np.concatenate([item, theirs.item + len(truth)])
         rating = np.concatenate([rating, theirs.rating])
-        truth = np.concatenate([truth, gold[1]])
+        truth = np.concatenate([truth, labels])
     fit = ordinal.fit(item, np.full(len(item), "people"), rating, len(truth), known=truth, ambiguity=0.0)
     return float(fit.noise[0])

@@ -14,7 +14,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
@@ -30,6 +32,7 @@ from csts_pipeline.stages.annotate.crowd.gold_set import (
     read_gold,
 )
 from csts_pipeline.stages.annotate.crowd.results import ResultRow, parse_flag, parse_rating
+from csts_pipeline.stages.annotate.labels.agreement import Rating, RatingArrays
 from csts_pipeline.stages.annotate.layout import QUALIFICATION_TASKS, REPORT, TASKS
 
 QUALIFICATION = "qualification"
@@ -242,3 +245,29 @@ def qualified_workers(annotate_dir: Path, workers: Path | None) -> screening.Qua
 def workers_input(qualified: screening.Qualified | None) -> dict[str, str]:
     """The stage-record input of an import that applies a qualification (nothing when none applies)."""
     return {} if qualified is None else {"workers": file_fingerprint(qualified.file)}
+
+
+def answers_file(annotate_dir: Path) -> Path | None:
+    """`<annotate>/qualification/answers.csv` where a qualification import wrote it."""
+    path = annotate_dir / QUALIFICATION / ANSWERS
+    return path if path.is_file() else None
+
+
+def test_answers(path: Path, people: set[str]) -> tuple[RatingArrays, np.ndarray] | None:
+    """The `people`'s ratings on the qualification test's rating items whose gold is a rating, as the rater model's
+    evidence about them (labels/trust.py: the people's noise measured on items of known label): the ratings
+    (items indexed 0.. in the file's order) and each item's gold; None where none of them rated one."""
+    try:
+        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=ANSWER_SCHEMA)).to_pylist()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise UserError(f"{path}: not a readable qualification answers file ({str(exc).splitlines()[0]})") from None
+    rows = [r for r in table if r["kind"] == "rate" and r["worker_id"] in people and r["rating"] is not None]
+    rows = [r for r in rows if not r["not_pertinent"] and parse_rating(r["gold_rating"]) is not None]
+    if not rows:
+        return None
+    items = {item: n for n, item in enumerate(dict.fromkeys(r["item_id"] for r in rows))}
+    truth = np.zeros(len(items), np.int64)
+    for r in rows:
+        truth[items[r["item_id"]]] = parse_rating(r["gold_rating"])
+    found = [Rating(items[r["item_id"]], str(r["worker_id"]), "", int(r["rating"]), False) for r in rows]
+    return RatingArrays.of(found), truth

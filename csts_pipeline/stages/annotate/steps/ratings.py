@@ -143,6 +143,8 @@ def import_ratings(
     params |= {"models": [run.worker for run in runs]} if models is not None else {}
     inputs |= model_folders.model_input(runs)  # each model's own fingerprint: a rerun of one makes this stale
     inputs |= {"expert": file_fingerprint(expert)} if expert is not None else {}
+    test = qualification.answers_file(annotate_dir) if how == "model" else None
+    inputs |= {"qualification_answers": file_fingerprint(test)} if test is not None else {}
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
@@ -155,7 +157,7 @@ def import_ratings(
         if not any(not hidden_gold.is_control(tasks_all[a.item]) for a in accepted):
             raise screen.nothing_valid(results, "ratings")
         done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
-                           agreement_sample, seed, ambiguity_sd, by_model.described, expert)  # fmt: skip
+                           agreement_sample, seed, ambiguity_sd, by_model.described, expert, test)  # fmt: skip
 
         out.begin(force=True)
         screen.write_report(out.staging / REPORT)
@@ -217,13 +219,15 @@ def label_batch(
     ambiguity_sd: float | None = None,
     described: dict[str, dict[str, str]] | None = None,
     expert: Path | None = None,
+    test: Path | None = None,
 ) -> Labelled:
     """The import's labels from the rating tasks (hidden controls included, `gold` their check on people) and the
     accepted answers of people and of models (model_ratings.answers_of: each with its distribution): the label
     policy `how`, agreement, the workers table and the high-against-low check. `described`: what each model is
     and how its answers were read (model_folders.ModelRun.row), for the tables and summaries; `expert`: a file
-    of careful labels for some items (labels/expert.py). Everything the command computes goes through here; a
-    bench or a simulation calls it with answers made in memory."""
+    of careful labels for some items (labels/expert.py); `test`: the qualification import's answers.csv, whose
+    rating items (their gold known) measure the people who took it (`--aggregate model` only). Everything the
+    command computes goes through here; a bench or a simulation calls it with answers made in memory."""
     described = described or {}
     parts = hidden_gold.separate(tasks_all, people + models)
     items, accepted = parts.items, parts.accepted
@@ -234,7 +238,10 @@ def label_batch(
     controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
     careful = read_expert(expert, items) if expert is not None else None
     known = None if careful is None else careful.known
-    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd, known)
+    tested = None
+    if test is not None and how == "model":
+        tested = qualification.test_answers(test, {r.worker for r in people})
+    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd, known, tested)
     labels = policy.fit_predict(ratings, len(items))
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
@@ -251,8 +258,16 @@ def label_batch(
         "model_workers": quality.workers_summary(model, workers, ambiguity_sd is not None) if model else None,
         "gold": gold.summary() if gold else None,
         "expert": None if careful is None else careful.summary() | {"file": str(expert)},
+        "qualification_test": None if tested is None else _test_summary(tested, test),
     }
     return Labelled(items, accepted, labels, model, workers, agreement, checks)
+
+
+def _test_summary(tested: tuple[RatingArrays, np.ndarray], path: Path | None) -> dict[str, Any]:
+    """agreement.json's record of the qualification answers the rater model measured the people on."""
+    ratings = tested[0]
+    return {"file": str(path), "ratings": len(ratings.item), "items": len(tested[1]),
+            "workers": len(set(ratings.worker.tolist()))}  # fmt: skip
 
 
 def _check_rating_options(
