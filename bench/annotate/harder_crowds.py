@@ -20,7 +20,8 @@ Prints per setting (mean over seeds): Spearman with the truth overall and within
 human ratings per item, 90% coverage overall and on the "colour" quarter, mean label error on the colour quarter
 and elsewhere, the model's reliability, whether workers.parquet marks it unreliable, the human ratings the
 import says it replaced, the shared shift's sd the last import used, and how far apart the people's answers
-told the spreads (sd_evidence: the span of their log-likelihood over the grid, where the sd was chosen).
+told the spreads (sd_evidence: the span of their log-likelihood over the grid, where the sd was chosen), and
+how many items of known label calibrated the intervals (calibrated_on: 0 where none did).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def model_figures(folder: Path) -> dict:
     agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
     model = agreement["model_workers"]
     spread = {"ambiguity_sd": model["ambiguity_sd"], "sd_evidence": shift.evidence_span(model)}
+    spread["calibrated_on"] = model.get("interval_calibrated_on", 0)
     workers = [
         r
         for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()
@@ -153,6 +155,7 @@ COLUMNS = (
     "replaced_ratings",
     "ambiguity_sd",
     "sd_evidence",
+    "calibrated_on",
 )
 
 
