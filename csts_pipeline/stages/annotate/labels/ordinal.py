@@ -38,7 +38,12 @@ import numpy as np
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
 from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
-from csts_pipeline.stages.annotate.labels.interval import MIN_CALIBRATION_ITEMS, calibrated_threshold, credible_interval
+from csts_pipeline.stages.annotate.labels.interval import (
+    MIN_CALIBRATION_ITEMS,
+    calibrated_threshold,
+    credible_interval,
+    mass_threshold,
+)
 
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)
@@ -367,9 +372,10 @@ def interval_threshold(data: Answers, state: State, spread: float) -> tuple[floa
         return None, 0
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
-    posterior = blind.posterior.sum(axis=2)[known]
+    posterior = blind.posterior.sum(axis=2)
+    own = mass_threshold(posterior, np.argmax(posterior, axis=1), INTERVAL_MASS)
     label = np.argmax(data.allowed[known], axis=1)
-    return calibrated_threshold(posterior, label, INTERVAL_MASS), int(known.sum())
+    return calibrated_threshold(posterior[known], label, INTERVAL_MASS, own), int(known.sum())
 
 
 def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

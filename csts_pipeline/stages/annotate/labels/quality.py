@@ -291,7 +291,8 @@ def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = Fals
         "ambiguity_sd": model.fit.ambiguity,
         "ambiguity_sd_from": _spread_from(model.fit, spread_set),
         "ambiguity_sd_log_likelihood": shift.relative_log_likelihoods(model.fit.spread_log_likelihoods),
-        "interval_calibrated_on": model.fit.calibration[1],
+        "interval_calibrated_on": model.fit.calibration[1] if model.fit.calibration[0] is not None else 0,
+        "interval_checked_on": model.fit.calibration[1],
         "label_prior": [round(float(p), 4) for p in model.fit.prior],
         "model_share": model.models,
     }

@@ -162,7 +162,8 @@ def _import_ratings(record: dict[str, Any]) -> str:
         )
         lines.extend([f"  {trust.summary_words(model)}"] if model.get("trust") else [])
         lines.append(_convergence(model))
-        lines.append(f"  {interval.interval_words(model.get('interval_calibrated_on'))}")
+        set_by = interval.interval_words(model.get("interval_calibrated_on"), model.get("interval_checked_on"))
+        lines.append(f"  {set_by}")
         lines.extend(model_share_lines(model.get("model_share")))
     gold = agreement.get("gold")
     if gold is not None:
