@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from csts_pipeline.pipeline.records import read_json, read_record, require_current
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.report.plots import label_histogram
-from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.labels import interval, model_workers, trust
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     ANNOTATIONS,
@@ -26,6 +26,7 @@ from csts_pipeline.stages.annotate.layout import (
     RATINGS_IMPORT,
     RELIABILITY,
     TRIPLETS,
+    WORKERS,
     ratings_sources,
 )
 
@@ -51,12 +52,30 @@ def _agreement(folder: Path) -> list[tuple[str, str]]:
         rows = [(label, _number(found.get(key))) for key, label in names]
         flagged = [w["worker_id"] for w in found.get("workers", []) if w.get("flagged")]
         flag_label = f"workers flagged (Spearman below {found.get('flag_below')})"
-        return [*rows, (flag_label, ", ".join(flagged) or "none"), *_model_share(found)]
+        return [*rows, (flag_label, ", ".join(flagged) or "none"), *_weights(found), *_model_share(found)]
     if (folder / RELIABILITY).is_file():
         found = read_json(folder / RELIABILITY)
         return [("split-half reliability (Spearman)", _number(found.get("spearman"))),
                 ("Spearman-Brown corrected", _number(found.get("spearman_brown")))]  # fmt: skip
     return []
+
+
+def _weights(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """With the rater model: where the workers' weights came from and what set the 90% intervals."""
+    model = found.get("model_workers") or {}
+    if not model.get("trust"):
+        return []
+    intervals = interval.interval_words(model.get("interval_calibrated_on"), model.get("interval_checked_on"))
+    return [("weights", trust.summary_words(model)), ("intervals", intervals)]
+
+
+def _evidence(folder: Path) -> dict[str, str]:
+    """Per worker, what measured their reliability (workers.parquet's `evidence`), where the import wrote it."""
+    path = folder / WORKERS
+    if not path.is_file() or "evidence" not in read_table(path).schema.names:
+        return {}
+    table = read_table(path, ["worker_id", "evidence"]).to_pylist()
+    return {str(r["worker_id"]): str(r["evidence"] or "") for r in table}
 
 
 def _model_share(found: dict[str, Any]) -> list[tuple[str, str]]:
@@ -89,7 +108,7 @@ def annotation_summary(annotate_dir: Path, assets: Path) -> dict[str, Any] | Non
             require_current(folder, RATINGS_IMPORT, ratings_sources(annotate_dir))
         workers = _workers(folder / table)
         entry = {"name": step, "answer": answer, "answers": sum(n for _, n in workers), "workers": workers}
-        entry |= {"agreement": _agreement(folder), "label_histogram": None}
+        entry |= {"agreement": _agreement(folder), "label_histogram": None, "evidence": _evidence(folder)}
         if (folder / ITEMS).is_file():
             items = read_table(folder / ITEMS, ["label", "status"])
             kept = items.filter(pc.equal(items.column("status"), "kept")).column("label").drop_null()

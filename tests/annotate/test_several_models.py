@@ -198,3 +198,14 @@ def test_the_summary_report_and_card_name_each_models_kind(folder: Path, tmp_pat
     card = (tmp_path / "card" / "README.md").read_text()
     assert "Models rated alongside people" in card and "Language models rated" not in card
     assert f"`{SIM}`: {sim_words}" in card and f"`{LM}`: language model, its answers are P(1..5)" in card
+    # what measured each worker: the report per worker, the card by kind for people (no worker ids) and by name
+    assert report["weights"].startswith("weights measured from the batch's evidence") and "intervals" in report
+    from csts_pipeline.report.annotations import annotation_summary
+
+    (ratings,) = [s for s in annotation_summary(folder, tmp_path)["steps"] if s["name"] == "ratings"]
+    people = [w for w, _ in ratings["workers"] if not w.startswith("model:")]
+    assert people and all(ratings["evidence"][w].startswith("repeats") for w in people)
+    assert ratings["evidence"][SIM].startswith("agreement with people")
+    assert "Weights: the people's reliability was measured by their evidence (people with each kind: repeats" in card
+    assert f"`{SIM}` by its agreement with people" in card and "90% intervals" in card
+    assert not any(w in card for w in people)

@@ -129,9 +129,12 @@ class TrustPlan:
         }
         people = None if self.people_reliability is None else round(self.people_reliability, 4)
         tested = sum(e.get(TEST, 0) for e in self.evidence.values())
+        kinds = (EXPERT, GOLD, REPEATS, TEST)
+        by_kind = {kind: sum(1 for e in self.evidence.values() if e.get(kind)) for kind in kinds}
         return {"people_measured": self.people_measured, "people_measured_by": self.mode, "people_reliability":
                 people, "rule": self.rule, "informative_z": INFORMATIVE_Z, "models": models,
-                "qualification_ratings": tested}  # fmt: skip
+                "qualification_ratings": tested, "people": len(self.evidence),
+                "people_by_evidence": by_kind}  # fmt: skip
 
 
 def people_evidence(
@@ -348,3 +351,22 @@ def summary_words(summary: dict[str, Any]) -> str:
     if empty:
         text += f"; no information in {', '.join(empty)} (no agreement with people beyond chance): left out"
     return text
+
+
+def card_words(summary: dict[str, Any]) -> str:
+    """The dataset card's sentence on how each worker was measured, from agreement.json's model_workers: the
+    people counted by their kind of evidence (their ids stay out of a published card), each model by name."""
+    found = summary.get("trust")
+    if not found:
+        return ""
+    counts = {kind: n for kind, n in (found.get("people_by_evidence") or {}).items() if n}
+    if not found["people_measured"]:
+        people = f"the {found.get('people', 0):,} people's reliability was assumed ({NO_EVIDENCE})"
+    else:
+        each = ", ".join(f"{kind} {n:,}" for kind, n in counts.items())
+        people = f"the people's reliability was measured by their evidence (people with each kind: {each})"
+    models = []
+    for name, m in found["models"].items():
+        text = f"`{name}` by its agreement with people, {m['agreement']:.2f} over {m['items']:,} items (z {m['z']})"
+        models.append(text if m["informative"] else f"{text}: no information, left out")
+    return f"Weights: {people}" + (f"; {'; '.join(models)}" if models else "") + "."

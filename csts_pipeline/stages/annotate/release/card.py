@@ -12,7 +12,7 @@ import pyarrow as pa
 import yaml
 
 from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
-from csts_pipeline.stages.annotate.labels import model_workers, shift
+from csts_pipeline.stages.annotate.labels import interval, model_workers, shift, trust
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator_class
 
 
@@ -175,6 +175,9 @@ def _label_quality(found: dict[str, Any]) -> list[str]:
             + ("not measured (no gold items)." if gold is None else f"{gold:.3f} (workers kept).")
             + (f" The rater model's {spread}." if spread else "")
         )
+        weights = trust.card_words(workers)
+        intervals = interval.interval_words(workers.get("interval_calibrated_on"), workers.get("interval_checked_on"))
+        lines.extend([f"\n{weights} {intervals}."] if weights else [])
         lines.extend(_model_share(workers.get("model_share")))
     hidden = found.get("gold")
     if hidden:
