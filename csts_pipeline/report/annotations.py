@@ -75,7 +75,7 @@ def _evidence(folder: Path) -> dict[str, str]:
     if not path.is_file() or "evidence" not in read_table(path).schema.names:
         return {}
     table = read_table(path, ["worker_id", "evidence"]).to_pylist()
-    return {str(r["worker_id"]): str(r["evidence"] or "") for r in table}
+    return {str(r["worker_id"]): str(r["evidence"]) for r in table if r["evidence"]}
 
 
 def _model_share(found: dict[str, Any]) -> list[tuple[str, str]]:

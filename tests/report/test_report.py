@@ -119,7 +119,10 @@ def test_the_page_loads_every_image_and_shows_the_funnel_of_the_records(work, pa
     rows = view.eval_on_selector_all(
         "table[data-step=ratings] tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.textContent))"
     )
-    assert {worker: int(n) for worker, n in rows} == dict(Counter(ratings))
+    assert {row[0]: int(row[1]) for row in rows} == dict(Counter(ratings))
+    workers = pq.read_table(work / "annotate" / "ratings" / "workers.parquet").to_pylist()
+    evidence = {w["worker_id"]: w.get("evidence") for w in workers if w.get("evidence")}  # the rater model's
+    assert [row[2:] for row in rows] == [[evidence[row[0]]] if evidence else [] for row in rows]
 
     # the audit section: the figures of audit.json, each read from the key it names
     audit = json.loads((work / "annotate" / "audit" / "audit.json").read_text())
