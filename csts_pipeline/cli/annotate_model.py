@@ -65,18 +65,28 @@ RATE_KINDS = {
 FOLDER_OPTIONS = ("dataset", "manifest", "out", "force")
 
 
-def refuse_what_does_not_apply(ctx: typer.Context, kind: str) -> None:
+def refuse_what_does_not_apply(ctx: typer.Context, kind: str, own: tuple[str, ...] = ()) -> None:
     """Every option given on the command line (or by its environment variable) that the kind of model in use
-    ignores is refused in one line, instead of being dropped in silence (`--timeout 0` with a similarity model)."""
+    ignores is refused in one line, instead of being dropped in silence (`--timeout 0` with a similarity model).
+    `own`: the command's options that are not the model's (draft's --stage, check-conditions' --below)."""
     words, takes = RATE_KINDS[kind]
     flags = {param.name: param.opts[0] for param in ctx.command.params if param.name}
     # by the source's name: typer may carry its own copy of click, with its own ParameterSource
     given = [name for name in flags if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
-    refused = [flags[name] for name in given if name not in takes and name not in FOLDER_OPTIONS]
+    refused = [flags[name] for name in given if name not in (*takes, *FOLDER_OPTIONS, *own)]
     if refused:
         also = ", ".join(flags[name] for name in takes if flags[name] != kind)
         without = " without --endpoint" if kind == "--model" else ""
         raise UserError(f"{', '.join(refused)}: not for {kind}{without} ({words}), which takes {also}")
+
+
+def refuse_for_language_model(
+    ctx: typer.Context, model: str | None, endpoint: str | None, own: tuple[str, ...]
+) -> None:
+    """draft and check-conditions ask a language model, local or served: what that kind ignores is refused as
+    `annotate rate` refuses it. With neither --model nor --endpoint, ModelSpec.check says what is missing."""
+    if model is not None or endpoint is not None:
+        refuse_what_does_not_apply(ctx, "--model" if endpoint is None else "--endpoint", own)
 
 
 def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str, **how):
@@ -139,6 +149,7 @@ def _rate_similarity(name: str, dataset, manifest, batch_size: int, device: str,
 @annotate_app.command("draft")
 @user_errors
 def annotate_draft(
+    ctx: typer.Context,
     stage: AnnotateStageOpt,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
@@ -162,11 +173,13 @@ def annotate_draft(
     force: ForceOpt = False,
 ) -> None:
     """A language model drafts a high and a low condition per exported condition-writing task
-    (<annotate>/condition_drafts/); export conditions again to prefill the page with those that pass the checks."""
+    (<annotate>/condition_drafts/); export conditions again to prefill the page with those that pass the checks.
+    An option the kind of model ignores is refused (--timeout without --endpoint)."""
     from csts_pipeline.stages.annotate.steps.drafts import describe_drafts, draft
 
     if stage != "conditions":
         raise UserError(f"--stage {stage!r}: only conditions can be drafted")
+    refuse_for_language_model(ctx, model, endpoint, ("stage", "min_applies"))
     spec = _model_spec(
         model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
     )
@@ -179,6 +192,7 @@ def annotate_draft(
 @annotate_app.command("check-conditions")
 @user_errors
 def annotate_check_conditions(
+    ctx: typer.Context,
     file: Annotated[
         Path, typer.Argument(help="A C-STS file or conditions.parquet: sentence1, sentence2, condition columns.")
     ],
@@ -199,9 +213,10 @@ def annotate_check_conditions(
     force: ForceOpt = False,
 ) -> None:
     """Ask the model whether each condition applies to both sentences and names an attribute, not a value; the
-    doubtful ones go to doubtful.csv for a manual verdict."""
+    doubtful ones go to doubtful.csv for a manual verdict. An option the kind of model ignores is refused."""
     from csts_pipeline.stages.annotate.steps.condition_check import check_conditions, describe_check
 
+    refuse_for_language_model(ctx, model, endpoint, ("file", "below"))
     spec = _model_spec(
         model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
     )

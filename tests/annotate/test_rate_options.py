@@ -1,7 +1,8 @@
 """`annotate rate` refuses, in one line, every option the kind of model in use ignores (issue 53): a similarity
 model takes --batch-size and --device; a server (--endpoint) --model, --api-key-env, --batch-size, --timeout,
 --run-timeout and --read; a local language model --model, --batch-size and --device. An option given at its
-default value is given all the same. The options that apply still work."""
+default value is given all the same. The options that apply still work. `annotate draft` and `check-conditions`
+ask a language model too and refuse as `rate` does, beside their own options."""
 
 from __future__ import annotations
 
@@ -102,3 +103,36 @@ def test_what_applies_to_a_similarity_model_still_works(folder: Path) -> None:
     code, lines = invoke("--similarity-model", MINILM, "--batch-size", "4", "--device", "cpu", "--out", folder)
     assert code == 0 and lines[0].startswith("16 items scored by model:all-MiniLM-L6-v2"), lines
     assert pq.read_table(next((folder / MODEL_RATINGS).glob("*/ratings.parquet"))).num_rows == 16
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        (("draft", "--stage", "conditions"), ("--model", "x.gguf", "--timeout", "5"), "--timeout: not for --model"),
+        (("draft", "--stage", "conditions"), ("--model", "x.gguf", "--read", "samples"), "--read: not for --model"),
+        (("draft", "--stage", "conditions"), ("--endpoint", "http://127.0.0.1:9/v1", "--device", "cpu"), "--device"),
+        (("check-conditions", "kept.csv"), ("--model", "x.gguf", "--run-timeout", "5"), "--run-timeout: not for"),
+        (("check-conditions", "kept.csv"), ("--endpoint", "http://127.0.0.1:9/v1", "--device", "cuda"), "--device"),
+    ],
+)
+def test_draft_and_check_refuse_what_their_model_ignores(
+    folder: Path, command: tuple, args: tuple, expected: str
+) -> None:
+    """The other two commands that ask a language model refuse as `rate` does; their own options (--stage,
+    --min-applies, --below, --out) pass."""
+    out = ("--out", str(folder)) if command[0] == "draft" else ("--out", str(folder / "check"), "--below", "0.4")
+    result = CliRunner().invoke(app, ["annotate", *command, *args, *out])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert expected in lines[0], lines
+    assert not (folder / "check").exists()
+
+
+def test_draft_own_options_are_not_refused(folder: Path) -> None:
+    """--min-applies and --stage are draft's own: a local model with them gets past the refusal (and fails only
+    on the missing model file)."""
+    result = CliRunner().invoke(
+        app, ["annotate", "draft", "--stage", "conditions", "--model", "missing.gguf", "--min-applies", "0.3",
+              "--batch-size", "2", "--device", "cpu", "--out", str(folder)],
+    )  # fmt: skip
+    assert result.exit_code != 0 and "not for" not in result.output, result.output
