@@ -158,31 +158,37 @@ def import_ratings(
             raise screen.nothing_valid(results, "ratings")
         done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
                            agreement_sample, seed, ambiguity_sd, by_model.described, expert, test)  # fmt: skip
+        return _write_import(out, done, screen, gold, how)
 
-        out.begin(force=True)
-        screen.write_report(out.staging / REPORT)
-        write_parquet(done.item_table(), out.staging / ITEMS)
-        write_parquet(done.rating_table(), out.staging / INDIVIDUAL_RATINGS)
-        write_parquet(done.workers, out.staging / WORKERS)
-        write_csv(done.checks.table, out.staging / INVERSIONS)
-        write_json(out.staging / AGREEMENT, done.agreement)
-        blocked = platform.block(out.staging, gold.blocklist()) if gold is not None else {}
-        status = done.labels.status
-        counts = {
-            "items": len(done.items),
-            "rows_read": screen.rows_read,
-            "ratings_accepted": len(done.accepted),
-            "excluded_rows": screen.excluded_rows(),
-            **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
-            "items_unanswered": int((status == "unanswered").sum()),
-        }
-        files = {name: str(out.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
-        files["report"] = str(out.folder / REPORT)
-        if gold is not None:
-            files |= {key: str(out.folder / value) for key, value in blocked.items()}
-            counts |= {"gold_answers": done.agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
-        figures = {name: done.agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
-        return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
+
+def _write_import(
+    out: OutputFolder, done: Labelled, screen: screening.Screen, gold: hidden_gold.GoldCheck | None, how: str
+) -> dict:
+    """The import's files, staged and committed whole, and its record's counts and figures."""
+    out.begin(force=True)
+    screen.write_report(out.staging / REPORT)
+    write_parquet(done.item_table(), out.staging / ITEMS)
+    write_parquet(done.rating_table(), out.staging / INDIVIDUAL_RATINGS)
+    write_parquet(done.workers, out.staging / WORKERS)
+    write_csv(done.checks.table, out.staging / INVERSIONS)
+    write_json(out.staging / AGREEMENT, done.agreement)
+    blocked = platform.block(out.staging, gold.blocklist()) if gold is not None else {}
+    status = done.labels.status
+    counts = {
+        "items": len(done.items),
+        "rows_read": screen.rows_read,
+        "ratings_accepted": len(done.accepted),
+        "excluded_rows": screen.excluded_rows(),
+        **{f"items_{name}": int((status == name).sum()) for name in ("kept", "not_pertinent", "too_few_ratings")},
+        "items_unanswered": int((status == "unanswered").sum()),
+    }
+    files = {name: str(out.folder / name) for name in (ITEMS, INDIVIDUAL_RATINGS, AGREEMENT, WORKERS, INVERSIONS)}
+    files["report"] = str(out.folder / REPORT)
+    if gold is not None:
+        files |= {key: str(out.folder / value) for key, value in blocked.items()}
+        counts |= {"gold_answers": done.agreement["gold"]["answers"], "workers_blocked": len(gold.blocked)}
+    figures = {name: done.agreement[name] for name in ("fleiss_kappa", "alpha_ordinal", "alpha_interval")}
+    return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 
 
 @dataclass
