@@ -83,8 +83,8 @@ def refuse_what_does_not_apply(ctx: typer.Context, kind: str, own: tuple[str, ..
 def refuse_for_language_model(
     ctx: typer.Context, model: str | None, endpoint: str | None, own: tuple[str, ...]
 ) -> None:
-    """draft and check-conditions ask a language model, local or served: what that kind ignores is refused as
-    `annotate rate` refuses it. With neither --model nor --endpoint, ModelSpec.check says what is missing."""
+    """rate, draft and check-conditions ask a language model, local (--model) or served (--endpoint): what that
+    kind ignores is refused. With neither, ModelSpec.check says what is missing (not "--timeout: not for --model")."""
     if model is not None or endpoint is not None:
         refuse_what_does_not_apply(ctx, "--model" if endpoint is None else "--endpoint", own)
 
@@ -127,7 +127,7 @@ def annotate_rate(
         return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
-    refuse_what_does_not_apply(ctx, "--model" if endpoint is None else "--endpoint")
+    refuse_for_language_model(ctx, model, endpoint, ())
     spec = _model_spec(
         model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
     )

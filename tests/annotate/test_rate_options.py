@@ -129,10 +129,17 @@ def test_draft_and_check_refuse_what_their_model_ignores(
 
 
 def test_draft_own_options_are_not_refused(folder: Path) -> None:
-    """--min-applies and --stage are draft's own: a local model with them gets past the refusal (and fails only
-    on the missing model file)."""
+    """--min-applies and --stage are draft's own: a local model with them gets past the refusal and fails only
+    on the missing model file."""
     result = CliRunner().invoke(
         app, ["annotate", "draft", "--stage", "conditions", "--model", "missing.gguf", "--min-applies", "0.3",
               "--batch-size", "2", "--device", "cpu", "--out", str(folder)],
     )  # fmt: skip
-    assert result.exit_code != 0 and "not for" not in result.output, result.output
+    assert (result.exit_code, result.output) == (2, "error: missing.gguf: model file not found\n")
+
+
+@pytest.mark.parametrize("command", [("rate",), ("draft", "--stage", "conditions"), ("check-conditions", "kept.csv")])
+def test_without_a_model_the_missing_model_is_what_is_said(folder: Path, command: tuple) -> None:
+    """An endpoint's option with no model at all: the line asks for the model, not "not for --model"."""
+    result = CliRunner().invoke(app, ["annotate", *command, "--timeout", "5", "--out", str(folder / "out")])
+    assert result.exit_code == 2 and result.output.startswith("error: give --model NAME_OR_PATH"), result.output
