@@ -16,7 +16,8 @@ Prints, per run and as means over seeds, the Spearman with the gold on the items
 the person alone, the model's score alone, the even blend of the two each standardised (of the score, and of
 its bins), the import's labels, and the same import's labels with the model read by its quintile bins alone
 (`bins_labels`: its scores withheld from the rater model, through the import's label_batch); and each worker's
-reliability as workers.parquet reports it beside its Spearman with the gold on those items, and its evidence."""
+reliability as workers.parquet reports it beside its Spearman with the gold on those items, and its evidence; with
+the sample, the people's and the model's Spearman on the sample's own items (the evidence's sampling error)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,19 @@ def figures(label: dict[str, float], rows: list[dict], truth: dict, scores: dict
     }
 
 
+def sample_words(rows: list[dict], truth: dict, scores: dict, held: set[str]) -> str:
+    """The evidence's own figures: the people's and the model's Spearman with the gold on the sample's items,
+    beside the same on the others (what a reliability measured on the sample can at best reach)."""
+    person = {r["item_id"]: r["rating"] for r in rows}
+    parts = []
+    for name, ids in (("sample", sorted(held & scores.keys())), ("others", sorted(scores.keys() - held))):
+        gold = [truth[i] for i in ids]
+        people = spearmanr([person[i] for i in ids], gold).statistic
+        model = spearmanr([scores[i][0] for i in ids], gold).statistic
+        parts.append(f"{name} ({len(ids)}): people {people:.3f}, model {model:.3f}")
+    return "    the sample's own Spearman with the gold: " + "; ".join(parts)
+
+
 def worker_row(worker: dict, ids: list[str], gold: np.ndarray, rows: list[dict], scores: dict) -> dict:
     """A worker's reported reliability and evidence beside its Spearman with the gold on `ids`."""
     name = worker["worker_id"]
@@ -150,6 +164,8 @@ def main() -> None:
                 found = run(folder, rows, truth, scores, given, held)
                 totals[name].append(found)
                 print(f"seed {seed}, {name}: " + ", ".join(f"{k} {found[k]:.3f}" for k in FIGURES))
+                if given is not None:
+                    print(sample_words(rows, truth, scores, held))
                 for w in found["workers"]:
                     print(f"    {w['worker']}: reliability {w['reliability']}, Spearman {w['spearman']:.3f} on "
                           f"{w['n']} ({w['evidence']})")  # fmt: skip
