@@ -1,89 +1,91 @@
-"""The 90% interval of an item's label from the rater model's posterior over 1..5 (labels/ordinal.py,
-OrdinalFit.interval; docs/annotate-labels.md, "Label quality"), and its threshold calibrated on the items of
-known label where the batch has them (calibrated_threshold)."""
+"""The 90% interval of an item's label from its own posterior over 1..5 (OrdinalFit.interval), and the mass it
+holds calibrated on the items of known label where the batch has them (calibrated_mass)."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import binom
 
-MIN_CALIBRATION_ITEMS = 20  # items of known label (expert sample, gold) with answers that calibrate the threshold
+MIN_CALIBRATION_ITEMS = 20  # items of known label (expert sample, gold) with answers that calibrate the mass
 NARROW_P = 0.05  # the known items narrow the runs only where the model's own cover them beyond chance at this level
 
 
-def credible_interval(
-    posterior: np.ndarray, mass: float, threshold: float | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per posterior row, the run of labels lo..hi spanning its most probable label and every label whose
-    probability reaches a threshold shared by the batch: the one at which the runs hold, on average over the rows,
-    the posterior mass closest to `mass`, or `threshold` where the items of known label calibrated it
-    (calibrated_threshold). Why
-    shared: on five discrete labels one item's run cannot hold 0.9 when its mode alone holds 0.97, so per-item
-    runs held 95-97% on sharp crowds (a crowd with a good model, or five ratings an item) and covered the truth
-    as often: too wide. Spending the batch's mass where the posteriors are wide keeps the coverage of a
-    calibrated posterior at `mass` (85-95% on crowds of 2-5 ratings an item, with and without model raters:
-    tests/annotate/test_model_workers.py)."""
+def rounded(joint: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """[items, label]: the posterior of each item's label rounded to 1..5, from its posterior over (true label,
+    shift node) `joint` [items, t, g] and the label each stands for `values` [t, g] (ordinal.label_values)."""
+    at = np.clip(np.rint(values), 1, 5).astype(np.int64) - 1
+    onto = np.zeros((values.size, 5))
+    onto[np.arange(values.size), at.reshape(-1)] = 1.0
+    return joint.reshape(len(joint), -1) @ onto
+
+
+def _runs(posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's run of labels grown from its most probable one, one label a step, always the more probable
+    neighbour: [rows, step] the run's ends and the mass it holds after each step (step 0: the mode alone)."""
     n, k = posterior.shape
-    if n == 0:
+    rows = np.arange(n)
+    low = np.argmax(posterior, axis=1)
+    high, held = low.copy(), posterior[rows, low]
+    lows, highs, helds = [low], [high], [held]
+    for _ in range(k - 1):
+        left = np.where(low > 0, posterior[rows, np.maximum(low - 1, 0)], -1.0)
+        right = np.where(high < k - 1, posterior[rows, np.minimum(high + 1, k - 1)], -1.0)
+        go_left = left >= right
+        low, high, held = low - go_left, high + ~go_left, held + np.maximum(left, right)
+        lows.append(low)
+        highs.append(high)
+        helds.append(held)
+    return np.stack(lows, 1), np.stack(highs, 1), np.stack(helds, 1)
+
+
+def credible_interval(posterior: np.ndarray, mass: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per posterior row, the run of labels lo..hi (1-based) grown from its most probable label, the more probable
+    neighbour first, to the length whose mass is closest to `mass` of that row's own posterior. Each item's own:
+    a batch-wide threshold made nearly every interval one label wide once the modes alone averaged 0.9, and on a
+    real crowd (USTS-C) covered the truth no better than a constant guess. Closest, not at least: on five labels a
+    run that must reach 0.9 holds 0.95 on average, and on crowds whose posteriors are coarse covered 0.97-0.99."""
+    if len(posterior) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    mode = np.argmax(posterior, axis=1)
-    if threshold is None:
-        threshold = mass_threshold(posterior, mode, mass)
-    take = (posterior >= threshold) | (np.arange(k)[None, :] == mode[:, None])
-    labels = np.where(take, np.arange(k)[None, :], -1)
-    low = np.where(take, np.arange(k)[None, :], k).min(axis=1)
-    return low + 1, labels.max(axis=1) + 1
+    lows, highs, helds = _runs(posterior)
+    step = np.argmin(np.abs(helds - mass) + 1e-9 * np.arange(helds.shape[1]), axis=1)
+    rows = np.arange(len(posterior))
+    return lows[rows, step] + 1, highs[rows, step] + 1
 
 
-def mass_threshold(posterior: np.ndarray, mode: np.ndarray, mass: float) -> float:
-    """The probability a label needs to join its row's run so that the runs hold `mass` on average."""
+CALIBRATION_GRID = np.round(np.arange(0.5, 0.9951, 0.005), 3)  # the masses calibrated_mass chooses among
+
+
+def calibrated_mass(posterior: np.ndarray, label: np.ndarray, mass: float) -> float | None:
+    """The smallest mass of CALIBRATION_GRID under which credible_interval's runs cover the known labels (0-based
+    `label`) of these rows at the finite-sample rank of split conformal (so the coverage on exchangeable items is
+    at least `mass`), or None to keep `mass`. `posterior`: the known items' label posteriors from their answers
+    alone. None with fewer than MIN_CALIBRATION_ITEMS rows. The known items widen the runs whenever they show them
+    too narrow, but narrow them only where the runs at `mass` cover more of them than chance would (binomial,
+    NARROW_P): 20-odd items that say the runs could be narrower say it by chance as often as not."""
     n = len(posterior)
-    others = posterior.copy()
-    others[np.arange(n), mode] = -1.0
-    ordered = np.sort(others.reshape(-1))[::-1]
-    ordered = ordered[ordered >= 0]
-    held = (posterior[np.arange(n), mode].sum() + np.concatenate([[0.0], np.cumsum(ordered)])) / n
-    extra = int(np.argmin(np.where(held <= mass + 1e-12, mass - held, np.inf)))  # cells beyond the modes
-    extra = extra if held[extra] <= mass + 1e-12 else 0
-    return float(ordered[extra - 1]) if extra > 0 else np.inf
-
-
-def calibrated_threshold(posterior: np.ndarray, label: np.ndarray, mass: float, own: float) -> float | None:
-    """The threshold under which credible_interval's runs cover the known labels of a `mass` share of these
-    rows (split conformal: the finite-sample quantile, so the coverage on exchangeable items is at least
-    `mass`), or None to keep the model's own (`own`, its mass threshold). `posterior`: the known items'
-    posteriors from their answers alone (their labels not used); `label`: their known labels, 0-based. None with
-    fewer than MIN_CALIBRATION_ITEMS rows. The known items widen the runs whenever they show them too narrow, but
-    narrow them only where the model's own runs cover more of them than a `mass` coverage would by chance
-    (binomial, NARROW_P): 20-odd items that say the runs could be narrower say it by chance as often as not, and
-    on the harder crowds narrowing on 20 items cost up to 0.06 of coverage (bench/annotate/harder_crowds.py).
-    Why calibrate: on a real crowd (USTS) the posterior is sharper than the truth warrants, a continuous crowd
-    mean where the model has an integer label, and its runs covered 83-85% where the model promised 90; the known
-    items show by how much, whatever their labels mean (a crowd's mean or an expert's integer)."""
-    n, k = posterior.shape
     if n < MIN_CALIBRATION_ITEMS:
         return None
-    mode = np.argmax(posterior, axis=1)
-    labels = np.arange(k)[None, :]
-    beyond = np.where((label < mode)[:, None], labels <= label[:, None], labels >= label[:, None])
-    reach = np.where(beyond, posterior, -np.inf).max(axis=1)  # the label is covered iff reach >= threshold
-    reach[label == mode] = np.inf
-    misses = int(np.floor((1 - mass) * (n + 1)))
-    calibrated = float(np.sort(reach)[misses - 1]) if misses >= 1 else 0.0
-    if calibrated <= own:
+    need = min(int(np.ceil((n + 1) * mass)), n)
+
+    def covered(at: float) -> int:
+        low, high = credible_interval(posterior, at)
+        return int(((low - 1 <= label) & (label <= high - 1)).sum())
+
+    enough = [float(m) for m in CALIBRATION_GRID if covered(float(m)) >= need]
+    calibrated = enough[0] if enough else float(CALIBRATION_GRID[-1])
+    if calibrated >= mass:
         return calibrated
-    covered = int((reach >= own).sum())
-    return calibrated if binom.sf(covered - 1, n, mass) < NARROW_P else None
+    return calibrated if binom.sf(covered(mass) - 1, n, mass) < NARROW_P else None
 
 
 def interval_words(calibrated_on: int | None, checked_on: int | None = None) -> str:
     """What set the 90% intervals, for the import summary, from agreement.json's model_workers."""
     if calibrated_on:
         known = f"{calibrated_on} items of known label"
-        return f"90% intervals calibrated on {known} (set so that their answers alone cover 90% of them)"
+        return f"90% intervals calibrated on {known} (each item's posterior run widened until its answers alone cover 90% of them)"
     if checked_on:
         return (
-            f"90% intervals: the rater model's own posterior mass ({checked_on} items of known label found them "
+            f"90% intervals: each item's own posterior mass ({checked_on} items of known label found them "
             "wide enough, and too few to narrow them)"
         )
-    return "90% intervals: the rater model's own posterior mass (no items of known label to calibrate them)"
+    return "90% intervals: each item's own posterior mass (no items of known label to calibrate them)"

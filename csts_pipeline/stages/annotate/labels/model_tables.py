@@ -5,6 +5,7 @@ density (score_density.py)."""
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import gammaln
 
 from csts_pipeline.stages.annotate.labels import score_density
 from csts_pipeline.stages.annotate.labels.em_answers import Answers
@@ -50,3 +51,34 @@ def density_tables(table: np.ndarray, data: Answers, groups: np.ndarray, density
     for at, family in enumerate(groups):
         table[data.family == family] = read[at]
     return table
+
+
+GROWTH_STRENGTHS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # pseudo-answers per true label tried
+
+
+def grown_tables(table: np.ndarray, counts: np.ndarray, kernel: np.ndarray, people: np.ndarray, strength: float) -> np.ndarray:
+    """The workers' P(y | t) with each of `people` grown from their own answers: their expected counts plus
+    `strength` pseudo-answers per true label drawn from their kernel (the posterior mean of a Dirichlet centred on
+    the kernel). A person with ten answers reads as their kernel (bias and noise), one with hundreds as their own
+    confusion, as Dawid-Skene would: how each one uses the scale (one who never says 2, one whose 5 means
+    "mostly"), which two parameters cannot say."""
+    if not people.any() or not np.isfinite(strength):
+        return table
+    table = table.copy()
+    grown = counts[people] + strength * kernel[people]
+    table[people] = grown / grown.sum(axis=2, keepdims=True)
+    return table
+
+
+def growth_strength(counts: np.ndarray, kernel: np.ndarray) -> float:
+    """The pseudo-answers per true label (GROWTH_STRENGTHS) under which the people's expected counts [people, t, y]
+    are likeliest, each row a Dirichlet-multinomial around its kernel row: the data choose how far a person's own
+    confusion departs from their kernel (many answers that the kernel explains choose the largest, the kernel)."""
+    if len(counts) == 0:
+        return np.inf
+    row, centre = counts.sum(axis=2), np.maximum(kernel, 1e-12)
+    scores = [
+        (gammaln(a) - gammaln(a + row)).sum() + (gammaln(a * centre + counts) - gammaln(a * centre)).sum()
+        for a in GROWTH_STRENGTHS
+    ]
+    return float(GROWTH_STRENGTHS[int(np.argmax(scores))])

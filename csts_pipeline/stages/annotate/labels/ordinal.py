@@ -30,6 +30,8 @@ the same for all of them, and the E-step integrates u out; the sd is chosen from
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 
@@ -38,12 +40,7 @@ import numpy as np
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
 from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
-from csts_pipeline.stages.annotate.labels.interval import (
-    MIN_CALIBRATION_ITEMS,
-    calibrated_threshold,
-    credible_interval,
-    mass_threshold,
-)
+from csts_pipeline.stages.annotate.labels.interval import MIN_CALIBRATION_ITEMS, calibrated_mass, credible_interval, rounded
 
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)
@@ -107,18 +104,30 @@ class OrdinalFit:
     spread_log_likelihoods: dict[float, float] = field(default_factory=dict)  # the people's, per spread tried
     spread_on_known: bool = False  # the spread measured on items of known label, not chosen from all answers
     density: dict[str, np.ndarray] = field(default_factory=dict)  # a scored model's score_density parameters
-    calibration: tuple[float | None, int] = (None, 0)  # the interval's threshold and the known items that set it
+    calibration: tuple[float | None, int] = (None, 0)  # the interval's mass and the known items that set it
+    joint: np.ndarray | None = None  # [items, t, g]: the posterior over the true label and the shared shift's node
+    values: np.ndarray | None = None  # [t, g]: the label each (true label, shift node) stands for (label_values)
+    strength: float = np.inf  # the people's tables: pseudo-answers per true label from their kernel (grown_tables)
 
     @property
     def label(self) -> np.ndarray:
-        """The point label: the posterior mean (a float on 1-5, as the mean of ratings)."""
-        return self.posterior @ SCALE
+        """The point label: the posterior mean of the value each (true label, shift) stands for (label_values), a
+        float on 1-5 on the scale that anchors it."""
+        if self.joint is None or self.values is None:
+            return self.posterior @ SCALE
+        return np.einsum("itg,tg->i", self.joint, self.values)
+
+    def label_distribution(self) -> np.ndarray:
+        """[items, label]: the posterior of each item's label rounded to 1..5 (what its interval covers)."""
+        if self.joint is None or self.values is None:
+            return self.posterior
+        return rounded(self.joint, self.values)
 
     def interval(self, mass: float = INTERVAL_MASS) -> tuple[np.ndarray, np.ndarray]:
-        """Per item the run of labels lo..hi around the most probable one; the runs of all items hold `mass` of
-        their posterior mass on average, or cover the known labels' share `mass` where those calibrated the
-        threshold (credible_interval)."""
-        return credible_interval(self.posterior, mass, self.calibration[0] if mass == INTERVAL_MASS else None)
+        """Per item the shortest run of labels lo..hi around its most probable one holding `mass` of its own
+        posterior, or the mass the known labels calibrated (interval.calibrated_mass)."""
+        held = self.calibration[0] if mass == INTERVAL_MASS and self.calibration[0] is not None else mass
+        return credible_interval(self.label_distribution(), held)
 
     def p_higher(self, high: np.ndarray, low: np.ndarray) -> np.ndarray:
         """P(true label of item `high` > that of item `low`), the two posteriors taken as independent."""
@@ -183,6 +192,7 @@ class State:
     log_likelihood: float = -np.inf
     iterations: int = 0
     converged: bool = False
+    strength: float = np.inf  # the people's tables: pseudo-answers per true label (model_tables.grown_tables)
 
 
 def fit(
@@ -225,6 +235,7 @@ def fit(
         spread, state = ambiguity, start_state(data)
     state = expectation_maximisation(data, state, spread, max_iter, tol)
     bias_grid, noise_grid, _, _ = _grid()
+    values = label_values(data, state, spread)
     return OrdinalFit(
         posterior=state.posterior.sum(axis=2),
         prior=state.prior,
@@ -241,8 +252,45 @@ def fit(
         spread_log_likelihoods=scores,
         density=densities(data, state),
         spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= shift.MIN_KNOWN_ITEMS,
-        calibration=interval_threshold(data, state, spread),
+        calibration=interval_mass(data, state, spread, values),
+        joint=state.posterior,
+        values=values,
+        strength=state.strength,
     )
+
+
+def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
+    """[t, g]: the label a true label t read with shift node g stands for: the crowd's mean answer there (the
+    batch's people's tables, each weighed by their answers times their reliability squared, so that a spammer's
+    flat answers do not pull the scale to its middle), so the labels sit on the people's scale (the posterior
+    mean of t ran 0.1-0.2 points under the crowd's mean on USTS-C). Items of known label (an expert sample, the
+    gold) decide who is right, not where the scale sits: moving the scale onto a 5% sample's rounded labels put
+    the labels 0.07-0.09 under USTS-C's truth. A batch with no person's answer: t plus the shift."""
+    shifts, _ = shift.nodes(spread)
+    if os.environ.get("CSTS_SCALE", "crowd") == "t":
+        return np.clip(SCALE[:, None] + shifts[None, :], SCALE[0], SCALE[-1]) * 0 + SCALE[:, None]
+    weight = np.bincount(data.code, minlength=len(data.workers)) * ~data.free
+    weight = weight * np.clip(reliability(state.table, state.prior), 0, 1) ** 2
+    if weight.sum() <= 0:
+        return np.clip(SCALE[:, None] + shifts[None, :], SCALE[0], SCALE[-1])
+    return np.einsum("w,gwty,y->tg", weight / weight.sum(), worker_tables(data, state, shifts), SCALE)
+
+
+def worker_tables(data: Answers, state: State, shifts: np.ndarray) -> np.ndarray:
+    """[g, worker, t, y]: each worker's P(y | t + shift_g): the kernel moved by the shift, or the worker's own
+    table (a model's confusion, a grown person's) read at t + shift."""
+    bias_grid, noise_grid, _, _ = _grid()
+    tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
+    own = data.free | grown_people(data, state.strength)
+    tables[:, own] = shift.shifted_rows(state.table[own], shifts)
+    return tables
+
+
+def grown_people(data: Answers, strength: float) -> np.ndarray:
+    """The people whose table grows from their own answers: all but those the trust plan holds (none where the
+    strength is infinite, the kernel alone)."""
+    held = np.zeros(len(data.workers), bool) if data.pinned is None else ~np.isnan(data.pinned)
+    return ~data.free & ~held & np.isfinite(strength)
 
 
 def densities(data: Answers, state: State) -> dict[str, np.ndarray]:
@@ -266,7 +314,9 @@ def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[floa
     scores = {}
     on_known = known_items(data).sum() >= shift.MIN_KNOWN_ITEMS
     for spread in shift.AMBIGUITY_GRID:
-        state = expectation_maximisation(data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL))
+        state = expectation_maximisation(
+            data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL), grow=False
+        )
         scores[float(spread)] = known_log_likelihood(data, state, float(spread)) if on_known else state.log_likelihood
         score = scores[float(spread)] + shift.log_prior(float(spread))
         if best is None or score > best[0]:
@@ -280,10 +330,8 @@ def known_log_likelihood(data: Answers, state: State, spread: float) -> float:
     out: how well a spread explains how raters of an item with a known label err together (labels/shift.py)."""
     known = known_items(data)
     rows = known[data.item]
-    bias_grid, noise_grid, _, _ = _grid()
     shifts, weights = shift.nodes(spread)
-    tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
-    tables[:, data.free] = shift.shifted_rows(state.table[data.free], shifts)
+    tables = worker_tables(data, state, shifts)
     like = np.einsum("ry,grty->rtg", data.answers[rows], tables[:, data.code[rows]])
     truth = np.argmax(data.allowed[data.item[rows]], axis=1)
     per_rating = np.log(np.maximum(like[np.arange(len(truth)), truth], 1e-300))  # [rows, g]
@@ -310,17 +358,22 @@ def start_state(data: Answers) -> State:
     return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
 
 
-def expectation_maximisation(data: Answers, state: State, spread: float, max_iter: int, tol: float) -> State:
-    """EM at a fixed spread of the shared shift, from `state`, until no item's posterior moves by `tol`."""
+def expectation_maximisation(
+    data: Answers, state: State, spread: float, max_iter: int, tol: float, grow: bool = True
+) -> State:
+    """EM at a fixed spread of the shared shift, from `state`, until no item's posterior moves by `tol`; `grow`:
+    the people's tables grow from their answers (model_tables.grown_tables), else they are their kernels (the
+    spread's ranking: growth made each point of the grid take six times the iterations, for the same choice)."""
     _, _, log_grid, _ = _grid()
     shifts, _ = shift.nodes(spread)
     prior, choice, table, before = state.prior, state.choice, state.table, state.posterior.sum(axis=2)
+    strength = state.strength
     scored = data.scored
     groups, group = np.unique(data.family[data.code[scored]], return_inverse=True)
     measured = known_items(data)[data.item[scored]] if data.density_on_known else np.ones(len(scored), bool)
     density = state.density if state.density is not None else score_density.start(len(groups))
     for iterations in range(1, max_iter + 1):
-        joint, evidence = e_step(data, State(prior, choice, table, before, density), group, spread)
+        joint, evidence = e_step(data, State(prior, choice, table, before, density, strength=strength), group, spread)
         joint *= data.allowed[:, :, None]
         joint /= joint.sum(axis=(1, 2), keepdims=True)
         posterior = joint.sum(axis=2)
@@ -329,7 +382,11 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
         counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers), data.count_layout)
         choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-        table = model_tables.free_tables(shift.unshifted_counts(counts, shifts, table), kernel, data.free, data.family)
+        unshifted = shift.unshifted_counts(counts, shifts, table)
+        table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
+        people = grown_people(data, 1.0) & grow & (os.environ.get("CSTS_GROW", "1") == "1")
+        strength = model_tables.growth_strength(unshifted[people], kernel[people]) if people.any() else np.inf
+        table = model_tables.grown_tables(table, unshifted, kernel, people, strength)
         if len(scored):
             on = scored[measured]
             density = score_density.m_step(data.z[on], group[measured], joint[data.item[on]].sum(axis=2), len(groups))
@@ -337,7 +394,7 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
         change = float(np.abs(posterior - before).max()) if data.n_items else 0.0
         before = posterior
         heard = float(evidence[data.heard].sum())
-        done = State(prior, choice, table, joint, density, heard, iterations, change < tol)
+        done = State(prior, choice, table, joint, density, heard, iterations, change < tol, strength)
         if done.converged:
             break
     return done
@@ -346,10 +403,8 @@ def expectation_maximisation(data: Answers, state: State, spread: float, max_ite
 def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tuple[np.ndarray, np.ndarray]:
     """The items' joint posterior [items, t, g] from their answers under `state`'s parameters, the known labels
     not yet applied, and each item's log-likelihood; `group`: each scored row's family among the scored ones."""
-    bias_grid, noise_grid, _, _ = _grid()
     shifts, weights = shift.nodes(spread)
-    tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
-    tables[:, data.free] = shift.shifted_rows(state.table[data.free], shifts)
+    tables = worker_tables(data, state, shifts)
     joint, evidence = joint_posterior(
         data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout
     )
@@ -360,22 +415,18 @@ def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tup
     return joint, evidence
 
 
-def interval_threshold(data: Answers, state: State, spread: float) -> tuple[float | None, int]:
-    """The interval's threshold calibrated on the items of known label (interval.calibrated_threshold), with how
-    many items measured it (None and 0 where too few). Their posteriors come from their answers alone, under a
-    fit that did not see their labels (EM again from `state` with every label free): a fit that saw them shaped
-    the workers' tables to them, its posteriors on them were sharper than on the other items, and intervals
-    calibrated there covered 0.79-0.81 where a fit blind to them gave 0.82-0.90 (bench/annotate/harder_crowds.py,
-    a 5% expert sample)."""
+def interval_mass(data: Answers, state: State, spread: float, values: np.ndarray) -> tuple[float | None, int]:
+    """The interval's mass calibrated on the items of known label (interval.calibrated_mass), with how many items
+    measured it (None and 0 where too few). Their posteriors come from their answers alone, under a fit that did
+    not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
+    tables to them, and its posteriors on them were sharper than on the other items."""
     known = known_items(data)
     if known.sum() < MIN_CALIBRATION_ITEMS:
         return None, 0
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
-    posterior = blind.posterior.sum(axis=2)
-    own = mass_threshold(posterior, np.argmax(posterior, axis=1), INTERVAL_MASS)
     label = np.argmax(data.allowed[known], axis=1)
-    return calibrated_threshold(posterior[known], label, INTERVAL_MASS, own), int(known.sum())
+    return calibrated_mass(rounded(blind.posterior[known], values), label, INTERVAL_MASS), int(known.sum())
 
 
 def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
