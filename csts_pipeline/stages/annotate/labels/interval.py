@@ -81,6 +81,11 @@ def interval_words(calibrated_on: int | None, checked_on: int | None = None) -> 
     if calibrated_on:
         known = f"{calibrated_on} items of known label"
         return f"90% intervals calibrated on {known} (set so that their answers alone cover 90% of them)"
+    if checked_on and checked_on < MIN_CALIBRATION_ITEMS:
+        return (
+            f"90% intervals: the rater model's own posterior mass ({checked_on} rated items of known label, fewer "
+            f"than the {MIN_CALIBRATION_ITEMS} that calibrate them)"
+        )
     if checked_on:
         return (
             f"90% intervals: the rater model's own posterior mass ({checked_on} items of known label found them "

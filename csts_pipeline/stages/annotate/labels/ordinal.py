@@ -362,14 +362,14 @@ def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tup
 
 def interval_threshold(data: Answers, state: State, spread: float) -> tuple[float | None, int]:
     """The interval's threshold calibrated on the items of known label (interval.calibrated_threshold), with how
-    many items measured it (None and 0 where too few). Their posteriors come from their answers alone, under a
+    many items measured it (None and their count where too few). Their posteriors come from their answers alone, under a
     fit that did not see their labels (EM again from `state` with every label free): a fit that saw them shaped
     the workers' tables to them, its posteriors on them were sharper than on the other items, and intervals
     calibrated there covered 0.79-0.81 where a fit blind to them gave 0.82-0.90 (bench/annotate/harder_crowds.py,
     a 5% expert sample)."""
     known = known_items(data)
     if known.sum() < MIN_CALIBRATION_ITEMS:
-        return None, 0
+        return None, int(known.sum())
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
     posterior = blind.posterior.sum(axis=2)
