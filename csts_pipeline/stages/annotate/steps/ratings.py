@@ -146,6 +146,8 @@ def import_ratings(
     inputs |= _expert_input(expert)
     test = qualification.answers_file(annotate_dir) if how == "model" else None
     inputs |= {"qualification_answers": file_fingerprint(test)} if test is not None else {}
+    from_folder = test is not None or (qualified is not None and workers is None)
+    inputs |= qualification.folder_input(annotate_dir, from_folder)
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
