@@ -49,13 +49,20 @@ class ModelRun:
 
     @property
     def reading(self) -> str:
-        """How its answers were read, in words: a similarity model's bins with their edges, a language model's
-        next-token distributions."""
+        """How the ratings import reads its answers, in words: a similarity model's whole score through a density
+        per true label (labels/score_density.py; its bins only for a folder of an older version, without
+        scores.parquet), a language model's next-token distributions."""
         if self.kind == SIMILARITY_MODEL:
             edges = ", ".join(f"{e:.3f}" for e in self.record.get("bin_edges", []))
+            if (self.folder / SCORES).is_file():
+                return (
+                    "its answers are its similarity scores, read as the normal score of their rank in the batch "
+                    "through a normal density per true label that the import learns (its bins 1-5 among the "
+                    f"batch's quantiles kept beside them, bin edges {edges}), not asked whether pertinent"
+                )
             return (
-                f"its answers are bins 1-5 of its similarity score among the batch's quantiles (bin edges {edges}), "
-                "not asked whether pertinent"
+                f"its answers are bins 1-5 of its similarity score among the batch's quantiles (bin edges {edges}; "
+                "no scores.parquet in its folder), not asked whether pertinent"
             )
         counts = self.record.get("counts", {})
         return (
@@ -98,7 +105,7 @@ def _require_empty(folder: Path) -> None:
     if any(path.is_file() and not path.name.startswith((".", "_")) for path in folder.iterdir()):
         raise UserError(
             f"{folder}: a model's answers without their record ({RECORD}): which model and which ratings export "
-            "made them is unknown; rate again with `csts-pipeline annotate rate` (--force), or remove the folder"
+            "made them is unknown; rate again with that model (`csts-pipeline annotate rate`), or remove the folder"
         )
 
 
