@@ -84,7 +84,7 @@ def _model_share(found: dict[str, Any]) -> list[tuple[str, str]]:
     if not share or not share.get("models"):
         return []
     rows = [("human ratings bought", _number(share["human_ratings"]))]
-    rows.append(("human ratings the models' answers replaced", _number(share["replaced_ratings"])))
+    rows.append(("human ratings the models' answers replaced", model_workers.as_count(share["replaced_ratings"])))
     for m in share["models"]:
         rows.append((m["worker_id"], model_workers.describe(m)))
     return rows

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from csts_pipeline.stages.annotate.labels import trust
+from csts_pipeline.stages.annotate.steps.summary import model_share_lines
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_bad_inputs_annotate import snapshot
 from tests.support.chosen_model import rate_with
@@ -210,3 +211,16 @@ def test_a_sample_too_small_to_measure_the_people_is_named_with_the_threshold(fo
         trust.person_words(alone, "W1")
         == f"assumed: too little in the batch measures the people ({short} that measure the people)"
     )
+
+
+def test_the_summary_counts_replaced_ratings_whole_and_says_the_people_are_judged_pooled(folder: Path, tmp_path: Path):
+    """40 sample items, one person an item: the people are measured pooled on the items of known label, one
+    figure that judges them all; what the model replaced is a count of ratings, printed whole."""
+    said = run(folder, write_csv(tmp_path / "expert.csv", sample(folder)))
+    assert "so it judges every person alike" in said and "measured pooled on the items of known label" in said
+    (line,) = [line for line in said.splitlines() if line.startswith("human ratings bought:")]
+    assert line.endswith(" of them") and "." not in line.split("replaced")[1], line
+    share = {"human_ratings": 5, "replaced_ratings": 0.0, "models": [{"worker_id": "model:m", "answers": 3,
+             "reliability": 0.5, "replaced_ratings": 0.0, "kinds": []}]}  # fmt: skip
+    assert model_share_lines(share)[0] == "human ratings bought: 5; the models' answers replaced 0 of them"
+    assert model_share_lines(share)[1].endswith("; worth 0 human ratings")
