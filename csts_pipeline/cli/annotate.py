@@ -49,11 +49,12 @@ AgreementSampleOpt = Annotated[
     ),
 ]
 ExpertOpt = Annotated[
-    Path | None,
+    list[Path] | None,
     typer.Option(
         "--expert",
-        help="ratings, with --aggregate model: careful labels for a sample of the items (CSV, JSON lines or "
-        "Parquet: item_id and label, or sentence1, sentence2, condition and label), which measure every worker.",
+        help="ratings, with --aggregate model: careful labels for a sample of the items (CSV, JSON lines, a JSON "
+        "array or Parquet: item_id and label, or sentence1, sentence2, condition and label), which measure every "
+        "worker and keep the expert's label; repeat for several.",
     ),
 ]
 AmbiguitySdOpt = Annotated[
@@ -315,7 +316,7 @@ def annotate_import(
         min_ratings=min_ratings,
         agreement_sample=agreement_sample,
         ambiguity_sd=ambiguity_sd,
-        expert=expert,
+        expert=expert or None,
         models=models,
     )
     _only_for(stage, "bws", repeats=repeats)
@@ -333,8 +334,9 @@ def annotate_import(
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
         how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
         chosen = None if models is None else [name.strip() for name in models.split(",") if name.strip()]
+        given = list(expert or [])
         record = annotate.import_ratings(
-            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, chosen, expert
+            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, chosen, given
         )
     elif stage == "bws":
         record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)

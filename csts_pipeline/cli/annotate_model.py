@@ -36,8 +36,9 @@ SimilarityModelOpt = Annotated[
     typer.Option(
         "--similarity-model",
         help="Instead of a language model, a similarity model: a `csts-pipeline train` output folder, or a "
-        "sentence-transformers model by name or path (packaged:all-MiniLM-L6-v2 needs no download). Its score's "
-        "bin among the batch's quantiles is its answer; the ratings import learns what each bin means.",
+        "sentence-transformers model by name or path (packaged:all-MiniLM-L6-v2 needs no download). Its score is its "
+        "answer: the ratings import reads it, as the normal score of its rank in the batch, through a density per "
+        "true label that it learns against people and gold.",
     ),
 ]
 LmBatchOpt = Annotated[int, typer.Option("--batch-size", help="Prompts per forward pass, or requests at a time.")]

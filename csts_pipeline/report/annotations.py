@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from csts_pipeline.pipeline.records import read_json, read_record, require_current
+from csts_pipeline.pipeline.records import read_json, read_record
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.report.plots import label_histogram
 from csts_pipeline.stages.annotate.labels import interval, model_workers, trust
@@ -23,11 +23,10 @@ from csts_pipeline.stages.annotate.layout import (
     INDIVIDUAL_RATINGS,
     ITEMS,
     RATINGS,
-    RATINGS_IMPORT,
     RELIABILITY,
     TRIPLETS,
     WORKERS,
-    ratings_sources,
+    require_current_ratings,
 )
 
 # step folder -> (its table of answers, what one answer is)
@@ -85,7 +84,7 @@ def _model_share(found: dict[str, Any]) -> list[tuple[str, str]]:
     if not share or not share.get("models"):
         return []
     rows = [("human ratings bought", _number(share["human_ratings"]))]
-    rows.append(("human ratings the models' answers replaced", _number(share["replaced_ratings"])))
+    rows.append(("human ratings the models' answers replaced", model_workers.as_count(share["replaced_ratings"])))
     for m in share["models"]:
         rows.append((m["worker_id"], model_workers.describe(m)))
     return rows
@@ -105,7 +104,7 @@ def annotation_summary(annotate_dir: Path, assets: Path) -> dict[str, Any] | Non
         if read_record(folder) is None or not (folder / table).is_file():
             continue
         if step == RATINGS:  # never a summary of ratings whose model rows a new `annotate rate` replaced
-            require_current(folder, RATINGS_IMPORT, ratings_sources(annotate_dir))
+            require_current_ratings(annotate_dir)
         workers = _workers(folder / table)
         entry = {"name": step, "answer": answer, "answers": sum(n for _, n in workers), "workers": workers}
         entry |= {"agreement": _agreement(folder), "label_histogram": None, "evidence": _evidence(folder)}

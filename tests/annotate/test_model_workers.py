@@ -196,7 +196,7 @@ def test_the_summary_card_report_and_ratings_tables_say_what_the_model_replaced(
     (folder / "agreement.json").write_text(json.dumps({"workers": [], "model_workers": {"model_share": share}}))
     rows = dict(_agreement(folder))
     assert rows["human ratings bought"] == f"{share['human_ratings']:,}"
-    assert rows["human ratings the models' answers replaced"] == f"{share['replaced_ratings']:.3f}"
+    assert rows["human ratings the models' answers replaced"] == f"{round(share['replaced_ratings']):,}"
     assert rows["model:strong"].startswith(f"{crowd.n_items:,} answers, reliability ")
     # the published table keeps a model's id and distribution, and pseudonymises people only
     assert pseudonyms(["model:strong", "W001"], b"k")[0] == "model:strong"

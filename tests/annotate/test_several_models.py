@@ -93,7 +93,9 @@ def test_the_import_weighs_every_model_or_those_named_and_each_moves_the_labels(
     both = labels_with(folder)
     workers = {w["worker_id"]: w for w in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()}
     assert workers[SIM]["model_kind"] == "similarity model" and workers[LM]["model_kind"] == "language model"
-    assert "bins 1-5 of its similarity score among the batch's quantiles (bin edges" in workers[SIM]["model_reading"]
+    reading = workers[SIM]["model_reading"]
+    assert reading.startswith("its answers are its similarity scores, read as the normal score of their rank")
+    assert "through a normal density per true label" in reading and "bin edges" in reading
     assert all(w["model_kind"] is None for name, w in workers.items() if not name.startswith("model:"))
     record = json.loads((folder / "ratings" / "_stage.json").read_text())
     keys = {key for key in record["inputs"] if key.startswith(f"{MODEL_RATINGS}/")}
@@ -179,7 +181,7 @@ def test_a_one_model_folder_of_an_older_version_moves_into_its_own(folder: Path)
 def test_the_summary_report_and_card_name_each_models_kind(folder: Path, tmp_path: Path):
     """Issue 53 case 5: each model with its kind and how its answers were read, everywhere it is described."""
     printed = cli(*IMPORT, "--out", folder, "--results", folder.parent / "people.csv")
-    assert f"model {SIM}: similarity model, its answers are bins 1-5 of its similarity score" in printed
+    assert f"model {SIM}: similarity model, its answers are its similarity scores, read as the normal" in printed
     assert f"model {LM}: language model, its answers are P(1..5) and P(not pertinent)" in printed
     agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
     assert [(m["worker_id"], m["model_kind"]) for m in agreement["models"]] == [
@@ -188,8 +190,9 @@ def test_the_summary_report_and_card_name_each_models_kind(folder: Path, tmp_pat
     ]
     edges = ", ".join(f"{e:.3f}" for e in model_runs(folder)[0].record["bin_edges"])
     sim_words = (
-        f"similarity model, its answers are bins 1-5 of its similarity score among the batch's quantiles "
-        f"(bin edges {edges})"
+        "similarity model, its answers are its similarity scores, read as the normal score of their rank in the "
+        "batch through a normal density per true label that the import learns (its bins 1-5 among the batch's "
+        f"quantiles kept beside them, bin edges {edges})"
     )
     report = dict(_agreement(folder / "ratings"))
     assert report[SIM].startswith(sim_words) and report[LM].startswith("language model, its answers are P(1..5)")

@@ -61,6 +61,26 @@ def test_scores_become_bins_at_the_batch_quantiles():
     assert len(set(tied[:6].tolist())) == 1  # ties stay together
 
 
+def test_the_help_and_the_reading_describe_the_score_read_through_its_density(tmp_path: Path):
+    """The import reads a similarity model's whole score through a density per true label (score_density.py):
+    `annotate rate --help`, `annotate rate`'s summary and workers.parquet's `model_reading` say so, not bins whose
+    meaning is learned; a folder of an older version, without scores.parquet, is read by its bins and says so."""
+    from csts_pipeline.stages.annotate.steps.model_folders import ModelRun
+    from csts_pipeline.stages.annotate.steps.similarity_rater import describe_similarity
+
+    said = " ".join(cli("annotate", "rate", "--help").replace("│", " ").split())  # rich wraps in a box
+    assert "through a density per true label" in said and "what each bin means" not in said
+    record = {"worker_id": "model:m", "model": {"kind": "similarity"}, "bin_edges": [0.1, 0.2, 0.3, 0.4]}
+    (tmp_path / "scores.parquet").write_bytes(b"")
+    reading = ModelRun(tmp_path, record).reading
+    assert reading.startswith("its answers are its similarity scores, read as the normal score of their rank")
+    assert "bin edges 0.100, 0.200, 0.300, 0.400" in reading
+    (tmp_path / "scores.parquet").unlink()
+    assert ModelRun(tmp_path, record).reading.startswith("its answers are bins 1-5 of its similarity score")
+    record |= {"counts": {"items": 8, "per_bin": [2, 2, 2, 1, 1]}, "files": {"ratings": "r.parquet"}}
+    assert "reads the score through a density per true label" in describe_similarity(record)
+
+
 @pytest.mark.slow
 def test_the_similarity_model_rates_every_item_with_its_conditioned_cosine(scored):
     folder, truth, output = scored

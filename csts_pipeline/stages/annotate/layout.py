@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
-from csts_pipeline.pipeline.records import read_record
+from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.records import read_record, require_current
 from csts_pipeline.pipeline.schemas import PROVENANCE
 
 # one folder per step under the annotate folder
@@ -25,6 +27,7 @@ RATINGS_IMPORT = "annotate import --stage ratings --results FILE"  # the command
 HITS = "hits.csv"
 TASKS = "tasks.jsonl"
 QUALIFICATION_TASKS = "qualification_tasks"  # the qualification test's export folder
+QUALIFICATION = "qualification"  # the qualification import's folder (workers.csv, answers.csv)
 REPORT = "report.csv"
 TRIPLETS = "conditions.parquet"
 ITEMS = "items.parquet"
@@ -48,14 +51,33 @@ _MASK64 = (1 << 64) - 1
 
 def ratings_sources(annotate_dir: Path) -> dict[str, Path]:
     """What the ratings import was computed from (its record's input key -> that folder), for every step that reads
-    it (split, export --more, publish, report): a new ratings export, or a rerun of a model it weighed, makes it
-    stale. A model folder's key is `model_ratings/<folder>` (model_input_key)."""
-    found = {"tasks": annotate_dir / RATINGS_TASKS}
+    it (split, export --more, publish, report): a new ratings export, a qualification re-import whose workers or
+    answers it read, or a rerun of a model it weighed, makes it stale. A model folder's key is
+    `model_ratings/<folder>` (model_input_key)."""
+    found = {"tasks": annotate_dir / RATINGS_TASKS, QUALIFICATION: annotate_dir / QUALIFICATION}
     models = annotate_dir / MODEL_RATINGS
     for folder in sorted(models.iterdir()) if models.is_dir() else []:
         if folder.is_dir() and folder.name[0] not in "._":
             found[model_input_key(folder)] = folder
     return found
+
+
+def require_current_ratings(annotate_dir: Path) -> dict[str, Any]:
+    """The ratings import's record, current against ratings_sources; and, unless it named its models
+    (`--models`), with no model folder new since it ran: it weighs every model there, so a re-import would weigh
+    the new one too, and the labels it wrote leave that model's answers out."""
+    folder = annotate_dir / RATINGS
+    sources = ratings_sources(annotate_dir)
+    record = require_current(folder, RATINGS_IMPORT, sources)
+    if "models" in record.get("params", {}):
+        return record
+    for key, source in sources.items():
+        if key.startswith(f"{MODEL_RATINGS}/") and key not in record.get("inputs", {}) and read_record(source):
+            raise UserError(
+                f"{folder}: stale: the {source.name} output is new since it was computed (it weighs every model "
+                f"there); rerun `csts-pipeline {RATINGS_IMPORT}` first"
+            )
+    return record
 
 
 def model_dir(annotate_dir: Path, worker: str) -> Path:

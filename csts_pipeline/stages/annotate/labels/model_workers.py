@@ -251,7 +251,12 @@ def describe(m: dict[str, Any]) -> str:
         text += f": --more asks people there up to {KIND_MIN_RATINGS} ratings an item"
     if m.get("unreliable"):
         text += f"; unreliable flags (skill below {FLAG_SKILL_BELOW}): its not-pertinent votes were left out"
-    return f"{text}; worth {m['replaced_ratings']} human ratings"
+    return f"{text}; worth {as_count(m['replaced_ratings'])} human ratings"
+
+
+def as_count(value: float | None) -> str:
+    """Human ratings replaced, as a whole number: the figure counts ratings, and "0.0" read as a measurement."""
+    return "-" if value is None else f"{round(value):,}"
 
 
 def _signed(value: float | None) -> str:

@@ -417,12 +417,12 @@ def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tup
 
 def interval_mass(data: Answers, state: State, spread: float, values: np.ndarray) -> tuple[float | None, int]:
     """The interval's mass calibrated on the items of known label (interval.calibrated_mass), with how many items
-    measured it (None and 0 where too few). Their posteriors come from their answers alone, under a fit that did
+    measured it (None and their count where too few). Their posteriors come from their answers alone, under a fit that did
     not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
     tables to them, and its posteriors on them were sharper than on the other items."""
     known = known_items(data)
     if known.sum() < MIN_CALIBRATION_ITEMS:
-        return None, 0
+        return None, int(known.sum())
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
     label = np.argmax(data.allowed[known], axis=1)

@@ -111,6 +111,7 @@ class TrustPlan:
     # the people's (shrunk): where nothing measures the people, who is better than whom is still measured
     known_in_batch: bool = False  # the batch's own items of known label (expert sample, gold) measure, not only
     # the qualification test: a similarity model's score density is measured on them
+    short: str = NO_EVIDENCE  # what evidence was given and why it did not measure the people (shortfall)
 
     @property
     def left_out(self) -> list[str]:
@@ -134,7 +135,7 @@ class TrustPlan:
         return {"people_measured": self.people_measured, "people_measured_by": self.mode, "people_reliability":
                 people, "rule": self.rule, "informative_z": INFORMATIVE_Z, "models": models,
                 "qualification_ratings": tested, "people": len(self.evidence),
-                "people_by_evidence": by_kind}  # fmt: skip
+                "people_by_evidence": by_kind, "evidence_short": self.short}  # fmt: skip
 
 
 def people_evidence(
@@ -211,6 +212,7 @@ def plan(
     else:
         mode = ASSUMED
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
+    found.short = shortfall(count, len(np.unique(rated.item[human & (known[rated.item] > 0)])))
     found.known_in_batch = count[EXPERT] + count[GOLD] >= MIN_EVIDENCE
     useful = [m for m in models.values() if m.informative]
     if mode != REPEATS and useful:
@@ -220,6 +222,27 @@ def plan(
     elif mode == ASSUMED and useful:
         found.rule = "equal"
     return found
+
+
+def shortfall(count: dict[str, int], sample_items: int) -> str:
+    """The evidence given, in words, and why it did not measure the people (too few ratings); NO_EVIDENCE where
+    none was given. Why: "no expert sample" said of a sample of 19 rated items misleads."""
+    known = [f"an expert sample of {sample_items} rated items ({count[EXPERT]} ratings)"] if count[EXPERT] else []
+    known += [f"{count[GOLD]} ratings on the gold"] if count[GOLD] else []
+    known += [f"{count[TEST]} ratings on the qualification test"] if count[TEST] else []
+    parts = []
+    if known:
+        parts.append(f"{' and '.join(known)}, fewer than the {MIN_EVIDENCE} ratings on items of known label that "
+                     "measure the people")  # fmt: skip
+    if count[REPEATS]:
+        parts.append(f"{count[REPEATS]} ratings on items another person rated too, fewer than the {MIN_EVIDENCE} "
+                     "that measure the people by their agreement")  # fmt: skip
+    return "; ".join(parts) or NO_EVIDENCE
+
+
+def unmeasured(short: str) -> str:
+    """Why nothing measured the people, in words (shortfall's `short`)."""
+    return f"{'nothing' if short == NO_EVIDENCE else 'too little'} in the batch measures the people ({short})"
 
 
 RELATIVE_PSEUDO = 10.0  # a person's agreement with the models shrinks toward the people's with this many items
@@ -307,7 +330,7 @@ def person_words(found: TrustPlan, name: str) -> str:
     if found.people_measured:
         return f"{ASSUMED}: measured only through the other people and models"
     if found.people_reliability is None:
-        return f"{ASSUMED}: nothing in the batch measures the people ({NO_EVIDENCE})"
+        return f"{ASSUMED}: {unmeasured(found.short)}"
     how = "the models' triad rule" if found.rule == "triad" else "equal to the model's, from their agreement"
     return f"{ASSUMED}: people pinned at reliability {found.people_reliability:.2f} on average ({how}){relative}"
 
@@ -342,11 +365,11 @@ def summary_words(summary: dict[str, Any]) -> str:
     elif found["people_reliability"] is not None:
         rule = "the models' triad rule" if found["rule"] == "triad" else "equal to the model's, from their agreement"
         text = (
-            f"weights assumed: nothing in the batch measures the people ({NO_EVIDENCE}), so "
+            f"weights assumed: {unmeasured(found.get('evidence_short') or NO_EVIDENCE)}, so "
             f"they are pinned at reliability {found['people_reliability']:.2f} ({rule}); --expert measures them"
         )
     else:
-        text = f"weights assumed: nothing in the batch measures the people ({NO_EVIDENCE})"
+        text = f"weights assumed: {unmeasured(found.get('evidence_short') or NO_EVIDENCE)}"
     empty = [name for name, m in found["models"].items() if not m["informative"]]
     if empty:
         text += f"; no information in {', '.join(empty)} (no agreement with people beyond chance): left out"
@@ -361,7 +384,8 @@ def card_words(summary: dict[str, Any]) -> str:
         return ""
     counts = {kind: n for kind, n in (found.get("people_by_evidence") or {}).items() if n}
     if not found["people_measured"]:
-        people = f"the {found.get('people', 0):,} people's reliability was assumed ({NO_EVIDENCE})"
+        short = found.get("evidence_short") or NO_EVIDENCE
+        people = f"the {found.get('people', 0):,} people's reliability was assumed ({short})"
     else:
         each = ", ".join(f"{kind} {n:,}" for kind, n in counts.items())
         people = f"the people's reliability was measured by their evidence (people with each kind: {each})"

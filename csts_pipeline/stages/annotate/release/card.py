@@ -198,7 +198,7 @@ def _model_share(share: dict[str, Any] | None) -> list[str]:
     return [
         f"\nModels rated alongside people, weighed by the same rater model and never taken as truth: "
         f"{share['human_ratings']:,} human ratings were bought and the models' answers replaced "
-        f"{share['replaced_ratings']:,} ({each})."
+        f"{model_workers.as_count(share['replaced_ratings'])} of them ({each})."
     ]
 
 

@@ -25,7 +25,7 @@ from csts_pipeline.stages.annotate.layout import (
     RATINGS,
     RATINGS_TASKS,
     SPLITS,
-    ratings_sources,
+    require_current_ratings,
 )
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,10 @@ def split(
     ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
     step = f"annotate import --stage {'ratings' if labels == 'likert' else 'bws'} --results FILE"
     tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
-    sources = ratings_sources(annotate_dir) if labels == "likert" else {"tasks": tasks_dir}
-    upstream = require_current(ratings_dir, step, sources)  # a new `annotate rate` makes the likert import stale
+    if labels == "likert":  # a new `annotate rate` makes the likert import stale
+        upstream = require_current_ratings(annotate_dir)
+    else:
+        upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
     with OutputFolder(
         "annotate-split",
         annotate_dir / CSTS,

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.records import read_record, require_current
+from csts_pipeline.pipeline.records import read_record
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
@@ -44,11 +44,10 @@ from csts_pipeline.stages.annotate.layout import (
     INDIVIDUAL_RATINGS,
     ITEMS,
     RATINGS,
-    RATINGS_IMPORT,
     RATINGS_TASKS,
     TASKS,
     WORKERS,
-    ratings_sources,
+    require_current_ratings,
 )
 
 log = logging.getLogger(__name__)
@@ -252,7 +251,7 @@ def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> d
     if budget is not None and budget < 1:
         raise UserError(f"--budget must be at least 1 (got {budget})")
     ratings_dir = annotate_dir / RATINGS
-    upstream = require_current(ratings_dir, RATINGS_IMPORT, ratings_sources(annotate_dir))
+    upstream = require_current_ratings(annotate_dir)
     spent = spent_before(annotate_dir / RATINGS_MORE, upstream["fingerprint"])
     if budget is not None and spent >= budget:
         raise UserError(

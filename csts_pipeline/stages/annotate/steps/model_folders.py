@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.records import read_record, require_record
+from csts_pipeline.pipeline.records import RECORD, read_record, require_record
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.layout import (
     INDIVIDUAL_RATINGS,
@@ -49,13 +49,20 @@ class ModelRun:
 
     @property
     def reading(self) -> str:
-        """How its answers were read, in words: a similarity model's bins with their edges, a language model's
-        next-token distributions."""
+        """How the ratings import reads its answers, in words: a similarity model's whole score through a density
+        per true label (labels/score_density.py; its bins only for a folder of an older version, without
+        scores.parquet), a language model's next-token distributions."""
         if self.kind == SIMILARITY_MODEL:
             edges = ", ".join(f"{e:.3f}" for e in self.record.get("bin_edges", []))
+            if (self.folder / SCORES).is_file():
+                return (
+                    "its answers are its similarity scores, read as the normal score of their rank in the batch "
+                    "through a normal density per true label that the import learns (its bins 1-5 among the "
+                    f"batch's quantiles kept beside them, bin edges {edges}), not asked whether pertinent"
+                )
             return (
-                f"its answers are bins 1-5 of its similarity score among the batch's quantiles (bin edges {edges}), "
-                "not asked whether pertinent"
+                f"its answers are bins 1-5 of its similarity score among the batch's quantiles (bin edges {edges}; "
+                "no scores.parquet in its folder), not asked whether pertinent"
             )
         counts = self.record.get("counts", {})
         return (
@@ -78,13 +85,28 @@ class ModelRun:
 
 
 def model_runs(annotate_dir: Path) -> list[ModelRun]:
-    """Every model folder with a whole committed output, by worker id."""
+    """Every model folder with a whole committed output, by worker id; a folder holding files but no record (its
+    answers without what made them) is refused in one line, not skipped: skipped, the import would weigh the
+    other models only and say nothing."""
     top = annotate_dir / MODEL_RATINGS
     found = []
     for folder in sorted(top.iterdir()) if top.is_dir() else []:
-        if folder.is_dir() and folder.name[0] not in "._" and read_record(folder) is not None:
-            found.append(ModelRun(folder, require_record(folder, "annotate rate")))
+        if not folder.is_dir() or folder.name[0] in "._":
+            continue
+        if read_record(folder) is None:
+            _require_empty(folder)
+            continue
+        found.append(ModelRun(folder, require_record(folder, "annotate rate")))
     return sorted(found, key=lambda run: run.worker)
+
+
+def _require_empty(folder: Path) -> None:
+    """Refuse a model folder without its record that still holds files (an empty one is nothing to weigh)."""
+    if any(path.is_file() and not path.name.startswith((".", "_")) for path in folder.iterdir()):
+        raise UserError(
+            f"{folder}: a model's answers without their record ({RECORD}): which model and which ratings export "
+            "made them is unknown; rate again with that model (`csts-pipeline annotate rate`), or remove the folder"
+        )
 
 
 def chosen_runs(annotate_dir: Path, names: list[str] | None) -> list[ModelRun]:

@@ -28,10 +28,9 @@ from csts_pipeline.stages.annotate.layout import (
     BWS_TASKS,
     CSTS,
     RATINGS,
-    RATINGS_IMPORT,
     RELIABILITY,
     SPLITS,
-    ratings_sources,
+    require_current_ratings,
 )
 from csts_pipeline.stages.annotate.release import licenses, soft_labels
 from csts_pipeline.stages.annotate.release.card import Histogram, Release, render_card
@@ -98,7 +97,7 @@ def gather(annotate_dir: Path, work_dir: Path | None, name: str, license: str) -
         release.design = design.get("design")
     else:
         if read_record(annotate_dir / RATINGS) is not None:  # stale when a new `annotate rate` replaced its model rows
-            require_current(annotate_dir / RATINGS, RATINGS_IMPORT, ratings_sources(annotate_dir))
+            require_current_ratings(annotate_dir)
         release.agreement = _optional_json(annotate_dir / RATINGS / AGREEMENT, release)
     filter_record = None if work_dir is None else read_record(work_dir / "filter")
     if work_dir is None:

@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from csts_pipeline.pipeline.checksums import verify_file
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.records import file_fingerprint, fingerprint, require_record
+from csts_pipeline.pipeline.records import RECORD, file_fingerprint, fingerprint, read_record, require_record
 from csts_pipeline.stages.annotate.crowd import platform, screening, tasks, worker_list
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
 from csts_pipeline.stages.annotate.crowd.gold_set import (
@@ -33,9 +34,8 @@ from csts_pipeline.stages.annotate.crowd.gold_set import (
 )
 from csts_pipeline.stages.annotate.crowd.results import ResultRow, parse_flag, parse_rating
 from csts_pipeline.stages.annotate.labels.agreement import Rating, RatingArrays
-from csts_pipeline.stages.annotate.layout import QUALIFICATION_TASKS, REPORT, TASKS
+from csts_pipeline.stages.annotate.layout import QUALIFICATION, QUALIFICATION_TASKS, REPORT, TASKS
 
-QUALIFICATION = "qualification"
 WORKERS = "workers.csv"
 ANSWERS = "answers.csv"
 
@@ -247,10 +247,37 @@ def workers_input(qualified: screening.Qualified | None) -> dict[str, str]:
     return {} if qualified is None else {"workers": file_fingerprint(qualified.file)}
 
 
+QUALIFICATION_IMPORT = "annotate import --stage qualification --results FILE"
+
+
 def answers_file(annotate_dir: Path) -> Path | None:
-    """`<annotate>/qualification/answers.csv` where a qualification import wrote it."""
-    path = annotate_dir / QUALIFICATION / ANSWERS
-    return path if path.is_file() else None
+    """`<annotate>/qualification/answers.csv` where a qualification import wrote it, checked against that import's
+    record (size and checksum, as every stage's reader checks its input): a file cut, emptied or deleted since
+    would measure the people on fewer answers, or on none, without a word. Only this file is checked: a
+    requester edits workers.csv's verdicts by hand."""
+    folder = annotate_dir / QUALIFICATION
+    path, record = folder / ANSWERS, read_record(folder)
+    entry = None if record is None else (record.get("output_files") or {}).get(ANSWERS)
+    if entry is None and not path.is_file():
+        return None
+    if record is None:
+        problem = f"{path}: no qualification import record beside it ({folder / RECORD})"
+    else:
+        problem = f"{path}: not listed in {folder / RECORD}" if entry is None else verify_file(path, entry)
+    if problem:
+        raise UserError(
+            f"{problem}: the qualification answers are incomplete or corrupt; rebuild them with "
+            f"`csts-pipeline {QUALIFICATION_IMPORT} --force`"
+        )
+    return path
+
+
+def folder_input(annotate_dir: Path, used: bool) -> dict[str, str]:
+    """The ratings import's input from the qualification folder it read (its workers.csv or answers.csv): the
+    folder's fingerprint, so a qualification re-import makes the ratings import stale for every step that reads
+    it (layout.ratings_sources)."""
+    record = read_record(annotate_dir / QUALIFICATION) if used else None
+    return {} if record is None or "fingerprint" not in record else {QUALIFICATION: str(record["fingerprint"])}
 
 
 def test_answers(path: Path, people: set[str]) -> tuple[RatingArrays, np.ndarray] | None:

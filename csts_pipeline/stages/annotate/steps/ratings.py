@@ -116,7 +116,7 @@ def import_ratings(
     workers: Path | None = None,
     ambiguity_sd: float | None = None,
     models: list[str] | None = None,
-    expert: Path | None = None,
+    expert: Path | list[Path] | None = None,
 ) -> dict:
     """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
     that more than `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than
@@ -127,7 +127,8 @@ def import_ratings(
     assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior.
     `models`: the model workers to weigh (`model:<name>` or `<name>`; None: every one `annotate rate` left), each
     refused when its answers are stale (model_folders.current_runs). `expert` (`--aggregate model` only): careful
-    labels for a sample of the items (labels/expert.py)."""
+    labels for a sample of the items, one file or several (labels/expert.py)."""
+    expert = expert_files(expert)
     _check_rating_options(how, not_pertinent_share, min_ratings, ambiguity_sd, expert)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
@@ -142,9 +143,11 @@ def import_ratings(
     runs = model_folders.current_runs(annotate_dir, models)
     params |= {"models": [run.worker for run in runs]} if models is not None else {}
     inputs |= model_folders.model_input(runs)  # each model's own fingerprint: a rerun of one makes this stale
-    inputs |= {"expert": file_fingerprint(expert)} if expert is not None else {}
+    inputs |= _expert_input(expert)
     test = qualification.answers_file(annotate_dir) if how == "model" else None
     inputs |= {"qualification_answers": file_fingerprint(test)} if test is not None else {}
+    from_folder = test is not None or (qualified is not None and workers is None)
+    inputs |= qualification.folder_input(annotate_dir, from_folder)
     with OutputFolder("annotate-import-ratings", annotate_dir / RATINGS, params, inputs, reads=(tasks_dir,)) as out:
         if out.up_to_date() and not force:
             return out.unchanged()
@@ -224,7 +227,7 @@ def label_batch(
     seed: int = 0,
     ambiguity_sd: float | None = None,
     described: dict[str, dict[str, str]] | None = None,
-    expert: Path | None = None,
+    expert: Path | list[Path] | None = None,
     test: Path | None = None,
 ) -> Labelled:
     """The import's labels from the rating tasks (hidden controls included, `gold` their check on people) and the
@@ -242,13 +245,15 @@ def label_batch(
     conditions = [str(t.get("condition", "")) for t in items] + parts.anchor_conditions
     kinds = model_workers.condition_kinds(conditions) if models else None
     controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
-    careful = read_expert(expert, items) if expert is not None else None
+    expert = expert_files(expert)
+    careful = read_expert(expert, items) if expert else None
     known = None if careful is None else careful.known
     tested = None
     if test is not None and how == "model":
         tested = qualification.test_answers(test, {r.worker for r in people})
     policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd, known, tested)
     labels = policy.fit_predict(ratings, len(items))
+    labels = careful.publish(labels) if careful is not None else labels
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
     checks = quality.high_low(items, labels, model)
@@ -263,7 +268,7 @@ def label_batch(
         "high_low": checks.summary,
         "model_workers": quality.workers_summary(model, workers, ambiguity_sd is not None) if model else None,
         "gold": gold.summary() if gold else None,
-        "expert": None if careful is None else careful.summary() | {"file": str(expert)},
+        "expert": None if careful is None else careful.summary(labels.answers),
         "qualification_test": None if tested is None else _test_summary(tested, test),
     }
     return Labelled(items, accepted, labels, model, workers, agreement, checks)
@@ -276,18 +281,32 @@ def _test_summary(tested: tuple[RatingArrays, np.ndarray], path: Path | None) ->
             "workers": len(set(ratings.worker.tolist()))}  # fmt: skip
 
 
+def expert_files(expert: Path | list[Path] | None) -> list[Path]:
+    """`--expert` as a list of files (it may be given once, several times, or not at all)."""
+    return [] if expert is None else [expert] if isinstance(expert, Path) else list(expert)
+
+
+def _expert_input(files: list[Path]) -> dict[str, Any]:
+    """The import's input from the expert files: one file's fingerprint, or the list of several's."""
+    if not files:
+        return {}
+    found = [file_fingerprint(path) for path in files]
+    return {"expert": found[0] if len(found) == 1 else found}
+
+
 def _check_rating_options(
     how: str,
     not_pertinent_share: float,
     min_ratings: int,
     ambiguity_sd: float | None = None,
-    expert: Path | None = None,
+    expert: list[Path] | None = None,
 ) -> None:
     aggregator_class(how)
-    if expert is not None and how != "model":
+    if expert and how != "model":
         raise UserError(f"--expert: only with --aggregate model (got --aggregate {how})")
-    if expert is not None and not expert.is_file():
-        raise UserError(f"{expert}: not found (--expert)")
+    for path in expert or []:
+        if not path.is_file():
+            raise UserError(f"{path}: not found (--expert)")
     if ambiguity_sd is not None and how != "model":
         raise UserError(f"--ambiguity-sd: only with --aggregate model (got --aggregate {how})")
     if ambiguity_sd is not None and not 0 <= ambiguity_sd <= MAX_AMBIGUITY_SD:

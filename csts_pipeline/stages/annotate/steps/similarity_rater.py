@@ -4,12 +4,12 @@ one more worker `model:<name>` (docs/annotate-models.md, "A similarity model as 
 
 A similarity model gives a score, not a rating: a cosine in [-1, 1] for a bi-encoder (each sentence encoded with
 the condition as a tokenizer pair, as `train` and `evaluate` encode C-STS rows), a regression score for a trained
-cross-encoder. Mapping it onto 1-5 by a fixed rule would claim a calibration nobody measured. So each score becomes
-an ordinal answer: its bin among BINS bins cut at the quantiles of this batch's scores (bin 1 the lowest fifth),
-written as a model row with the bin as `rating` and a one-hot `distribution`, and the ratings import's rater
-model learns what each bin means (a model worker's free 5 x 5 confusion, P(bin | true label)) against the people
-and the hidden gold. A bin is a rank, not a claim: bin 5 of a batch of unrelated pairs may mean "2". The raw score
-and the bin edges stay in the folder (`scores.parquet`, the record's `bin_edges`). A similarity model says nothing
+cross-encoder. Mapping it onto 1-5 by a fixed rule would claim a calibration nobody measured. So the score itself
+is the answer the ratings import reads (`scores.parquet`): as the normal score of its rank in the batch, through a
+normal density per true label that the rater model learns against the people and the hidden gold
+(labels/score_density.py). Each row also carries the score's bin among BINS bins cut at the quantiles of this
+batch's scores (bin 1 the lowest fifth) as `rating`, with a one-hot `distribution`, so the rows keep the ratings
+schema; the bin edges stay in the record (`bin_edges`). A similarity model says nothing
 about pertinence: its rows never flag, and `p_not_pertinent` is null (not asked).
 
 The items are the ratings export's rows, hidden controls included, as a language model rates them, so the
@@ -178,6 +178,7 @@ def describe_similarity(record: dict[str, Any]) -> str:
     edges = ", ".join(f"{e:.3f}" for e in record["bin_edges"])
     return (
         f"{record['counts']['items']} items scored by {record['worker_id']} -> {record['files']['ratings']}\n"
-        f"  answers: the score's bin 1-{BINS} among this batch's quantiles (edges {edges}; items per bin "
-        f"{record['counts']['per_bin']}); the ratings import learns what each bin means against people and gold"
+        f"  answers: the score (its bin 1-{BINS} among this batch's quantiles kept too: edges {edges}; items per "
+        f"bin {record['counts']['per_bin']}); the ratings import reads the score through a density per true label "
+        "that it learns against people and gold"
     )

@@ -158,7 +158,7 @@ def _import_ratings(record: dict[str, Any]) -> str:
         spread = shift.spread_words(model) + shift.evidence_words(model)
         lines.append(
             f"ordinal model: {model['workers']} workers, {model['unreliable']} unreliable (reliability below "
-            f"{model['unreliable_below']}){'; ' + spread if spread else ''} -> {files[WORKERS]}"
+            f"{model['unreliable_below']}{_pooled(model)}){'; ' + spread if spread else ''} -> {files[WORKERS]}"
         )
         lines.extend([f"  {trust.summary_words(model)}"] if model.get("trust") else [])
         lines.append(_convergence(model))
@@ -177,6 +177,14 @@ def _import_ratings(record: dict[str, Any]) -> str:
     return "\n".join([*lines, agreement_table(agreement)])
 
 
+def _pooled(model: dict[str, Any]) -> str:
+    """Where the items of known label measured the people, the noise that marks them unreliable is one pooled
+    figure: said, since it marks every person alike, those with no rating on those items too."""
+    if (model.get("trust") or {}).get("people_measured_by") != trust.KNOWN:
+        return ""
+    return "; the people's noise is measured pooled on the items of known label, so it judges every person alike"
+
+
 def _convergence(model: dict[str, Any]) -> str:
     """Whether the rater model's EM converged, in a line."""
     if model.get("converged", True):
@@ -190,7 +198,8 @@ def model_share_lines(share: dict[str, Any] | None) -> list[str]:
     if not share or not share.get("models"):
         return []
     lines = [
-        f"human ratings bought: {share['human_ratings']:,}; the models' answers replaced {share['replaced_ratings']:,}"
+        f"human ratings bought: {share['human_ratings']:,}; the models' answers replaced "
+        f"{model_workers.as_count(share['replaced_ratings'])} of them"
     ]
     lines.extend(f"  {m['worker_id']}: {model_workers.describe(m)}" for m in share["models"])
     return lines
