@@ -207,23 +207,31 @@ def test_an_expert_sample_calibrates_the_intervals_the_model_made_too_sharp(tmp_
     assert agreement["model_workers"]["interval_calibrated_on"] == len(sample)
 
 
-def test_the_calibrated_threshold_widens_freely_and_narrows_only_on_evidence():
+def test_the_calibrated_mass_widens_freely_and_narrows_only_on_evidence():
     """Split conformal on 5-label posteriors: where the known labels are wider than the posteriors, the runs
-    cover at least 90% of them and not all; where the posteriors are right, the model's own threshold stands
-    on 20 items and gives way on 400 only if its runs cover more than a 90% coverage would by chance."""
+    cover at least 90% of them and not all; where the posteriors are right, the 90% mass stands on 20 items and
+    gives way on 400 only if its runs cover more than a 90% coverage would by chance."""
     rng = np.random.default_rng(0)
     posterior = rng.dirichlet(np.full(5, 0.3), 400)
-    own = interval.mass_threshold(posterior, np.argmax(posterior, axis=1), 0.9)
     wide = np.array([rng.choice(5, p=p**0.5 / (p**0.5).sum()) for p in posterior])  # wider than the posterior
-    threshold = interval.calibrated_threshold(posterior, wide, 0.9, own)
-    assert threshold is not None and threshold < own
-    low, high = interval.credible_interval(posterior, 0.9, threshold)
+    mass = interval.calibrated_mass(posterior, wide, 0.9)
+    assert mass is not None and mass > 0.9
+    low, high = interval.credible_interval(posterior, mass)
     covered = (low <= wide + 1) & (wide + 1 <= high)
     assert 0.9 <= covered.mean() < 0.95, covered.mean()
-    assert interval.calibrated_threshold(posterior[:10], wide[:10], 0.9, own) is None
+    own_low, own_high = interval.credible_interval(posterior, 0.9)
+    assert ((own_low <= wide + 1) & (wide + 1 <= own_high)).mean() < 0.9  # what calibration repaired
+    assert interval.calibrated_mass(posterior[:10], wide[:10], 0.9) is None
     sharp = np.argmax(posterior, axis=1)  # the mode is always right: the own runs cover every label
-    assert interval.calibrated_threshold(posterior[:20], sharp[:20], 0.9, own) is None
-    assert interval.calibrated_threshold(posterior, sharp, 0.9, own) == np.inf
+    assert interval.calibrated_mass(posterior[:20], sharp[:20], 0.9) is None
+    narrowed = interval.calibrated_mass(posterior, sharp, 0.9)
+    assert narrowed is not None and narrowed < 0.9
+
+
+def test_each_item_s_interval_is_its_own_run_closest_to_the_mass():
+    posterior = np.array([[0.0, 0.02, 0.1, 0.8, 0.08], [0.0, 0.0, 0.03, 0.97, 0.0], [0.3, 0.4, 0.3, 0.0, 0.0]])
+    low, high = interval.credible_interval(posterior, 0.9)
+    assert low.tolist() == [3, 4, 1] and high.tolist() == [4, 4, 3]
 
 
 def take_qualification(folder: Path, workers: list[str], off: int, tmp_path: Path) -> None:

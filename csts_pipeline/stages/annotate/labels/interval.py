@@ -82,7 +82,9 @@ def interval_words(calibrated_on: int | None, checked_on: int | None = None) -> 
     """What set the 90% intervals, for the import summary, from agreement.json's model_workers."""
     if calibrated_on:
         known = f"{calibrated_on} items of known label"
-        return f"90% intervals calibrated on {known} (each item's run widened until their answers alone cover 90% of them)"
+        return (
+            f"90% intervals calibrated on {known} (each item's run widened until their answers alone cover 90% of them)"
+        )
     if checked_on and checked_on < MIN_CALIBRATION_ITEMS:
         return (
             f"90% intervals: each item's own posterior mass ({checked_on} rated items of known label, fewer "

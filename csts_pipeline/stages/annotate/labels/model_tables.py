@@ -56,7 +56,9 @@ def density_tables(table: np.ndarray, data: Answers, groups: np.ndarray, density
 GROWTH_STRENGTHS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # pseudo-answers per true label tried
 
 
-def grown_tables(table: np.ndarray, counts: np.ndarray, kernel: np.ndarray, people: np.ndarray, strength: float) -> np.ndarray:
+def grown_tables(
+    table: np.ndarray, counts: np.ndarray, kernel: np.ndarray, people: np.ndarray, strength: float
+) -> np.ndarray:
     """The workers' P(y | t) with each of `people` grown from their own answers: their expected counts plus
     `strength` pseudo-answers per true label drawn from their kernel (the posterior mean of a Dirichlet centred on
     the kernel). A person with ten answers reads as their kernel (bias and noise), one with hundreds as their own

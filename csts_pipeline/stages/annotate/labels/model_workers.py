@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import em_answers, ordinal, score_density
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, score_density
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, is_model_worker
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 
@@ -109,9 +109,9 @@ class ModelFit:
 def predictive_reliability(table: np.ndarray, prior: np.ndarray | None = None) -> np.ndarray:
     """The correlation ratio of the true label on the answer under P(y | t) [..., t, y], t uniform on 1..5: how
     well the answer predicts the truth, sqrt(var E[t | y] / var t). A language model's reliability: the plain
-    correlation of t and y (ordinal.reliability) divides by the spread of the answers, so a model that says 5
+    correlation of t and y (kernel.reliability) divides by the spread of the answers, so a model that says 5
     for every item but for a trace of pseudo-answers came out at 0.6; here it is near 0. For a person's kernel
-    the two are close. `prior`: t drawn from the batch's labels (uniform when None), as ordinal.reliability."""
+    the two are close. `prior`: t drawn from the batch's labels (uniform when None), as kernel.reliability."""
     p_t = np.full(table.shape[-2], 1 / table.shape[-2]) if prior is None else np.asarray(prior, np.float64)
     joint = table * p_t[:, None]
     p_y = joint.sum(axis=-2)
@@ -126,7 +126,7 @@ def pooled_reliability(fit: ordinal.OrdinalFit, name: str, members: np.ndarray) 
     scores, else its kinds' tables weighed by their answers."""
     if name in fit.density:
         return score_density.reliability(fit.density[name], fit.prior)
-    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    table = fit.table if fit.table is not None else kernel.response(fit.bias, fit.noise)
     weights = fit.answers[members] / max(fit.answers[members].sum(), 1)
     return float(predictive_reliability(np.einsum("k,kty->ty", weights, table[members]), fit.prior))
 
@@ -135,7 +135,7 @@ def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays, plan: TrustPlan) ->
     """Every model of the batch: for those in the fit (by_kind), its kinds' reliability and error and its pooled
     reliability; for those the plan left out (no agreement with people beyond chance), reliability 0 and
     `left_out`."""
-    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    table = fit.table if fit.table is not None else kernel.response(fit.bias, fit.noise)
     virtual = np.flatnonzero(is_model_worker(fit.workers))
     found: dict[str, ModelFit] = {}
     rated = split.subset(split.rated & ~split.human)
@@ -160,7 +160,7 @@ def model_fits(fit: ordinal.OrdinalFit, split: RatingArrays, plan: TrustPlan) ->
     for name, seen in plan.models.items():
         if name not in found:
             found[name] = ModelFit(
-                0.0, 0.0, float(ordinal.NOISE_GRID[-1]), [KindFit("all", seen.items, 0.0, None, True)], True
+                0.0, 0.0, float(kernel.NOISE_GRID[-1]), [KindFit("all", seen.items, 0.0, None, True)], True
             )
     return found
 

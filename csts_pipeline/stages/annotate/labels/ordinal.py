@@ -30,58 +30,30 @@ the same for all of them, and the E-step integrates u out; the sd is chosen from
 
 from __future__ import annotations
 
-import os
-
 from dataclasses import dataclass, field, replace
-from functools import cache, lru_cache
 
 import numpy as np
 
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
 from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
-from csts_pipeline.stages.annotate.labels.interval import MIN_CALIBRATION_ITEMS, calibrated_mass, credible_interval, rounded
+from csts_pipeline.stages.annotate.labels.interval import (
+    MIN_CALIBRATION_ITEMS,
+    calibrated_mass,
+    credible_interval,
+    rounded,
+)
+from csts_pipeline.stages.annotate.labels.kernel import (
+    TYPICAL,
+    best_parameters,
+    grid,
+    kernel_tables,
+    reliability,
+)
 
-BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
-NOISE_GRID = np.geomspace(0.25, 8.0, 24)
-BIAS_PRIOR_SD = 1.0
-PSEUDO_RATINGS = 2.0
-TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 INTERVAL_MASS = 0.9
 MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
 MAX_ITER, TOL = 200, 1e-6  # EM's iterations at most, and the largest posterior change that counts as converged
-
-
-def response(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
-    """P(y | t) for each (bias, noise): array [..., t, y] over the scale 1..5."""
-    bias, noise = np.asarray(bias, np.float64), np.asarray(noise, np.float64)
-    centre = SCALE[:, None] + bias[..., None, None]  # [..., t, 1]
-    kernel = np.exp(-((SCALE[None, :] - centre) ** 2) / (2 * noise[..., None, None] ** 2))
-    return kernel / kernel.sum(axis=-1, keepdims=True)
-
-
-def reliability(table: np.ndarray, prior: np.ndarray | None = None) -> np.ndarray:
-    """A worker's reliability: the correlation of t and y under P(y | t) [..., t, y] with t drawn from `prior`
-    (the batch's labels; uniform on the scale when None): about 0.95 for a careful worker, 0.8-0.9 for one
-    shifted by a point, 0 for uniform answers. Under the batch's prior it is comparable with the worker's
-    correlation with the truth on this batch's items."""
-    p_t = np.full(len(SCALE), 1 / len(SCALE)) if prior is None else np.asarray(prior, np.float64)
-    joint = table * p_t[:, None]
-    t, y = SCALE[:, None], SCALE[None, :]
-    mean_t, mean_y = p_t @ SCALE, (joint * y).sum(axis=(-2, -1))
-    var_t = p_t @ SCALE**2 - mean_t**2
-    cov = (joint * t * y).sum(axis=(-2, -1)) - mean_t * mean_y
-    var_y = (joint * y**2).sum(axis=(-2, -1)) - mean_y**2
-    return cov / np.sqrt(var_t * np.maximum(var_y, 1e-12))
-
-
-@cache
-def _grid() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The grid's (bias, noise) points, their log P(y | t) flattened to 25 cells, and their log prior."""
-    bias, noise = (g.reshape(-1) for g in np.meshgrid(BIAS_GRID, NOISE_GRID, indexing="ij"))
-    log_table = np.log(response(bias, noise)).reshape(len(bias), -1)
-    log_prior = -0.5 * (bias / BIAS_PRIOR_SD) ** 2
-    return bias, noise, log_table, log_prior
 
 
 @dataclass
@@ -148,37 +120,6 @@ def item_posterior(
     return joint_posterior(item, code, answers, table[None], prior, np.ones(1), n_items)[0].sum(axis=2)
 
 
-def kernel_tables(bias: np.ndarray, noise: np.ndarray, shifts: np.ndarray) -> np.ndarray:
-    """[g, worker, t, y]: each worker's kernel with its bias moved by each shift."""
-    return response(bias[None, :] + shifts[:, None], np.broadcast_to(noise, (len(shifts), len(noise))))
-
-
-def best_parameters(counts: np.ndarray, shifts: np.ndarray, pinned: np.ndarray | None = None) -> np.ndarray:
-    """M-step: the grid point maximising each worker's expected log-likelihood (counts[worker, g, t, y], each
-    node's kernel moved by its shift) plus the prior (pseudo-ratings of a typical worker spread evenly over the
-    true labels, unshifted, and the bias prior). `pinned` (per worker, a noise or nan): such a worker's noise
-    is held there and its bias alone chosen."""
-    moved, constant = _scored_grid(tuple(float(s) for s in shifts))
-    flat = counts.reshape(len(counts), len(shifts) * len(SCALE) ** 2)  # [worker, g * cell]
-    score = flat @ moved + constant
-    if pinned is not None and not np.isnan(pinned).all():
-        held = ~np.isnan(pinned)
-        _, noise, _, _ = _grid()
-        score[held] = np.where(np.isclose(noise[None, :], pinned[held, None]), score[held], -np.inf)
-    return np.argmax(score, axis=1)
-
-
-@lru_cache(maxsize=32)
-def _scored_grid(shifts: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """For best_parameters, once per set of shifts (EM keeps one for hundreds of iterations): the grid's log
-    P(y | t + shift) as [g * cell, point], and per point the pseudo-ratings' log-likelihood plus the bias prior."""
-    bias, noise, log_table, log_prior = _grid()
-    moved = np.log(kernel_tables(bias, noise, np.array(shifts))).reshape(len(shifts), len(bias), -1)
-    pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
-    constant = pseudo.reshape(-1) @ log_table.T + log_prior
-    return np.ascontiguousarray(moved.transpose(0, 2, 1).reshape(-1, len(bias))), constant[None, :]
-
-
 @dataclass
 class State:
     """Where EM stands: the label prior, each worker's grid point and table (a model's free confusion), the
@@ -234,7 +175,7 @@ def fit(
     else:
         spread, state = ambiguity, start_state(data)
     state = expectation_maximisation(data, state, spread, max_iter, tol)
-    bias_grid, noise_grid, _, _ = _grid()
+    bias_grid, noise_grid, _, _ = grid()
     values = label_values(data, state, spread)
     return OrdinalFit(
         posterior=state.posterior.sum(axis=2),
@@ -267,8 +208,6 @@ def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
     gold) decide who is right, not where the scale sits: moving the scale onto a 5% sample's rounded labels put
     the labels 0.07-0.09 under USTS-C's truth. A batch with no person's answer: t plus the shift."""
     shifts, _ = shift.nodes(spread)
-    if os.environ.get("CSTS_SCALE", "crowd") == "t":
-        return np.clip(SCALE[:, None] + shifts[None, :], SCALE[0], SCALE[-1]) * 0 + SCALE[:, None]
     weight = np.bincount(data.code, minlength=len(data.workers)) * ~data.free
     weight = weight * np.clip(reliability(state.table, state.prior), 0, 1) ** 2
     if weight.sum() <= 0:
@@ -279,7 +218,7 @@ def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
 def worker_tables(data: Answers, state: State, shifts: np.ndarray) -> np.ndarray:
     """[g, worker, t, y]: each worker's P(y | t + shift_g): the kernel moved by the shift, or the worker's own
     table (a model's confusion, a grown person's) read at t + shift."""
-    bias_grid, noise_grid, _, _ = _grid()
+    bias_grid, noise_grid, _, _ = grid()
     tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
     own = data.free | grown_people(data, state.strength)
     tables[:, own] = shift.shifted_rows(state.table[own], shifts)
@@ -342,7 +281,7 @@ def known_log_likelihood(data: Answers, state: State, spread: float) -> float:
 
 def start_state(data: Answers) -> State:
     """People start as a typical worker; models uninformative (bias 0, the widest noise: answers carry nothing)."""
-    bias_grid, noise_grid, log_grid, _ = _grid()
+    bias_grid, noise_grid, log_grid, _ = grid()
     typical = int(np.argmin(np.abs(bias_grid - TYPICAL[0]) + np.abs(np.log(noise_grid / TYPICAL[1]))))
     flat = int(np.argmin(np.abs(bias_grid) - noise_grid))
     choice = np.where(data.free, flat, typical)
@@ -364,7 +303,7 @@ def expectation_maximisation(
     """EM at a fixed spread of the shared shift, from `state`, until no item's posterior moves by `tol`; `grow`:
     the people's tables grow from their answers (model_tables.grown_tables), else they are their kernels (the
     spread's ranking: growth made each point of the grid take six times the iterations, for the same choice)."""
-    _, _, log_grid, _ = _grid()
+    _, _, log_grid, _ = grid()
     shifts, _ = shift.nodes(spread)
     prior, choice, table, before = state.prior, state.choice, state.table, state.posterior.sum(axis=2)
     strength = state.strength
@@ -384,7 +323,7 @@ def expectation_maximisation(
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
         unshifted = shift.unshifted_counts(counts, shifts, table)
         table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
-        people = grown_people(data, 1.0) & grow & (os.environ.get("CSTS_GROW", "1") == "1")
+        people = grown_people(data, 1.0) & grow
         strength = model_tables.growth_strength(unshifted[people], kernel[people]) if people.any() else np.inf
         table = model_tables.grown_tables(table, unshifted, kernel, people, strength)
         if len(scored):
@@ -417,8 +356,8 @@ def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tup
 
 def interval_mass(data: Answers, state: State, spread: float, values: np.ndarray) -> tuple[float | None, int]:
     """The interval's mass calibrated on the items of known label (interval.calibrated_mass), with how many items
-    measured it (None and their count where too few). Their posteriors come from their answers alone, under a fit that did
-    not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
+    measured it (None and their count where too few). Their posteriors come from their answers alone, under a fit
+    that did not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
     tables to them, and its posteriors on them were sharper than on the other items."""
     known = known_items(data)
     if known.sum() < MIN_CALIBRATION_ITEMS:
@@ -436,8 +375,3 @@ def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) ->
     moved = joint * np.exp(extra - top)
     total = moved.sum(axis=(1, 2), keepdims=True)
     return moved / total, evidence + np.log(total).reshape(-1) + top.reshape(-1)
-
-
-def pinned_noise(target: float) -> float:
-    """The noise of NOISE_GRID whose unbiased kernel's reliability is nearest `target`."""
-    return float(NOISE_GRID[np.argmin(np.abs(reliability(response(np.zeros_like(NOISE_GRID), NOISE_GRID)) - target))])

@@ -16,7 +16,16 @@ import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import em_answers, model_workers, ordinal, shift, trust, verdict, weighing
+from csts_pipeline.stages.annotate.labels import (
+    em_answers,
+    kernel,
+    model_workers,
+    ordinal,
+    shift,
+    trust,
+    verdict,
+    weighing,
+)
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
 
@@ -132,7 +141,7 @@ def model_log10_ratio(fit: ordinal.OrdinalFit, ratings: RatingArrays, n_items: i
     so a model that outvotes a person must not settle the item; routing asks people there (followup.route)."""
     rated = ratings.subset(ratings.rated)
     code = np.searchsorted(fit.workers, rated.worker.astype(str))
-    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    table = fit.table if fit.table is not None else kernel.response(fit.bias, fit.noise)
     like = ordinal.answer_likelihood(em_answers.answer_matrix(rated.rating, rated.distribution), code, table)
     log_like = np.log(np.maximum(like, 1e-300))
     sums = []
@@ -155,7 +164,7 @@ def answer_information(fit: ordinal.OrdinalFit, ratings: RatingArrays) -> np.nda
     of the item's posterior from the posterior without that answer (nats)."""
     rated = ratings.subset(ratings.rated)
     code = np.searchsorted(fit.workers, rated.worker.astype(str))
-    table = fit.table if fit.table is not None else ordinal.response(fit.bias, fit.noise)
+    table = fit.table if fit.table is not None else kernel.response(fit.bias, fit.noise)
     like = ordinal.answer_likelihood(em_answers.answer_matrix(rated.rating, rated.distribution), code, table)
     post = fit.posterior[rated.item]
     without = post / np.maximum(like, 1e-300)
@@ -204,8 +213,9 @@ def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, 
     has = n_ratings > 0
     p_flag = model.verdict.p_flag
     ratio = _or_nans(model.log10_ratio, n)
+    distribution = model.fit.label_distribution()  # of the label rounded to 1..5: what the interval covers
     return {
-        "distribution": [[round(float(p), 6) for p in row] if h else None for row, h in zip(model.fit.posterior, has)],
+        "distribution": [[round(float(p), 6) for p in row] if h else None for row, h in zip(distribution, has)],
         "interval_low": [int(v) if h else None for v, h in zip(model.low, has)],
         "interval_high": [int(v) if h else None for v, h in zip(model.high, has)],
         "p_not_pertinent": [None if np.isnan(p) else round(float(p), 6) for p in p_flag],
@@ -245,8 +255,8 @@ def workers_table(
         columns["flag_skill"] = [None if np.isnan(skill.get(w, np.nan)) else round(float(skill[w]), 4) for w in names]
         plan = model.plan  # an assumed reliability judges no one; one relative to the others' does
         measured = plan is None or plan.people_measured or bool(plan.relative)
-        table = model.fit.table if model.fit.table is not None else ordinal.response(model.fit.bias, model.fit.noise)
-        uniform = ordinal.reliability(table)  # the threshold's scale: t uniform, whatever the batch's labels
+        table = model.fit.table if model.fit.table is not None else kernel.response(model.fit.bias, model.fit.noise)
+        uniform = kernel.reliability(table)  # the threshold's scale: t uniform, whatever the batch's labels
         unreliable = [measured and i is not None and uniform[i] < UNRELIABLE_BELOW for i in at]
         for n, name in enumerate(names):
             found = model.model_fits.get(str(name))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from csts_pipeline.stages.annotate.labels import em_answers, ordinal
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, grouped_spearman
 from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
 
@@ -268,9 +268,7 @@ def people_noises(found: TrustPlan, reliability: float) -> dict[str, float]:
     """Each person's noise where the people are pinned at `reliability` on average: scaled by their relative
     agreement with the models (relative_agreement; 1 for all without it)."""
     names = list(found.relative) or list(found.evidence)
-    return {
-        n: ordinal.pinned_noise(float(np.clip(reliability * found.relative.get(n, 1.0), 0.02, 0.99))) for n in names
-    }
+    return {n: kernel.pinned_noise(float(np.clip(reliability * found.relative.get(n, 1.0), 0.02, 0.99))) for n in names}
 
 
 RELIABILITY_GRID = np.linspace(0.05, 0.98, 32)  # the equal rule searches the people's mean reliability here

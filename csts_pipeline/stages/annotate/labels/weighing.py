@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import model_workers, ordinal, trust
+from csts_pipeline.stages.annotate.labels import kernel, model_workers, ordinal, trust
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
@@ -69,7 +69,7 @@ def weighed_fit(
         return anchored_fit(split, n_items, gold, ambiguity, known)
     if plan.mode == trust.KNOWN:
         noise = known_noise(split, n_items, [a for a in (gold, test) if a is not None], known)
-        pooled = float(ordinal.reliability(ordinal.response(np.zeros(1), np.array([noise])))[0])
+        pooled = float(kernel.reliability(kernel.response(np.zeros(1), np.array([noise])))[0])
         noises = trust.people_noises(plan, pooled) if plan.relative else noise
         prior = sample_prior(known)
         return anchored_fit(split, n_items, gold, ambiguity, known, noises, prior, plan.known_in_batch)
