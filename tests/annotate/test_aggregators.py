@@ -41,9 +41,15 @@ def test_each_policy_holds_its_own_maths():
 
 def test_plain_aggregators_give_mean_median_and_rounded_median():
     ratings = _ratings()
-    assert Mean(0.5, 1).fit_predict(ratings, 4).label[:3] == pytest.approx([5 / 3, 4.5, 11 / 3])
-    assert Median(0.5, 1).fit_predict(ratings, 4).label[:3] == pytest.approx([2.0, 4.5, 3.0])
-    assert RoundedMedian(0.5, 1).fit_predict(ratings, 4).label[:3] == pytest.approx([2.0, 5.0, 3.0])
+    assert Mean(not_pertinent_share=0.5, min_ratings=1).fit_predict(ratings, 4).label[:3] == pytest.approx(
+        [5 / 3, 4.5, 11 / 3]
+    )
+    assert Median(not_pertinent_share=0.5, min_ratings=1).fit_predict(ratings, 4).label[:3] == pytest.approx(
+        [2.0, 4.5, 3.0]
+    )
+    assert RoundedMedian(not_pertinent_share=0.5, min_ratings=1).fit_predict(ratings, 4).label[:3] == pytest.approx(
+        [2.0, 5.0, 3.0]
+    )
     labels = Mean(0.5, 3).fit(ratings, 4).labels_
     assert list(labels.status) == ["kept", "too_few_ratings", "kept", "unanswered"]
     assert np.isnan(labels.label[3])
@@ -51,7 +57,7 @@ def test_plain_aggregators_give_mean_median_and_rounded_median():
 
 def test_the_ordinal_model_keeps_its_fit_and_orders_items_by_their_ratings():
     ratings = _ratings()
-    model = aggregator("model", 0.5, 1)
+    model = aggregator("model", not_pertinent_share=0.5, min_ratings=1)
     assert isinstance(model, OrdinalModel) and model.result_ is None
     assert model.fit(ratings, 4) is model
     labels = model.labels_
@@ -64,7 +70,7 @@ def test_every_name_is_a_class_and_an_unknown_one_is_a_line():
         n: n for n in ("mean", "median", "round", "model")
     }
     with pytest.raises(UserError, match="--aggregate must be mean, median, round or model "):
-        aggregator("mode", 0.5, 1)
+        aggregator("mode", not_pertinent_share=0.5, min_ratings=1)
 
 
 def test_the_help_the_check_and_the_card_read_the_one_list():

@@ -79,7 +79,7 @@ def test_the_weak_model_changes_the_labels_by_at_most_a_hundredth_and_is_found_u
     assert np.abs(change).max() <= 0.01, change  # at the same human ratings
     assert all(m.ratings.human.sum() == p.ratings.human.sum() for m, (p, _) in zip(both, crowds))
     for mixed in both:
-        _, model = quality.model_labels(mixed.ratings, mixed.n_items, 0.5, 1)
+        _, model = quality.model_labels(mixed.ratings, mixed.n_items, not_pertinent_share=0.5, min_ratings=1)
         weak = model.models["models"][0]
         assert weak["reliability"] < quality.UNRELIABLE_BELOW and weak["replaced_ratings"] < 5, weak
 
@@ -171,16 +171,16 @@ def test_model_rows_leave_the_people_only_policies_and_agreement_alone():
     people = simulate_crowd(per_item=3, seed=2)
     both = with_models(people, ("confident_wrong",), 2)
     for how in ("mean", "median"):
-        alone = aggregator(how, 0.5, 1).fit_predict(people.ratings, people.n_items)
-        mixed = aggregator(how, 0.5, 1).fit_predict(both.ratings, both.n_items)
+        alone = aggregator(how, not_pertinent_share=0.5, min_ratings=1).fit_predict(people.ratings, people.n_items)
+        mixed = aggregator(how, not_pertinent_share=0.5, min_ratings=1).fit_predict(both.ratings, both.n_items)
         assert np.array_equal(alone.label, mixed.label, equal_nan=True) and np.array_equal(alone.status, mixed.status)
-    labels, _ = quality.model_labels(both.ratings, both.n_items, 0.5, 1)
+    labels, _ = quality.model_labels(both.ratings, both.n_items, not_pertinent_share=0.5, min_ratings=1)
     assert labels.ratings.sum() == people.ratings.rated.sum()  # the counts are people's
 
 
 def test_the_summary_card_report_and_ratings_tables_say_what_the_model_replaced(tmp_path: Path):
     crowd = with_models(simulate_crowd(per_item=2, seed=3), ("strong",), 3)
-    _, model = quality.model_labels(crowd.ratings, crowd.n_items, 0.5, 1)
+    _, model = quality.model_labels(crowd.ratings, crowd.n_items, not_pertinent_share=0.5, min_ratings=1)
     share = model.models
     assert share["human_ratings"] == int(crowd.ratings.human.sum())
     strong = share["models"][0]

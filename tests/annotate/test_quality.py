@@ -310,11 +310,11 @@ def test_the_model_with_no_ratings_or_one_rating():
     from csts_pipeline.stages.annotate.labels.quality import model_labels, workers_table
 
     flagged = RatingArrays(np.array([0, 1]), np.array(["a", "b"]), np.zeros(2), np.array([True, True]))
-    labels, model = model_labels(flagged, 3, 0.5, 1)
+    labels, model = model_labels(flagged, 3, not_pertinent_share=0.5, min_ratings=1)
     assert labels.status.tolist() == ["not_pertinent", "not_pertinent", "unanswered"] and np.isnan(labels.label).all()
     assert workers_table(model, flagged).column("reliability").null_count == 2
     single = RatingArrays(np.array([0]), np.array(["a"]), np.array([4.0]), np.array([False]))
-    labels, model = model_labels(single, 2, 0.5, 1)
+    labels, model = model_labels(single, 2, not_pertinent_share=0.5, min_ratings=1)
     assert labels.status.tolist() == ["kept", "unanswered"] and 3.5 < labels.label[0] < 4.5
     assert model.low[0] <= 4 <= model.high[0]
 

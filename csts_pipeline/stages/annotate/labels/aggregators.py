@@ -1,10 +1,11 @@
 """Aggregators: from the accepted ratings to one label per item, as classes in crowd-kit's shape.
 
-Each class is one label policy and holds its own maths: `fit(ratings, n_items)` returns the aggregator itself
-with `labels_` (label, counts, status per item) and, for a model, `result_` (its fitted state); `fit_predict`
-returns `labels_`. Defining a subclass with a `name` registers it: `--aggregate` takes the names of `REGISTERED`,
-the ratings import looks the policy up there (`aggregator`) and the dataset card states its `card` sentence. A new
-policy is one class here (or in a module that imports this one) plus its test.
+Each class is one label policy and holds its own maths: options in the constructor (keyword-only), the answers
+and the batch's evidence to `fit(ratings, n_items, evidence)`, which returns the aggregator itself with `labels_`
+(label, counts, status per item) and, for the rater model, its results as attributes (`result_`, `probas_`,
+`intervals_`, `workers_`, `plan_`); `fit_predict` returns `labels_`. Defining a subclass with a `name` registers
+it: `--aggregate` takes the names of `REGISTERED`, the ratings import looks the policy up there (`aggregator`) and
+the dataset card states its `card` sentence. A new policy is one class here plus its test.
 
 The module imports numpy only, so the command line can list the policies without loading the statistics."""
 
@@ -18,7 +19,8 @@ from csts_pipeline.pipeline.errors import UserError
 
 if TYPE_CHECKING:
     from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
-    from csts_pipeline.stages.annotate.labels.quality import Anchor, Controls, ModelResult
+    from csts_pipeline.stages.annotate.labels.quality import Evidence, ModelResult
+    from csts_pipeline.stages.annotate.labels.trust import TrustPlan
 
 REGISTERED: dict[str, type[Aggregator]] = {}  # --aggregate name -> class, in the order they are defined
 
@@ -31,10 +33,9 @@ class Aggregator:
     help: ClassVar[str] = ""
     card: ClassVar[str] = ""
 
-    def __init__(self, not_pertinent_share: float = 0.5, min_ratings: int = 1, anchor: Anchor | None = None):
+    def __init__(self, *, not_pertinent_share: float = 0.5, min_ratings: int = 1):
         self.not_pertinent_share = not_pertinent_share
         self.min_ratings = min_ratings
-        self.anchor = anchor  # hidden gold's ratings and true labels; only a model uses them
         self.result_: ModelResult | None = None
         self.labels_: ItemLabels  # set by fit
 
@@ -45,11 +46,13 @@ class Aggregator:
                 raise TypeError(f"aggregator name {cls.name!r} is taken by {REGISTERED[cls.name].__qualname__}")
             REGISTERED[cls.name] = cls
 
-    def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
+    def fit(self, ratings: RatingArrays, n_items: int, evidence: Evidence | None = None) -> Aggregator:
+        """Label the `n_items` items from `ratings`; `evidence` (the gold, the expert sample, the qualification
+        test, the kinds of condition, the controls) only the rater model reads."""
         raise NotImplementedError
 
-    def fit_predict(self, ratings: RatingArrays, n_items: int) -> ItemLabels:
-        return self.fit(ratings, n_items).labels_
+    def fit_predict(self, ratings: RatingArrays, n_items: int, evidence: Evidence | None = None) -> ItemLabels:
+        return self.fit(ratings, n_items, evidence).labels_
 
 
 class PerItem(Aggregator):
@@ -61,7 +64,7 @@ class PerItem(Aggregator):
         """Per item, the label of its ratings (`item`: the item of each rating); nan without any."""
         raise NotImplementedError
 
-    def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
+    def fit(self, ratings: RatingArrays, n_items: int, evidence: Evidence | None = None) -> Aggregator:
         from csts_pipeline.stages.annotate.labels.agreement import ItemLabels
 
         people = ratings.subset(ratings.human)
@@ -126,58 +129,48 @@ class RoundedMedian(PerItem):
 
 
 class OrdinalModel(Aggregator):
-    """The ordinal rater model's posterior mean (labels/ordinal.py, labels/quality.py) with the worker-skill
-    not-pertinent verdict; `anchor` is fitted alongside with its labels fixed. `result_` keeps the fit (posterior,
-    intervals, verdict, each worker's reliability) for the workers table and the published distributions;
-    `controls` (every scored hidden control, numeric or not pertinent) score a language model's flags."""
+    """The rater model (ordinal.fit, weighed by the batch's evidence: quality.model_labels) with the worker-skill
+    not-pertinent verdict. `fit`'s evidence: the hidden gold (fitted alongside with its labels fixed), the expert
+    sample, the qualification test, each item's kind of condition and the scored controls (a language model's
+    flags). `result_` keeps the whole fit for the workers table and the published distributions."""
 
     name: ClassVar[str] = "model"
     help: ClassVar[str] = (
-        "model (an ordinal rater model weighing each worker by reliability and bias: a distribution and a 90% "
-        "interval per item, ratings/workers.parquet)"
+        "model (a rater model that learns how each worker uses the scale, as far as their answers show it: a "
+        "distribution and a 90% interval per item, ratings/workers.parquet)"
     )
     card: ClassVar[str] = (
-        "Labels per item: the posterior mean of an ordinal rater model fitted to all ratings by EM, which "
-        "estimates each worker's bias (lenient or harsh) and noise and weighs their ratings accordingly; "
-        "each item's posterior over 1-5 and its 90% interval are published with the individual ratings "
-        "(below). The not-pertinent verdict is Dawid-Skene's over the raters' flags."
+        "Labels per item: the posterior mean, on the crowd's scale, of a rater model fitted to all ratings by EM, "
+        "which estimates how each worker uses the scale (a bias and noise to start from, their own confusion as "
+        "far as their answers show it) and weighs their ratings accordingly; each item's posterior over 1-5 and "
+        "its 90% interval are published with the individual ratings (below). The not-pertinent verdict is "
+        "Dawid-Skene's over the raters' flags."
     )
 
-    def __init__(
-        self,
-        not_pertinent_share: float = 0.5,
-        min_ratings: int = 1,
-        anchor: Anchor | None = None,
-        kinds: np.ndarray | None = None,
-        controls: Controls | None = None,
-        ambiguity: float | None = None,
-        known: np.ndarray | None = None,
-        test: Anchor | None = None,
-    ):
-        super().__init__(not_pertinent_share, min_ratings, anchor)
-        self.kinds = kinds  # per item, then per gold item: its condition's kind (model_workers)
-        self.controls = controls
+    def __init__(self, *, not_pertinent_share: float = 0.5, min_ratings: int = 1, ambiguity: float | None = None):
+        super().__init__(not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)
         self.ambiguity = ambiguity  # the shared shift's sd (`--ambiguity-sd`); None: chosen from the answers
-        self.known = known  # per item the expert sample's label (0: none; `--expert`)
-        self.test = test  # the people's answers on the qualification test's rating items, with their gold
+        self.probas_: np.ndarray  # [items, label]: the posterior of each item's label rounded to 1..5
+        self.intervals_: tuple[np.ndarray, np.ndarray]  # each item's 90% interval, lo and hi
+        self.workers_: dict[str, float]  # each worker's reliability (one definition: kernel.reliability)
+        self.plan_: TrustPlan | None = None  # what the batch's evidence settled about whom to trust
 
-    def fit(self, ratings: RatingArrays, n_items: int) -> Aggregator:
-        from csts_pipeline.stages.annotate.labels.quality import model_labels
+    def fit(self, ratings: RatingArrays, n_items: int, evidence: Evidence | None = None) -> Aggregator:
+        from csts_pipeline.stages.annotate.labels.quality import Evidence, model_labels
 
-        share, least = self.not_pertinent_share, self.min_ratings
-        found = model_labels(
+        self.labels_, self.result_ = model_labels(
             ratings,
             n_items,
-            share,
-            least,
-            self.anchor,
-            self.kinds,
-            self.controls,
-            self.ambiguity,
-            self.known,
-            self.test,
+            not_pertinent_share=self.not_pertinent_share,
+            min_ratings=self.min_ratings,
+            ambiguity=self.ambiguity,
+            evidence=evidence or Evidence(),
         )
-        self.labels_, self.result_ = found
+        fitted = self.result_.fit
+        self.probas_ = fitted.label_distribution()
+        self.intervals_ = (self.result_.low, self.result_.high)
+        self.workers_ = {str(w): float(r) for w, r in zip(fitted.workers, fitted.reliability)}
+        self.plan_ = self.result_.plan
         return self
 
 
@@ -194,20 +187,9 @@ def aggregator_class(how: str) -> type[Aggregator]:
     return REGISTERED[how]
 
 
-def aggregator(
-    how: str,
-    not_pertinent_share: float,
-    min_ratings: int,
-    anchor: Anchor | None = None,
-    kinds: np.ndarray | None = None,
-    controls: Controls | None = None,
-    ambiguity: float | None = None,
-    known: np.ndarray | None = None,
-    test: Anchor | None = None,
-) -> Aggregator:
-    """The policy `--aggregate how` names, with the import's options (`kinds`, `controls`, `ambiguity`, `known`,
-    `test`: only a model uses them)."""
+def aggregator(how: str, *, not_pertinent_share: float, min_ratings: int, ambiguity: float | None = None) -> Aggregator:
+    """The policy `--aggregate how` names, with the import's options (`ambiguity`: only the rater model's)."""
     cls = aggregator_class(how)
     if issubclass(cls, OrdinalModel):
-        return cls(not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity, known, test)
-    return cls(not_pertinent_share, min_ratings, anchor)
+        return cls(not_pertinent_share=not_pertinent_share, min_ratings=min_ratings, ambiguity=ambiguity)
+    return cls(not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)

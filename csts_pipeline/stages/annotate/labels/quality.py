@@ -53,27 +53,37 @@ Anchor = weighing.Anchor
 Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What the batch holds beside the answers, for the rater model: `anchor` the hidden gold's ratings and true
+    labels; `known` per item the expert sample's label (0: none); `test` the people's answers on the qualification
+    test's rating items with their gold; `kinds` per item, then per gold item, its condition's kind (a language
+    model is fitted per kind); `controls` the scored hidden controls, numeric and not pertinent (a language
+    model's flags)."""
+
+    anchor: Anchor | None = None
+    known: np.ndarray | None = None
+    test: Anchor | None = None
+    kinds: np.ndarray | None = None
+    controls: Controls | None = None
+
+
 def model_labels(
     ratings: RatingArrays,
     n_items: int,
+    *,
     not_pertinent_share: float,
     min_ratings: int,
-    anchor: Anchor | None = None,
-    kinds: np.ndarray | None = None,
-    controls: Controls | None = None,
     ambiguity: float | None = None,
-    known: np.ndarray | None = None,
-    test: Anchor | None = None,
+    evidence: Evidence | None = None,
 ) -> tuple[ItemLabels, ModelResult]:
     """Labels, counts and status as aggregators.PerItem gives them, with the label the model's posterior mean
-    and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. `kinds` (per
-    item, then per gold item of `anchor`): each condition's kind, which a language model is fitted by
-    (model_workers: each kind's table shrunk toward the model's own). The batch's evidence (trust.plan) decides
-    first: a model that agrees with the people no better than chance is left out whole, and where nothing
-    measures the people they are pinned at the reliability their agreement with the models implies.
-    `controls`: the hidden controls, numeric and not pertinent, that score a language model's flags.
-    `ambiguity`: the shared shift's sd (anchored_fit); `known`: the expert sample's labels per item; `test`: the
-    people's answers on the qualification test's rating items with their gold (steps/qualification.py)."""
+    and an item not pertinent when the verdict's P(not pertinent) is above `not_pertinent_share`. The batch's
+    evidence (trust.plan) decides first: a model that agrees with the people no better than chance is left out
+    whole, and where nothing measures the people they are pinned at the reliability their agreement with the
+    models implies. `ambiguity`: the shared shift's sd (anchored_fit; None: chosen from the answers)."""
+    given = evidence or Evidence()
+    anchor, kinds, known, test = given.anchor, given.kinds, given.known, given.test
     on_items = None if kinds is None else kinds[:n_items]
     plan = trust.plan(
         ratings, n_items, known, None if anchor is None else anchor[0], on_items, None if test is None else test[0]
@@ -86,7 +96,7 @@ def model_labels(
         gold = (on_gold.subset(~model_workers.dropped_rows(on_gold, plan)), anchor[1])
     fit = weighing.weighed_fit(plan, split, n_items, gold, ambiguity, known, test)
     fits = model_workers.model_fits(fit, split, plan)
-    found = flag_verdict(ratings, n_items, controls, fits)
+    found = flag_verdict(ratings, n_items, given.controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
     n_ratings = np.bincount(people.item[people.rated], minlength=n_items)
     answers = np.bincount(people.item, minlength=n_items)

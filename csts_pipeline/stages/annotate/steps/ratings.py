@@ -251,8 +251,9 @@ def label_batch(
     tested = None
     if test is not None and how == "model":
         tested = qualification.test_answers(test, {r.worker for r in people})
-    policy = aggregator(how, not_pertinent_share, min_ratings, anchor, kinds, controls, ambiguity_sd, known, tested)
-    labels = policy.fit_predict(ratings, len(items))
+    policy = aggregator(how, not_pertinent_share=not_pertinent_share, min_ratings=min_ratings, ambiguity=ambiguity_sd)
+    evidence = quality.Evidence(anchor=anchor, known=known, test=tested, kinds=kinds, controls=controls)
+    labels = policy.fit_predict(ratings, len(items), evidence)
     labels = careful.publish(labels) if careful is not None else labels
     model = policy.result_
     agreement = {"label_policy": how, **agreement_summary(ratings, labels.status, agreement_sample, seed)}
