@@ -1,5 +1,5 @@
 """How far the people's answers tell a crowd with a shared per-item shift from one without, through the commands
-(docs/annotate-crowds.md, "Harder crowds": what the answers say about the shift's sd).
+(harder crowds: what the answers say about the shift's sd).
 
     python -m bench.annotate.ambiguity_evidence --pairs 200 --seeds 2
 

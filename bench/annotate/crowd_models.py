@@ -1,4 +1,4 @@
-"""Aggregation models on simulated crowds (docs/annotate-labels.md, "Label quality").
+"""Aggregation models on simulated crowds: the label-quality figures.
 
     python -m bench.annotate.crowd_models --seeds 10
 

@@ -1,4 +1,4 @@
-"""Harder crowds and harder models through the commands' own step functions (docs/annotate-crowds.md, "Harder crowds").
+"""Harder crowds and harder models through the commands' own step functions.
 
     python -m bench.annotate.harder_crowds --pairs 200 --seeds 2 [--ambiguity 0.4 --difficulty 0.3] [--ambiguity-sd SD]
         [--expert-share 0.05]

@@ -1,4 +1,4 @@
-"""The hidden-gold figures of docs/annotate-labels.md ("Label quality"): the per-worker sequential test on simulated
+"""The hidden-gold figures of the label-quality docs: the per-worker sequential test on simulated
 batches with controls, how many honest workers it blocks and how many random ones it catches.
 
     python -m bench.annotate.hidden_gold --seeds 20

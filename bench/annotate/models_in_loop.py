@@ -1,5 +1,5 @@
-"""Models in the loop on simulated crowds, through the import's own functions (docs/annotate-models.md, "Models in the
-loop").
+"""Models in the loop on simulated crowds, through the import's own functions (the models-in-the-loop
+figures).
 
     python -m bench.annotate.models_in_loop --seeds 10
 

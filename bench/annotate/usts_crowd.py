@@ -1,5 +1,5 @@
 """A real crowd for the rater model: USTS's raters as the batch's people, the rest of them as the truth
-(docs/annotate-labels.md, "Trust from evidence").
+(trust from evidence).
 
     python -m bench.annotate.usts_crowd --seeds 3 [--pairs N] [--k 1 2 3 5] [--expert-share 0.05]
     python -m bench.annotate.usts_crowd --file ustsu_train.json --k 1 2 3   # USTS-U: 4 raters a pair

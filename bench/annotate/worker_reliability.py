@@ -1,4 +1,4 @@
-"""The worker-reliability figure of docs/annotate-labels.md ("Label quality"): the ordinal model fitted to a simulated
+"""The worker-reliability figure of the label-quality docs: the ordinal model fitted to a simulated
 crowd, each worker's fitted bias against reliability, coloured by the kind of worker the simulator made.
 
     python -m bench.annotate.worker_reliability --out docs/images/worker_reliability.png

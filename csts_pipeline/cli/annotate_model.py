@@ -1,6 +1,6 @@
 """`csts-pipeline annotate rate|draft|check-conditions`: a language model in the round trip, as one more worker
-that rates, a drafter of conditions and a checker of them (pipeline/language_model/, docs/annotate.md section
-11). The commands join `annotate_app` when cli/__init__.py imports this module."""
+that rates, a drafter of conditions and a checker of them (pipeline/language_model/: models
+in the loop). The commands join `annotate_app` when cli/__init__.py imports this module."""
 
 from __future__ import annotations
 

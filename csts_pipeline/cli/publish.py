@@ -1,4 +1,4 @@
-"""`csts-pipeline export`: publish the split C-STS files as a dataset folder (docs/annotate.md, "Publishing").
+"""`csts-pipeline export`: publish the split C-STS files as a dataset folder (steps.publish).
 cli/__init__.py registers the command."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ a commit (between the record and the swap, between two renames, mid-upload) that
 
 `CSTS_PIPELINE_FAILPOINT=NAME` names the point; `CSTS_PIPELINE_FAILPOINT_ONCE=FLAGFILE` makes it fire only the
 first time across processes (Ray restarts a killed actor and retries its work, which must then go through). The
-points are listed in docs/architecture.md ("The commit").
+points are the `failpoint(...)` calls: pipeline.commit, pipeline.storage, the executors and mine's search.
 
 `CSTS_PIPELINE_FAULT=POINT:ERRNO[:PART]` makes the environment fail instead, as a full disk (ENOSPC) or a read-only
 folder (EROFS) would, without root tricks: `fault(POINT, path)` raises that OSError for a path containing PART.

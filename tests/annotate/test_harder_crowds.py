@@ -101,7 +101,7 @@ def test_the_shared_shift_widens_the_intervals_where_every_rater_shares_an_items
     """The rater model's shared shift (labels/shift.py) against the same model with its spread fixed at 0, on
     crowds where every rater of an item feels its shift: the intervals cover more at every number of ratings an
     item, most at five, where more ratings no longer average the shift away. It does not reach 0.85 everywhere
-    (0.79-0.89 over these shapes, docs/annotate-crowds.md "Harder crowds"): the spread is weakly identified from the
+    (0.79-0.89 over these shapes, bench.annotate.harder_crowds): the spread is weakly identified from the
     answers and the prior keeps it small."""
     for per_item in (2, 3, 5):
         shared, plain = shift_coverage(models, per_item, None), shift_coverage(models, per_item, 0.0)

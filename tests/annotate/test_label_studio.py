@@ -53,7 +53,7 @@ EXAMPLE_KEPT = REPO / "docs" / "examples" / "annotate" / "kept.csv"
 
 
 def screenshot(page: Any, name: str) -> None:
-    """The labeling page into docs/images/<name> (docs/annotate-platforms.md, "Label Studio") when the picture is
+    """The labeling page into docs/images/<name> when the picture is
     missing, or always with CSTS_UPDATE_SCREENSHOTS=1."""
     path = IMAGES / name
     if os.environ.get("CSTS_UPDATE_SCREENSHOTS") == "1" or not path.is_file():

@@ -1,4 +1,4 @@
-"""Several models at once (docs/annotate-models.md, "Several models at once"): the packaged MiniLM (a similarity model)
+"""Several models at once (steps.model_folders): the packaged MiniLM (a similarity model)
 and a language model on a loopback OpenAI-compatible server rate one batch of STS Benchmark pairs, each in its own
 folder; the ratings import weighs both or those `--models` names; each link of conditions -> ratings export ->
 each model's answers -> import -> split, publish and report is checked for staleness; the tables, the summary,

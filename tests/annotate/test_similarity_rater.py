@@ -1,6 +1,6 @@
 """`annotate rate --similarity-model`: a similarity model (a `train` output, or a sentence-transformers model: the
 packaged all-MiniLM-L6-v2) as one more worker, its score's quantile bin as its answer; and the round trip a user
-runs with a trained model (docs/annotate-models.md, "A similarity model as a rater"). Real text: the STS Benchmark
+runs with a trained model (`annotate rate --similarity-model`). Real text: the STS Benchmark
 sample in tests/data/stsb."""
 
 from __future__ import annotations

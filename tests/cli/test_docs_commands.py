@@ -77,11 +77,13 @@ def _problem(command: str) -> str | None:
             return f"no command {' '.join([*path, name])!r}"
         current, path, rest = current.commands[name], [*path, name], rest[1:]
     known = {"--help"} | {opt for param in current.params for opt in (*param.opts, *param.secondary_opts)}
-    for token in rest:
+    for token in (t.strip("[]") for t in rest):
         if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", token) and token.split("=")[0] not in known:
             return f"{' '.join(path)} has no option {token.split('=')[0]}"
     if not rest or "--help" in rest or hasattr(current, "commands"):
         return None  # a command named in prose (`csts-pipeline train reads ...`), or a group
+    if any(token.startswith("[") for token in rest):
+        return None  # a synopsis with optional parts (`[--out DIR]`): the option names are checked, not the values
     try:  # the values too: types, choices, required options and stray arguments, as the CLI would parse them
         current.make_context(path[-1], list(rest))
     except Exception as exc:  # typer vendors its own click: its exceptions are not click's
@@ -99,6 +101,10 @@ def test_the_checker_catches_unknown_commands_and_options():
     assert _problem("csts-pipeline annotate merge") == "no command 'csts-pipeline annotate merge'"
     assert _problem("csts-pipeline status --force") == "csts-pipeline status has no option --force"
     assert _problem("csts-pipeline train --k 5") == "csts-pipeline train has no option --k"
+    assert _problem("csts-pipeline annotate audit --labels FILE --reference FILE [--out DIR] [--seed N]") is None
+    assert _problem("csts-pipeline annotate audit --labels FILE [--outt DIR]") == (
+        "csts-pipeline annotate audit has no option --outt"
+    )
     assert _problem("csts-pipeline mine --dataset sample --k many").startswith(
         "csts-pipeline mine: Invalid value for '--k': "
     )

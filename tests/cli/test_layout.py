@@ -194,8 +194,9 @@ def bench_modules() -> dict[str, Path]:
 
 
 def test_bench_is_grouped_by_subject():
-    """Every bench lies in its subject's folder (a new one is placed there, tools/house_plan.py's BENCH); only what
-    every subject shares stays at bench/'s top."""
+    """Every bench lies in one subject's folder (BENCH_SUBJECTS above: a new bench goes into the folder of the stage
+    it measures, or pipeline/ for whole runs and the frame, gpu/ for what needs the GPU lease); only what every
+    subject shares (BENCH_SHARED) stays at bench/'s top, and no subject folder nests another."""
     top = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
     assert set(top) <= BENCH_SHARED, f"bench/: modules outside a subject folder: {sorted(set(top) - BENCH_SHARED)}"
     folders = {p.name for p in BENCH.iterdir() if p.is_dir() and p.name != "__pycache__"}

@@ -80,7 +80,7 @@ class People:
 
 
 def write_results(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """A plain results CSV (docs/annotate.md, "The rating HIT and its results")."""
+    """A plain results CSV (the rating HIT's answer columns)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, ["item_id", "worker_id", "assignment_id", "rating", "not_pertinent"])
         writer.writeheader()

@@ -1,5 +1,5 @@
 """Simulated language-model raters beside the simulated crowd (tests/support/simulate.py), for the tests, the
-bench (bench/annotate/models_in_loop.py) and the figures of docs/annotate-models.md, "Models in the loop".
+bench (bench/annotate/models_in_loop.py) and the models-in-the-loop figures.
 
 A model rater answers every item once, as `annotate rate` does: a distribution q over 1..5 (its ratings given
 the condition pertinent) and P(not pertinent), stored as a row of worker `model:<name>` with `rating` the most

@@ -1,6 +1,6 @@
 """Readers for sentence-similarity data: C-STS (the authors' CSV, or Parquet shards with the same columns, as
 the annotation stage writes them) and the STS Benchmark files; the Quad objective's pairing of a sentence pair's
-high- and low-similarity rows; label scaling. Schemas in docs/schemas.md ("C-STS data").
+high- and low-similarity rows; label scaling. Schemas in pipeline.schemas.
 
 Every reader returns a `PairData` whose table has `sentence1`, `sentence2`, `condition` (null for STS) and
 `label` (float64, null when the split is unlabelled, as the authors' hidden test split is), plus any provenance

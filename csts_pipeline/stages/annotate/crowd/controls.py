@@ -1,5 +1,5 @@
 """The hidden controls of a rating batch (`annotate export --stage ratings --gold-share`), made so that nothing a
-worker sees tells them from the real items (docs/annotate-labels.md, "Label quality"; the scoring is in hidden_gold).
+worker sees tells them from the real items (the scoring is in hidden_gold).
 
 A real item comes with its partner (the same sentences under the pair's other condition, `-high` and `-low`),
 its sentences are captions of the run's kept pairs, its id is that pair's id, and its place in hits.csv is a

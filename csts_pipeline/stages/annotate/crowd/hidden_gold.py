@@ -1,4 +1,4 @@
-"""Hidden gold in live rating batches (docs/annotate-labels.md, "Label quality"): control items with a known answer
+"""Hidden gold in live rating batches: control items with a known answer
 mixed into the HITs at `annotate export --stage ratings --gold-share`, and at the import a per-worker sequential test
 on them that decides who is blocked.
 

@@ -1,4 +1,4 @@
-"""Label Studio, the self-hosted alternative to MTurk (docs/annotate-platforms.md, "Label Studio"): the labeling config
+"""Label Studio, the self-hosted alternative to MTurk: the labeling config
 and task import file of an exported stage, and its JSON export read back as results rows.
 
 The configs are package data (`templates/label_studio/<stage>.xml`), one file per stage, rendered by the HIT pages'

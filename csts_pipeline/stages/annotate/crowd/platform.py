@@ -1,4 +1,4 @@
-"""One crowd platform behind one small interface (docs/annotate-platforms.md, "Crowd platforms"): what annotate asks of
+"""One crowd platform behind one small interface (`CrowdPlatform`): what annotate asks of
 a place where people answer tasks. It writes a stage's tasks and page beside the platform-neutral `hits.csv` and
 `tasks.jsonl`, reads back a results file as `ResultRow`s, and writes the files that grant qualified workers or
 block failed ones.

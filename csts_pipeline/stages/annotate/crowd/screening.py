@@ -1,4 +1,4 @@
-"""What the crowd sends back: results files read and screened row by row (docs/annotate.md, steps 2-4).
+"""What the crowd sends back: results files read and screened row by row, for the imports.
 
 Each results file is read by the crowd platform whose file it is (crowd/platform.py: an MTurk batch-results CSV
 or a plain CSV/JSONL by `mturk`, a Label Studio JSON export by `label_studio`) into the same `ResultRow`s. Every
@@ -66,7 +66,7 @@ def results_fingerprint(results: list[Path]) -> str:
 
 
 class Qualified(NamedTuple):
-    """The workers who passed the qualification (docs/annotate.md, "Qualification"), and the file that says so."""
+    """The workers who passed the qualification (`steps.qualification`), and the file that says so."""
 
     workers: frozenset[str]
     file: Path

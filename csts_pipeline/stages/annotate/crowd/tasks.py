@@ -1,6 +1,6 @@
 """The task files handed to the crowd: the batch input (`hits.csv`, one task per row, only what the worker sees;
 MTurk's batch CSV as it is), each crowd platform's own files (crowd/platform.py), and a JSONL of the same tasks
-with ids and provenance (`tasks.jsonl`) that the imports check results against (docs/annotate.md, steps 1, 4)."""
+with ids and provenance (`tasks.jsonl`) that the imports check results against (the conditions and ratings exports)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 An item is one (sentence1, sentence2, condition). Workers see four items at a time and pick the most and the
 least similar one; BWS gives finer and more reliable scores than a 1-5 rating for the same effort (STR-2022,
-Kiritchenko and Mohammad 2017). docs/annotate-platforms.md ("Best-Worst Scaling") describes the files and the checks."""
+Kiritchenko and Mohammad 2017). steps.bws exports the tuples and imports the answers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Models among the raters (`annotate rate`, workers `model:<name>`): what their answers are allowed to do to the
-labels and the not-pertinent verdict (docs/annotate-labels.md, "Models in the loop: the rater model's side").
+labels and the not-pertinent verdict: the rater model's side of models in the loop.
 
 A model answers every item, and its mistakes repeat: one kind of condition it gets wrong, one answer it favours.
 So, unlike a person, it is fitted once per kind of condition (the audit's kinds: colour, number, place, ...;
@@ -40,7 +40,7 @@ FLAG_SKILL_BELOW = 0.6  # a model's balanced flag accuracy below this: its flags
 # only as well as the people's answers on that kind have measured it.
 KIND_ERROR_AT = 0.5
 # People's ratings an item of such a kind (or of a weak kind) is asked up to: people alone reach a Spearman of
-# 0.91 with 0.89 coverage at a fixed 3 an item on the simulated crowds (docs/annotate-models.md, "Models in the loop"),
+# 0.91 with 0.89 coverage at a fixed 3 an item on the simulated crowds (bench.annotate.models_in_loop),
 # about what their own `--more` rounds spend (3.3 an item), so there the labels are as good as people's alone.
 KIND_MIN_RATINGS = 3
 KIND_SEP = em_answers.FAMILY_SEP  # a model worker fitted on one kind of condition: "model:<name> @ colour"

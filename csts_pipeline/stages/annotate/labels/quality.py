@@ -1,5 +1,5 @@
 """Label quality at the ratings import: the ordinal model's labels (`--aggregate model`), the workers' table and
-the high-against-low check (docs/annotate-labels.md, "Label quality").
+the high-against-low check.
 
 With `--aggregate model` each item's label is the posterior mean of the ordinal rater model (stages/annotate/
 ordinal.py) with its distribution over 1-5 and a 90% interval, and the not-pertinent verdict comes from a

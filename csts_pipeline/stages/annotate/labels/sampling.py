@@ -1,4 +1,4 @@
-"""Seeded, stratified sampling of kept pairs for condition writing (docs/annotate.md, step 1).
+"""Seeded, stratified sampling of kept pairs for condition writing (the conditions export).
 
 Pairs are binned by quantiles of image cosine x bag-of-words IoU and the sample is spread evenly over the
 non-empty strata, so the crowd sees easy and hard pairs alike, not just the bulk of the distribution."""

@@ -4,7 +4,7 @@ away. Each item's true label t is read as t + u with u ~ N(0, ambiguity^2), the 
 item (people and models); the E-step integrates u out on SHIFT_NODES Gauss-Hermite points. Why: without it the
 posterior treated the raters of an item as independent and narrowed with every rating, so on crowds with a shared
 ambiguity of sd 0.4 the 90% intervals covered the truth 0.81-0.85 of the time at 3 and 5 ratings an item, and
-worse with more ratings (docs/annotate-crowds.md, "Harder crowds").
+worse with more ratings (bench.annotate.harder_crowds).
 
 The spread is chosen from AMBIGUITY_GRID on the people's answers by their likelihood plus log_prior, a normal
 prior around a small spread: between no shift and 0.3 the answers of 400 items often differ by a log unit or

@@ -1,4 +1,4 @@
-"""Train/validation/test from the kept rated items (docs/annotate.md, step 6).
+"""Train/validation/test from the kept rated items (`annotate split`).
 
 Only pairs whose high and low conditions were both kept go in, and a sentence pair (up to case, whitespace and
 order) never spans two splits, so a model is never tested on sentences it was trained on."""

@@ -1,5 +1,5 @@
 """Where each worker's reliability comes from: the evidence the batch holds, said per worker, never assumed for one
-side only (docs/annotate-labels.md, "Trust from evidence").
+side only (trust from evidence).
 
 A person's reliability is measured by items whose label is known (an expert sample, `--expert`; the hidden gold)
 or by other people who rated the same items (repeats): the rater model fits them freely (labels/ordinal.py).

@@ -2,8 +2,8 @@
 
 Every answer is a binary vote (the condition flagged not pertinent or not). A worker-skill model from crowd-kit
 infers each item's verdict and each worker's skill from the votes of all items at once, so a spammer's random
-flags count for less than a careful worker's. The model was chosen by bench/annotate/crowd_models.py
-(docs/annotate-labels.md, "Label quality"): on simulated crowds with 25% spammers, Dawid-Skene and MACE found the
+flags count for less than a careful worker's. The model was chosen by bench/annotate/crowd_models.py:
+on simulated crowds with 25% spammers, Dawid-Skene and MACE found the
 not-pertinent conditions best (F1 0.83, against 0.78 for the plain share of flags), GLAD and one-coin Dawid-Skene
 less well; Dawid-Skene is deterministic and twice as fast as MACE. The import runs it as dawid_skene, crowd-kit's
 steps replayed in arrays (crowd-kit's pandas took 10.7 of the import's 37.7 s at 20,000 items); the bench runs
@@ -108,7 +108,7 @@ DS_ITERATIONS, DS_TOL, DS_EPS = 100, 1e-5, 1e-10  # crowd-kit DawidSkene(n_iter=
 def dawid_skene(item: np.ndarray, worker: np.ndarray, flagged: np.ndarray, n_items: int) -> Verdict:
     """crowd-kit's DawidSkene(n_iter=100) on the flags, step for step, in arrays: the same verdicts and skills
     to float noise (tests/annotate/test_quality.py compares the two), without its pandas joins and group-bys
-    (docs/performance.md, "annotate import"). Start: each item's share of votes for each answer (majority vote's
+    (the cost of the ratings import at scale). Start: each item's share of votes for each answer (majority vote's
     probabilities); then E- and M-steps until the evidence lower bound per vote gains less than DS_TOL; each
     worker's P(vote | verdict) kept above DS_EPS among the votes it gave, the final probabilities too."""
     workers, code = np.unique(np.asarray(worker).astype(str), return_inverse=True)

@@ -1,5 +1,5 @@
 """The rater model fitted as the batch's evidence says (labels/trust.py): each worker held or fitted by what
-measures it, the gold's and the expert sample's labels fixed (docs/annotate-labels.md, "Trust from evidence")."""
+measures it, the gold's and the expert sample's labels fixed (trust from evidence)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Soft labels for the published dataset: every individual rating under a pseudonymous worker id, and each item's
-distribution over 1-5 when the labels came from the ordinal model (docs/annotate.md, section 9).
+distribution over 1-5 when the labels came from the ordinal model (`csts-pipeline export`, steps.publish).
 
 A worker id is replaced by `w-` and 16 hex digits of a keyed BLAKE2b hash of the id, keyed by a salt kept in the
 annotate folder (`publish_salt.txt`, made on the first export, never published): exports of the same dataset

@@ -1,5 +1,5 @@
-"""The two Best-Worst Scaling steps, the alternative to Likert ratings (docs/annotate-platforms.md, "Best-Worst
-Scaling"): export the 4-tuples of (s1, s2, c) items for the crowd, and import the best/worst answers into counting
+"""The two Best-Worst Scaling steps, the alternative to Likert ratings:
+export the 4-tuples of (s1, s2, c) items for the crowd, and import the best/worst answers into counting
 scores with their split-half reliability. `annotate split --labels bws` then takes the scores, mapped to 1-5."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Drafted conditions (docs/annotate-models.md, "Models in the loop"): `annotate draft --stage conditions` asks a
+"""Drafted conditions, a model in the loop: `annotate draft --stage conditions` asks a
 language model for a high and a low condition per exported condition-writing task, passes each through the checks the
 HIT page applies (non-empty, different, no "sentence", not a copy of a sentence, at most 80 characters) and asks the
 model whether it applies to both sentences; the conditions export then puts the drafts that pass into the page as

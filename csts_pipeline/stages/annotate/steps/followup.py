@@ -1,6 +1,5 @@
 """`annotate export --stage ratings --more`: a follow-up batch for the items whose label is still uncertain, so a
-requester pays for a third or fourth rating only where it can change something (docs/annotate-labels.md, "Label
-quality").
+requester pays for a third or fourth rating only where it can change something.
 
 An item needs more ratings when it is kept (or has too few ratings, or none) and has fewer than MAX_ANSWERS
 answers, and, with `--aggregate model`, the standard deviation of its posterior over 1-5 is above MORE_ABOVE_SD;

@@ -1,7 +1,6 @@
 """Several models at once: each model worker's answers in its own folder, `<annotate>/model_ratings/<name>-<hash>/`
 (layout.model_dir), written by `annotate rate` (a language model, steps/model_ratings.py) or `annotate rate
---similarity-model` (steps/similarity_rater.py), so a rerun of one model leaves the others' answers in place
-(docs/annotate-models.md, "Several models at once").
+--similarity-model` (steps/similarity_rater.py), so a rerun of one model leaves the others' answers in place.
 
 The ratings import weighs every model there, or those `--models` names, each only while its answers were computed
 from the current ratings export: its record's `inputs.tasks` is the export's fingerprint, and a model whose

@@ -1,5 +1,5 @@
 """`annotate rate`: a language model rates every row that the ratings export sends to people, as one more worker
-`model:<name>` (docs/annotate-models.md, "Models in the loop").
+`model:<name>` (models in the loop).
 
 Two questions per item, each read as a distribution from next-token probabilities (pipeline.language_model):
 does the condition apply to both sentences (P(not pertinent) = P("no")), and how similar are they under it

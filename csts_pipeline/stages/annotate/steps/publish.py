@@ -1,5 +1,5 @@
 """`csts-pipeline export --format hf`: the split C-STS files as a Hugging Face dataset folder, the form in which a
-dataset is published (docs/annotate.md, "Publishing").
+dataset is published.
 
 The folder follows the Hub's conventions, so `datasets.load_dataset(DIR)` loads it: one Parquet file per split
 under `data/` (`data/train-00000-of-00001.parquet`), and a dataset card, `README.md`, whose YAML header names the

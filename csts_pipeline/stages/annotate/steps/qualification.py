@@ -1,4 +1,4 @@
-"""The qualification stage, the paper's first (docs/annotate.md, "Qualification"): a test mixing condition
+"""The qualification stage, the paper's first: a test mixing condition
 writing and rating, exported from a gold file as one HIT, and its import, which scores every worker and writes
 who qualified (`qualification/workers.csv`) and the file MTurk's "Manage Workers" upload takes to grant the
 qualification. Later imports read `workers.csv` (`qualified_workers`) and leave out other workers' rows.

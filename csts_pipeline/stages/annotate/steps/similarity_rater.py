@@ -1,6 +1,6 @@
 """`annotate rate --similarity-model NAME`: a similarity model (a `csts-pipeline train` output, or any
 sentence-transformers model, the packaged all-MiniLM-L6-v2 included) rates every item of the ratings export as
-one more worker `model:<name>` (docs/annotate-models.md, "A similarity model as a rater").
+one more worker `model:<name>`.
 
 A similarity model gives a score, not a rating: a cosine in [-1, 1] for a bi-encoder (each sentence encoded with
 the condition as a tokenizer pair, as `train` and `evaluate` encode C-STS rows), a regression score for a trained

@@ -1,6 +1,6 @@
 """What a step did, as the command line prints it: counts, problems, agreement and where the files are.
 
-docs/annotate.md's worked example shows this text verbatim (a test runs it), so wording changes go there too."""
+The docs' worked example shows this text verbatim (a test runs it), so wording changes go there too."""
 
 from __future__ import annotations
 
