@@ -210,7 +210,7 @@ def test_import_with_the_model_writes_distributions_workers_and_inversions(tmp_p
         assert sum(row["distribution"]) == pytest.approx(1.0, abs=1e-5)
         mode = int(np.argmax(row["distribution"])) + 1
         assert row["interval_low"] <= mode <= row["interval_high"]
-        # the label is the posterior mean on the crowd's scale; the distribution is of that label rounded
+        # the label is the posterior mean on the crowd's scale; the distribution is over the true label
         assert abs(row["label"] - np.dot(row["distribution"], [1, 2, 3, 4, 5])) < 0.5
         assert 0 <= row["p_not_pertinent"] <= 1
     rho = spearmanr([r["label"] for r in answered], [truth[r["item_id"]] for r in answered]).statistic

@@ -150,7 +150,7 @@ class OrdinalModel(Aggregator):
     def __init__(self, *, not_pertinent_share: float = 0.5, min_ratings: int = 1, ambiguity: float | None = None):
         super().__init__(not_pertinent_share=not_pertinent_share, min_ratings=min_ratings)
         self.ambiguity = ambiguity  # the shared shift's sd (`--ambiguity-sd`); None: chosen from the answers
-        self.probas_: np.ndarray  # [items, label]: the posterior of each item's label rounded to 1..5
+        self.probas_: np.ndarray  # [items, label]: each item's posterior over the true label 1..5
         self.intervals_: tuple[np.ndarray, np.ndarray]  # each item's 90% interval, lo and hi
         self.workers_: dict[str, float]  # each worker's reliability (one definition: kernel.reliability)
         self.plan_: TrustPlan | None = None  # what the batch's evidence settled about whom to trust
@@ -167,7 +167,7 @@ class OrdinalModel(Aggregator):
             evidence=evidence or Evidence(),
         )
         fitted = self.result_.fit
-        self.probas_ = fitted.label_distribution()
+        self.probas_ = fitted.posterior
         self.intervals_ = (self.result_.low, self.result_.high)
         self.workers_ = {str(w): float(r) for w, r in zip(fitted.workers, fitted.reliability)}
         self.plan_ = self.result_.plan

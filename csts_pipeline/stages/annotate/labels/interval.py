@@ -10,15 +10,6 @@ MIN_CALIBRATION_ITEMS = 20  # items of known label (expert sample, gold) with an
 NARROW_P = 0.05  # the known items narrow the runs only where the model's own cover them beyond chance at this level
 
 
-def rounded(joint: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """[items, label]: the posterior of each item's label rounded to 1..5, from its posterior over (true label,
-    shift node) `joint` [items, t, g] and the label each stands for `values` [t, g] (ordinal.label_values)."""
-    at = np.clip(np.rint(values), 1, 5).astype(np.int64) - 1
-    onto = np.zeros((values.size, 5))
-    onto[np.arange(values.size), at.reshape(-1)] = 1.0
-    return joint.reshape(len(joint), -1) @ onto
-
-
 def _runs(posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row's run of labels grown from its most probable one, one label a step, always the more probable
     neighbour: [rows, step] the run's ends and the mass it holds after each step (step 0: the mode alone)."""

@@ -41,7 +41,6 @@ from csts_pipeline.stages.annotate.labels.interval import (
     MIN_CALIBRATION_ITEMS,
     calibrated_mass,
     credible_interval,
-    rounded,
 )
 from csts_pipeline.stages.annotate.labels.kernel import (
     TYPICAL,
@@ -89,17 +88,11 @@ class OrdinalFit:
             return self.posterior @ SCALE
         return np.einsum("itg,tg->i", self.joint, self.values)
 
-    def label_distribution(self) -> np.ndarray:
-        """[items, label]: the posterior of each item's label rounded to 1..5 (what its interval covers)."""
-        if self.joint is None or self.values is None:
-            return self.posterior
-        return rounded(self.joint, self.values)
-
     def interval(self, mass: float = INTERVAL_MASS) -> tuple[np.ndarray, np.ndarray]:
         """Per item the shortest run of labels lo..hi around its most probable one holding `mass` of its own
         posterior, or the mass the known labels calibrated (interval.calibrated_mass)."""
         held = self.calibration[0] if mass == INTERVAL_MASS and self.calibration[0] is not None else mass
-        return credible_interval(self.label_distribution(), held)
+        return credible_interval(self.posterior, held)
 
     def p_higher(self, high: np.ndarray, low: np.ndarray) -> np.ndarray:
         """P(true label of item `high` > that of item `low`), the two posteriors taken as independent."""
@@ -193,7 +186,7 @@ def fit(
         spread_log_likelihoods=scores,
         density=densities(data, state),
         spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= shift.MIN_KNOWN_ITEMS,
-        calibration=interval_mass(data, state, spread, values),
+        calibration=interval_mass(data, state, spread),
         joint=state.posterior,
         values=values,
         strength=state.strength,
@@ -354,7 +347,7 @@ def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tup
     return joint, evidence
 
 
-def interval_mass(data: Answers, state: State, spread: float, values: np.ndarray) -> tuple[float | None, int]:
+def interval_mass(data: Answers, state: State, spread: float) -> tuple[float | None, int]:
     """The interval's mass calibrated on the items of known label (interval.calibrated_mass), with how many items
     measured it (None and their count where too few). Their posteriors come from their answers alone, under a fit
     that did not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
@@ -365,7 +358,7 @@ def interval_mass(data: Answers, state: State, spread: float, values: np.ndarray
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
     label = np.argmax(data.allowed[known], axis=1)
-    return calibrated_mass(rounded(blind.posterior[known], values), label, INTERVAL_MASS), int(known.sum())
+    return calibrated_mass(blind.posterior[known].sum(axis=2), label, INTERVAL_MASS), int(known.sum())
 
 
 def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -223,7 +223,7 @@ def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, 
     has = n_ratings > 0
     p_flag = model.verdict.p_flag
     ratio = _or_nans(model.log10_ratio, n)
-    distribution = model.fit.label_distribution()  # of the label rounded to 1..5: what the interval covers
+    distribution = model.fit.posterior  # over the true label 1..5: what the interval covers
     return {
         "distribution": [[round(float(p), 6) for p in row] if h else None for row, h in zip(distribution, has)],
         "interval_low": [int(v) if h else None for v, h in zip(model.low, has)],
