@@ -12,6 +12,8 @@ import numpy as np
 from csts_pipeline.stages.annotate.labels import score_density
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, Layout
 
+MIN_EVIDENCE = 20  # the evidence the rater model acts on: ratings on known or repeated items that measure the
+# people (trust.plan), rated items of known label that measure the shared shift's spread and calibrate the intervals
 FAMILY_SEP = " @ "  # a model fitted per kind of condition: "model:<name> @ colour", one family of tables
 
 

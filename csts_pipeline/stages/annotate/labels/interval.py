@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
-MIN_CALIBRATION_ITEMS = 20  # items of known label (expert sample, gold) with answers that calibrate the mass
+from csts_pipeline.stages.annotate.labels.em_answers import MIN_EVIDENCE
+
 NARROW_P = 0.05  # the known items narrow the runs only where the model's own cover them beyond chance at this level
 
 
@@ -50,11 +51,11 @@ def calibrated_mass(posterior: np.ndarray, label: np.ndarray, mass: float) -> fl
     """The smallest mass of CALIBRATION_GRID under which credible_interval's runs cover the known labels (0-based
     `label`) of these rows at the finite-sample rank of split conformal (so the coverage on exchangeable items is
     at least `mass`), or None to keep `mass`. `posterior`: the known items' label posteriors from their answers
-    alone. None with fewer than MIN_CALIBRATION_ITEMS rows. The known items widen the runs whenever they show them
+    alone. None with fewer than MIN_EVIDENCE rows. The known items widen the runs whenever they show them
     too narrow, but narrow them only where the runs at `mass` cover more of them than chance would (binomial,
     NARROW_P): 20-odd items that say the runs could be narrower say it by chance as often as not."""
     n = len(posterior)
-    if n < MIN_CALIBRATION_ITEMS:
+    if n < MIN_EVIDENCE:
         return None
     need = min(int(np.ceil((n + 1) * mass)), n)
 
@@ -76,10 +77,10 @@ def interval_words(calibrated_on: int | None, checked_on: int | None = None) -> 
         return (
             f"90% intervals calibrated on {known} (each item's run widened until their answers alone cover 90% of them)"
         )
-    if checked_on and checked_on < MIN_CALIBRATION_ITEMS:
+    if checked_on and checked_on < MIN_EVIDENCE:
         return (
             f"90% intervals: each item's own posterior mass ({checked_on} rated items of known label, fewer "
-            f"than the {MIN_CALIBRATION_ITEMS} that calibrate them)"
+            f"than the {MIN_EVIDENCE} that calibrate them)"
         )
     if checked_on:
         return (

@@ -35,10 +35,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
-from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, Answers, answers_of, known_items
+from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, MIN_EVIDENCE, Answers, answers_of, known_items
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
 from csts_pipeline.stages.annotate.labels.interval import (
-    MIN_CALIBRATION_ITEMS,
     calibrated_mass,
     credible_interval,
 )
@@ -185,7 +184,7 @@ def fit(
         log_likelihood=state.log_likelihood,
         spread_log_likelihoods=scores,
         density=densities(data, state),
-        spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= shift.MIN_KNOWN_ITEMS,
+        spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= MIN_EVIDENCE,
         calibration=interval_mass(data, state, spread),
         joint=state.posterior,
         values=values,
@@ -244,7 +243,7 @@ def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[floa
     state = start_state(data)
     best: tuple[float, float, State] | None = None
     scores = {}
-    on_known = known_items(data).sum() >= shift.MIN_KNOWN_ITEMS
+    on_known = known_items(data).sum() >= MIN_EVIDENCE
     for spread in shift.AMBIGUITY_GRID:
         state = expectation_maximisation(
             data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL), grow=False
@@ -353,7 +352,7 @@ def interval_mass(data: Answers, state: State, spread: float) -> tuple[float | N
     that did not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
     tables to them, and its posteriors on them were sharper than on the other items."""
     known = known_items(data)
-    if known.sum() < MIN_CALIBRATION_ITEMS:
+    if known.sum() < MIN_EVIDENCE:
         return None, int(known.sum())
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)

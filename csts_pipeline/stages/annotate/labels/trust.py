@@ -24,10 +24,10 @@ from scipy.stats import rankdata
 
 from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, grouped_spearman
+from csts_pipeline.stages.annotate.labels.em_answers import MIN_EVIDENCE
 from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
 
 INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standard errors above zero
-MIN_EVIDENCE = 20  # people's ratings on known or repeated items from which their reliabilities are measured
 EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", "agreement", "assumed"
 TEST = "qualification test"  # a person's answers on the qualification test's rating items (their gold known)
 KNOWN = "known labels"

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import kernel, model_workers, ordinal, trust
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, model_workers, ordinal, trust
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
@@ -89,8 +89,8 @@ def weighed_fit(
 
 def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
     """The label prior the expert sample measures (a random sample of the batch, unlike the gold, which is
-    chosen): its labels' shares with one pseudo-item per label; None under trust.MIN_EVIDENCE items."""
-    if known is None or (known > 0).sum() < trust.MIN_EVIDENCE:
+    chosen): its labels' shares with one pseudo-item per label; None under em_answers.MIN_EVIDENCE items."""
+    if known is None or (known > 0).sum() < em_answers.MIN_EVIDENCE:
         return None
     counts = np.bincount(known[known > 0], minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
     return counts / counts.sum()
