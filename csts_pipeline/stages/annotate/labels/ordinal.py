@@ -51,7 +51,8 @@ from csts_pipeline.stages.annotate.labels.kernel import (
 
 INTERVAL_MASS = 0.9
 MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
-MAX_ITER, TOL = 200, 1e-6  # EM's iterations at most, and the largest posterior change that counts as converged
+MAX_ITER, TOL = 200, 1e-4  # EM's iterations at most, and the largest change of a label that counts as converged
+STRENGTH_ITER = 10  # the people's growth strength is re-chosen in EM's first iterations, then held
 
 
 @dataclass
@@ -316,13 +317,14 @@ def expectation_maximisation(
         unshifted = shift.unshifted_counts(counts, shifts, table)
         table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
         people = grown_people(data, 1.0) & grow
-        strength = model_tables.growth_strength(unshifted[people], kernel[people]) if people.any() else np.inf
+        if people.any() and iterations <= STRENGTH_ITER:  # then held: a choice re-made every iteration flipped
+            strength = model_tables.growth_strength(unshifted[people], kernel[people])  # between neighbours
         table = model_tables.grown_tables(table, unshifted, kernel, people, strength)
         if len(scored):
             on = scored[measured]
             density = score_density.m_step(data.z[on], group[measured], joint[data.item[on]].sum(axis=2), len(groups))
             table = model_tables.density_tables(table, data, groups, density)
-        change = float(np.abs(posterior - before).max()) if data.n_items else 0.0
+        change = float(np.abs((posterior - before) @ SCALE).max()) if data.n_items else 0.0
         before = posterior
         heard = float(evidence[data.heard].sum())
         done = State(prior, choice, table, joint, density, heard, iterations, change < tol, strength)
