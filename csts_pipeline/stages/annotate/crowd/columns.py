@@ -92,16 +92,13 @@ def csv_columns(path: Path, lines: Iterable[str], plan: Callable[[list[str]], tu
         records = list(reader)
     except csv.Error as exc:
         raise UserError(f"{path}: line {reader.line_num}: not valid CSV ({exc}); nothing imported") from None
-    width = len(header)
-    if set(map(len, records)) <= {width}:
-        by_column = [objects(values, len(records)) for values in zip(*records)] if records and width else []
-        keep = np.zeros(len(records), bool)
-        for values in by_column:
-            keep |= per_value(values, lambda v: bool(v.strip())).astype(bool)
-    else:  # ragged records (rare): pad or cut each to the header
+    width, keep = len(header), None
+    if not set(map(len, records)) <= {width}:  # ragged records (rare): pad or cut each to the header
         keep = np.array([any(v.strip() for v in values) for values in records], bool)
         records = [(values + [""] * width)[:width] for values in records]
-        by_column = [objects(values, len(records)) for values in zip(*records)] if records and width else []
+    by_column = [pa.array(values, pa.string()) for values in zip(*records)] if records and width else []
+    keep = _not_blank(records, by_column) if keep is None else keep
+    by_column = [values.to_numpy(zero_copy_only=False) for values in by_column]
     at = np.flatnonzero(keep)
     fields_at, posted_at = plan(header)
     fields = {name: by_column[i][at] for name, i in fields_at.items()} if by_column else {}
@@ -110,6 +107,17 @@ def csv_columns(path: Path, lines: Iterable[str], plan: Callable[[list[str]], tu
         fields = {name: np.zeros(0, object) for name in fields_at}
     columns = ResultColumns([path], np.zeros(len(at), np.int64), at + 2, fields, posted)
     return columns, [], set(fields_at) | set(posted_at)
+
+
+def _not_blank(records: list[list[str]], by_column: list[pa.Array]) -> np.ndarray:
+    """Per record: some value is more than spaces. A value with a printable ASCII character other than the space
+    says so at once; the few records without one are asked as the row reader asks (str.strip)."""
+    keep = np.zeros(len(records), bool)
+    for values in by_column:
+        keep |= pc.fill_null(pc.match_substring_regex(values, "[!-~]"), False).to_numpy(zero_copy_only=False)
+    for at in np.flatnonzero(~keep).tolist():
+        keep[at] = any(v.strip() for v in records[at])
+    return keep
 
 
 def per_value(values: np.ndarray, fn: Callable[[Any], Any]) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -221,7 +222,9 @@ def screen_ratings(
     at = np.flatnonzero(ok & ~again)
     kept = (item[at].tolist(), text["worker_id"][at].tolist(), text["assignment_id"][at].tolist())
     given = np.where(flag[at] == True, None, rating[at]).tolist()  # noqa: E712 (an object array of bools)
-    return screen, list(map(Rating, *kept, given, [bool(f) for f in flag[at].tolist()]))
+    flagged = (flag[at] == True).tolist()  # noqa: E712
+    rows = zip(*kept, given, flagged, *[repeat(None)] * (len(Rating._fields) - 5))
+    return screen, list(map(tuple.__new__, repeat(Rating), rows))  # tuples built directly: no call per row
 
 
 def read_result_columns(path: Path, required: tuple[str, ...]) -> tuple[columns.ResultColumns, list[Problem]]:
