@@ -43,3 +43,20 @@ def test_label_studio_grants_and_blocks_nothing_mturk_writes_its_files(tmp_path:
     assert (tmp_path / mturk.GRANT).read_text().splitlines() == ['"Worker ID","UPDATE-C-STS"', '"w1",1', '"w2",0']
     assert mturk.PLATFORM.block(tmp_path, [("w2", "3 of 4 wrong")]) == {"blocklist": mturk.BLOCKLIST}
     assert (tmp_path / mturk.BLOCKLIST).read_text().splitlines()[1:] == ['"w2","3 of 4 wrong"']
+
+
+def test_a_csv_read_as_columns_holds_what_the_row_reader_reads(tmp_path: Path):
+    """The ratings screen reads a CSV as columns (crowd/columns.py): the same rows, numbers, fields and posted
+    answers as the row reader, with blank and ragged records and an Input./Answer. pair."""
+    text = (
+        "Input.item_id,Answer.item_id,WorkerId,Answer.rating,Answer.not_pertinent\n"
+        "a, a ,W1,4,false\n\n,,,,\n b  c ,,W2\n,,W3,5,true,extra\n\u3000,,,,\n"
+    )
+    path = tmp_path / "batch.csv"
+    path.write_text(text, encoding="utf-8")
+    rows, _, names = mturk.PLATFORM.read_results(path, ("item_id",))
+    found, _, column_names = mturk.PLATFORM.read_columns(path, ("item_id",))
+    assert column_names == names and found.row.tolist() == [r.row for r in rows]
+    for name in names:
+        assert [v or None for v in found.column(name).tolist()] == [r.fields.get(name) or None for r in rows]
+    assert found.column("item_id", posted=True).tolist() == [r.posted.get("item_id") for r in rows]

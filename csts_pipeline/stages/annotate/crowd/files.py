@@ -33,8 +33,9 @@ def write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """One of this stage's own task files (trusted: written by an export step)."""
+    """One of this stage's own task files (trusted: written by an export step), its lines parsed as one JSON array
+    (one parser call, not one a line)."""
     if not path.is_file():
         raise UserError(f"{path}: not found (run the export step that writes it first)")
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return json.loads("[" + ",".join(lines) + "]")

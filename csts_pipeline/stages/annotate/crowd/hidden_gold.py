@@ -184,19 +184,25 @@ class Separated:
 
 
 def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
-    """Split the tasks and ratings into the real ones (which go on to labels, splits and exports) and gold."""
-    real_at = {i: n for n, i in enumerate(i for i, t in enumerate(tasks) if not is_control(t))}
-    numeric = [i for i, t in enumerate(tasks) if is_gold(t) and parse_rating(t["gold_answer"]) is not None]
+    """Split the tasks and ratings into the real ones (which go on to labels, splits and exports) and gold. Each
+    task is asked once whether it is gold or a control (a batch without controls is passed through as it is)."""
+    gold = [is_gold(t) for t in tasks]
+    control = [g or bool(t.get("control")) for g, t in zip(gold, tasks)]
+    if not any(control):
+        empty = np.zeros(0, np.int64)
+        return Separated(list(tasks), list(accepted), [], empty, [], [], empty)
+    real_at = {i: n for n, i in enumerate(i for i, c in enumerate(control) if not c)}
+    scored = [i for i, g in enumerate(gold) if g]
+    numeric = [i for i in scored if parse_rating(tasks[i]["gold_answer"]) is not None]
     anchor_at = {i: n for n, i in enumerate(numeric)}
-    real = list(accepted) if len(real_at) == len(tasks) else _reindexed(accepted, real_at)  # no control: as is
+    real = _reindexed(accepted, real_at)
     anchor = _reindexed(accepted, anchor_at)
     truth = np.array([parse_rating(tasks[i]["gold_answer"]) for i in numeric], np.int64)
     conditions = [str(tasks[i].get("condition", "")) for i in numeric]
-    scored = [i for i, t in enumerate(tasks) if is_gold(t)]
     scored_at = {i: n for n, i in enumerate(scored)}
     controls = _reindexed(accepted, scored_at)
     flag = np.array([tasks[i]["gold_answer"] == gold_set.NOT_PERTINENT for i in scored], np.int64)
-    items = [t for t in tasks if not is_control(t)]
+    items = [t for t, c in zip(tasks, control) if not c]
     return Separated(items, real, anchor, truth, conditions, controls, flag)
 
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.schemas import BLOCK_SCHEMA
 from csts_pipeline.stages.annotate.crowd import pages
+from csts_pipeline.stages.annotate.crowd.columns import ColumnsRead, columns_of, csv_columns
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.platform import Read
 from csts_pipeline.stages.annotate.crowd.results import Problem, ResultRow
@@ -54,6 +55,17 @@ class MTurk:
         try:
             with path.open(encoding="utf-8-sig", newline="") as handle:
                 return _jsonl_rows(path, handle) if path.suffix.lower() == ".jsonl" else _csv_rows(path, handle)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise UserError(f"{path}: not a readable results file ({exc})") from None
+
+    def read_columns(self, path: Path, required: tuple[str, ...]) -> ColumnsRead:
+        """The rows as read_results reads them, as columns: a CSV read straight into them (crowd/columns.py)."""
+        if path.suffix.lower() == ".jsonl":
+            rows, problems, names = self.read_results(path, required)
+            return columns_of(path, rows), problems, names
+        try:
+            with path.open(encoding="utf-8-sig", newline="") as handle:
+                return csv_columns(path, handle, column_plan)
         except (UnicodeDecodeError, csv.Error) as exc:
             raise UserError(f"{path}: not a readable results file ({exc})") from None
 
@@ -117,6 +129,11 @@ def field_name(column: str) -> str:
         if column.startswith(prefix):
             return column[len(prefix) :]
     return column
+
+
+def column_plan(header: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """row_fields of the header's column indices: where each field and each posted answer is, for every row."""
+    return row_fields(zip(header, range(len(header))))
 
 
 def row_fields(columns: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

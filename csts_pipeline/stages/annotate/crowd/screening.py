@@ -8,14 +8,18 @@ problems to `report.csv`."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, fingerprint
 from csts_pipeline.pipeline.schemas import REPORT_SCHEMA
+from csts_pipeline.stages.annotate.crowd import columns
 from csts_pipeline.stages.annotate.crowd.files import write_csv
 from csts_pipeline.stages.annotate.crowd.platform import reader_of
 from csts_pipeline.stages.annotate.crowd.results import (
@@ -184,27 +188,143 @@ def screen_ratings(
     blocked: frozenset[str] = frozenset(),
 ) -> tuple[Screen, list[Rating]]:
     """Every rating results row checked; the accepted ratings, at most one per worker and item, none by the
-    item's condition writer nor by a `blocked` worker."""
+    item's condition writer nor by a `blocked` worker. The rows are checked as columns (crowd/columns.py), each
+    check once over every row; the problems come out as the row-by-row screen (Screen.check) lists them: by file,
+    then row, then check."""
     screen = Screen({t["item_id"]: i for i, t in enumerate(items)}, "item_id", tasks_file, qualified, blocked)
-    accepted: list[Rating] = []
-    seen: dict[tuple[int, str], str] = {}
+    parts, read_problems = [], []
     for path in results:
-        rows, problems = read_results(path, RATING_FIELDS)
-        screen.problems.extend(problems)
-        for row in rows:
-            rating = _rating_answer(screen, row)
-            if rating is None:
-                continue
-            if rating.worker == items[rating.item].get("writer_id"):
-                screen.add(row, "own_condition", f"worker {rating.worker} wrote this condition")
-                continue
-            if (rating.item, rating.worker) in seen:
-                where = seen[rating.item, rating.worker]
-                screen.add(row, "duplicate_rating", f"worker {rating.worker} already rated this item at {where}")
-                continue
-            seen[rating.item, rating.worker] = row.where()
-            accepted.append(rating)
-    return screen, accepted
+        part, problems = read_result_columns(path, RATING_FIELDS)
+        parts.append(part)
+        read_problems.append(problems)
+    rows = columns.concat(parts)
+    screen.rows_read += len(rows)
+    text = {name: columns.texts(rows.column(name)) for name in ("item_id", "worker_id", "assignment_id")}
+    found = _Found(rows, text["item_id"])
+    item = _checked_rows(screen, rows, text, found)
+    flag = columns.per_value(rows.column("not_pertinent"), parse_flag)
+    rating = columns.per_value(rows.column("rating"), parse_rating)
+    _check_answers(rows, text["worker_id"], flag, rating, found)
+    ok = ~found.any()
+    writer = columns.objects((t.get("writer_id") for t in items), len(items))
+    own = ok & (item >= 0) & (text["worker_id"] == writer[np.maximum(item, 0)])
+    found.add(own, "own_condition", lambda at: f"worker {text['worker_id'][at]} wrote this condition")
+    ok &= ~own
+    at = np.flatnonzero(ok)
+    pair = columns.first_of(item[at] * (len(rows) + 1) + columns.codes_of(text["worker_id"][at]))
+    again = np.zeros(len(rows), bool)
+    again[at[pair != np.arange(len(at))]] = True
+    first = np.zeros(len(rows), np.int64)
+    first[at] = at[pair]
+    where = "worker {w} already rated this item at {at}"
+    found.add(again, "duplicate_rating", lambda r: where.format(w=text["worker_id"][r], at=rows.where(first[r])))
+    screen.problems.extend(found.in_order(read_problems))
+    at = np.flatnonzero(ok & ~again)
+    kept = (item[at].tolist(), text["worker_id"][at].tolist(), text["assignment_id"][at].tolist())
+    given = np.where(flag[at] == True, None, rating[at]).tolist()  # noqa: E712 (an object array of bools)
+    flagged = (flag[at] == True).tolist()  # noqa: E712
+    rows = zip(*kept, given, flagged, *[repeat(None)] * (len(Rating._fields) - 5))
+    return screen, list(map(tuple.__new__, repeat(Rating), rows))  # tuples built directly: no call per row
+
+
+def read_result_columns(path: Path, required: tuple[str, ...]) -> tuple[columns.ResultColumns, list[Problem]]:
+    """A results file's rows as columns: straight from the CSV where its platform reads CSV so, else its rows."""
+    if not path.is_file():
+        raise UserError(f"{path}: results file not found")
+    reader = reader_of(path)
+    read = getattr(reader, "read_columns", None)
+    if read is not None:
+        found, problems, names = read(path, required)
+    else:
+        rows, problems, names = reader.read_results(path, required)
+        found = columns.columns_of(path, rows)
+    _checked(path, required, names, [], problems)
+    return found, problems
+
+
+class _Found:
+    """The problems found over the rows as columns, one check at a time, and their report order."""
+
+    def __init__(self, rows: columns.ResultColumns, ident: np.ndarray):
+        self.rows, self.ident = rows, ident
+        self.hit = np.zeros(len(rows), bool)
+        self.found: list[tuple[np.ndarray, int, list[Problem]]] = []
+
+    def add(self, mask: np.ndarray, problem: str | np.ndarray, detail: Callable[[int], str]) -> None:
+        """The rows of `mask` have `problem` (one name, or one per row), the detail written by `detail(row)`."""
+        at = np.flatnonzero(mask)
+        self.hit[at] = True
+        names = [problem] * len(at) if isinstance(problem, str) else problem[at].tolist()
+        rows = self.rows
+        made = [
+            Problem(str(rows.files[rows.file[r]]), int(rows.row[r]), self.ident[r], name, detail(r))
+            for r, name in zip(at.tolist(), names)
+        ]
+        self.found.append((at, len(self.found), made))
+
+    def any(self) -> np.ndarray:
+        return self.hit.copy()
+
+    def in_order(self, read_problems: list[list[Problem]]) -> list[Problem]:
+        """Each file's problems of reading, then its rows' problems by row and in the order of the checks."""
+        at = np.concatenate([np.zeros(0, np.int64)] + [a for a, _, _ in self.found])
+        check = np.concatenate([np.zeros(0, np.int64)] + [np.full(len(a), n) for a, n, _ in self.found])
+        made = [p for _, _, problems in self.found for p in problems]
+        order = np.lexsort((check, at))
+        by_file = np.searchsorted(self.rows.file[at[order]], np.arange(len(read_problems) + 1))
+        listed: list[Problem] = []
+        for n, problems in enumerate(read_problems):
+            listed += problems + [made[i] for i in order[by_file[n] : by_file[n + 1]].tolist()]
+        return listed
+
+
+def _checked_rows(
+    screen: Screen, rows: columns.ResultColumns, text: dict[str, np.ndarray], found: _Found
+) -> np.ndarray:
+    """Screen.check over every row (rejected, not qualified, blocked, a posted id of another item, a missing or
+    unknown id, an assignment seen before); returns each row's item index (-1 where it has none)."""
+    worker, task, assignment = text["worker_id"], text["item_id"], text["assignment_id"]
+    status = columns.per_value(rows.column("assignment_status"), lambda v: one_line(v).casefold() == "rejected")
+    found.add(status.astype(bool), "rejected_assignment", lambda r: "the assignment was rejected on the crowd platform")
+    if screen.qualified is not None:
+        named = screen.qualified
+        out = ~columns.per_value(worker, lambda w: w in named.workers).astype(bool)
+        who = "(no worker id)"
+        found.add(out, "not_qualified", lambda r: f"worker {worker[r] or who} is not qualified in {named.file}")
+    stopped = columns.per_value(worker, lambda w: w in screen.blocked).astype(bool)
+    found.add(stopped, "blocked", lambda r: f"worker {worker[r]} failed the hidden gold test (blocklist.csv)")
+    posted = columns.texts(rows.column("item_id", posted=True))
+    other = (posted != "") & (posted != task)  # a blank posted id (a page that posts none) leaves the HIT's
+    found.add(other, "id_mismatch", lambda r: f"answer posted for item_id {posted[r]!r} in the HIT of {task[r]!r}")
+    item = columns.per_value(task, lambda t: screen.known.get(t, -1)).astype(np.int64)
+    missing = task == ""
+    found.add(missing, "missing_id", lambda r: "no item_id")
+    unknown = ~missing & (item < 0)
+    found.add(unknown, "unknown_id", lambda r: f"item_id {task[r]!r} is not in {screen.tasks_file}")
+    given = np.flatnonzero(assignment != "")
+    first = np.arange(len(rows))
+    first[given] = given[columns.first_of(columns.codes_of(assignment[given]))]
+    seen = first != np.arange(len(rows))
+    found.add(seen, "duplicate_assignment", lambda r: f"assignment {assignment[r]} also at {rows.where(first[r])}")
+    return item
+
+
+def _check_answers(
+    rows: columns.ResultColumns, worker: np.ndarray, flag: np.ndarray, rating: np.ndarray, found: _Found
+) -> None:
+    """A missing worker, a flag that is not true/false, and no rating 1-5 on a row not flagged not pertinent."""
+    found.add(worker == "", "missing_worker", lambda r: "no worker_id")
+    flags = rows.column("not_pertinent")
+    bad = np.array([f is None for f in flag.tolist()], bool)
+    found.add(bad, "bad_flag", lambda r: f"not_pertinent {one_line(flags[r])!r} is not true/false")
+    no_rating = np.array([r is None for r in rating.tolist()], bool) & (flag != True)  # noqa: E712
+    given = columns.texts(rows.column("rating"))
+    name = np.where(given != "", "bad_rating", "missing_rating")
+    detail = "rating {!r} is not an integer from 1 to 5"
+    found.add(no_rating, name, lambda r: detail.format(given[r]) if given[r] else "no rating")
+
+
+# --------------------------------------------------------------------------------------------- best-worst results
 
 
 def _worker(screen: Screen, row: ResultRow, found: list[str]) -> str:
@@ -214,29 +334,6 @@ def _worker(screen: Screen, row: ResultRow, found: list[str]) -> str:
         found.append("missing_worker")
         screen.add(row, "missing_worker", "no worker_id")
     return worker
-
-
-def _rating_answer(screen: Screen, row: ResultRow) -> Rating | None:
-    """The row's rating, or None with every problem of the row recorded."""
-    found = screen.check(row)
-    worker = _worker(screen, row, found)
-    flag = parse_flag(row.fields.get("not_pertinent"))
-    if flag is None:
-        found.append("bad_flag")
-        screen.add(row, "bad_flag", f"not_pertinent {row.text('not_pertinent')!r} is not true/false")
-    rating = parse_rating(row.fields.get("rating"))
-    if not flag and rating is None:
-        found.append("bad_rating")
-        given = row.text("rating")
-        detail = f"rating {given!r} is not an integer from 1 to 5" if given else "no rating"
-        screen.add(row, "bad_rating" if given else "missing_rating", detail)
-    if found:
-        return None
-    item = screen.known[row.text("item_id")]
-    return Rating(item, worker, row.text("assignment_id"), None if flag else rating, bool(flag))
-
-
-# --------------------------------------------------------------------------------------------- best-worst results
 
 
 class Choice(NamedTuple):

@@ -214,23 +214,37 @@ def model_share(fit: ordinal.OrdinalFit, ratings: RatingArrays, fits: dict[str, 
     return {"human_ratings": bought, "models": models, "replaced_ratings": round(replaced, 1)}
 
 
-def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, list[Any]]:
-    """The items table's model columns (null for items without ratings, and for the other policies)."""
+def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, pa.Array]:
+    """The items table's model columns (null for items without ratings, and for the other policies), as arrays:
+    built per column, not per item (issue 60). Rounded by Python's round, whose decimal result np.round does not
+    always give."""
     n = len(n_ratings)
     if model is None:
         names = ("distribution", "interval_low", "interval_high", "p_not_pertinent", "model_log10_ratio")
-        return {name: [None] * n for name in names}
-    has = n_ratings > 0
-    p_flag = model.verdict.p_flag
-    ratio = _or_nans(model.log10_ratio, n)
-    distribution = model.fit.posterior  # over the true label 1..5: what the interval covers
+        kinds = (pa.list_(pa.float64()), pa.int64(), pa.int64(), pa.float64(), pa.float64())
+        return {name: pa.nulls(n, kind) for name, kind in zip(names, kinds)}
+    has = np.asarray(n_ratings) > 0
+    posterior = np.asarray(model.fit.posterior, np.float64)[:n]
+    values = pa.array(_rounded(posterior[has].ravel(), 6), pa.float64())
+    offsets = np.concatenate([[0], np.cumsum(np.where(has, posterior.shape[1], 0))]).astype(np.int32)
     return {
-        "distribution": [[round(float(p), 6) for p in row] if h else None for row, h in zip(distribution, has)],
-        "interval_low": [int(v) if h else None for v, h in zip(model.low, has)],
-        "interval_high": [int(v) if h else None for v, h in zip(model.high, has)],
-        "p_not_pertinent": [None if np.isnan(p) else round(float(p), 6) for p in p_flag],
-        "model_log10_ratio": [None if np.isnan(g) else round(float(g), 4) for g in ratio],
+        "distribution": pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~has)),
+        "interval_low": pa.array(np.asarray(model.low)[:n].astype(np.int64), mask=~has),
+        "interval_high": pa.array(np.asarray(model.high)[:n].astype(np.int64), mask=~has),
+        "p_not_pertinent": _rounded_or_null(model.verdict.p_flag, 6),
+        "model_log10_ratio": _rounded_or_null(_or_nans(model.log10_ratio, n), 4),
     }
+
+
+def _rounded(values: np.ndarray, digits: int) -> list[float]:
+    return [round(v, digits) for v in values.tolist()]
+
+
+def _rounded_or_null(values: np.ndarray, digits: int) -> pa.Array:
+    """Each value rounded to `digits`, null where it is nan."""
+    values = np.asarray(values, np.float64)
+    missing = np.isnan(values)
+    return pa.array(_rounded(np.where(missing, 0.0, values), digits), pa.float64(), mask=missing)
 
 
 def _or_nans(values: np.ndarray | None, n: int) -> np.ndarray:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
@@ -318,37 +319,38 @@ def _check_rating_options(
         raise UserError(f"--min-ratings must be at least 1 (got {min_ratings})")
 
 
-def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, list]) -> pa.Table:
-    """`items.parquet`: every rating item with its label, counts and status (and the model's `extra` columns)."""
-    rows = [
-        {
-            **{name: task[name] for name in ("item_id", *PROVENANCE, "sentence1", "sentence2", "condition")},
-            "condition_type": task["condition_type"],
-            "label": None if np.isnan(labels.label[i]) else float(labels.label[i]),
-            "ratings": int(labels.ratings[i]),
-            "not_pertinent": int(labels.flags[i]),
-            "answers": int(labels.answers[i]),
-            "status": labels.status[i],
-            **{name: values[i] for name, values in extra.items()},
-        }
-        for i, task in enumerate(items)
-    ]
-    return pa.Table.from_pylist(rows, schema=ITEM_SCHEMA)
+def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, pa.Array]) -> pa.Table:
+    """`items.parquet`: every rating item with its label, counts and status (and the model's `extra` columns),
+    built a column at a time."""
+    texts = ("item_id", *PROVENANCE, "sentence1", "sentence2", "condition", "condition_type")
+    columns: dict[str, Any] = {name: [task[name] for task in items] for name in texts}
+    columns |= {
+        "label": pa.array(np.asarray(labels.label, np.float64), from_pandas=True),  # nan: null
+        "ratings": labels.ratings,
+        "not_pertinent": labels.flags,
+        "answers": labels.answers,
+        "status": labels.status,
+        **extra,
+    }
+    return _table(columns, ITEM_SCHEMA)
 
 
 def _individual_table(items: list[dict], accepted: list[screening.Rating]) -> pa.Table:
     """`ratings.parquet`: every accepted answer, so labels and agreement can be recomputed; a model worker's rows
-    also carry its distribution and P(not pertinent)."""
-    rows = [
-        {
-            "item_id": items[a.item]["item_id"],
-            "worker_id": a.worker,
-            "assignment_id": a.assignment or None,
-            "rating": a.rating,
-            "not_pertinent": a.not_pertinent,
-            "distribution": None if a.distribution is None else list(a.distribution),
-            "p_not_pertinent": a.p_not_pertinent,
-        }
-        for a in accepted
-    ]
-    return pa.Table.from_pylist(rows, schema=RATING_SCHEMA)
+    also carry its distribution and P(not pertinent). Built a column at a time from the answers transposed."""
+    if not accepted:
+        return RATING_SCHEMA.empty_table()
+    item, worker, assignment, rating, flag, distribution, p_flag = list(zip(*accepted))[:7]
+    ids = np.array([task["item_id"] for task in items], object)[np.asarray(item, np.int64)]
+    given = pa.array(assignment, pa.string())
+    blank = pc.fill_null(pc.equal(given, ""), True).to_numpy(zero_copy_only=False)
+    columns = {"item_id": ids, "worker_id": worker, "assignment_id": pa.array(assignment, pa.string(), mask=blank)}
+    columns |= {"rating": rating, "not_pertinent": flag, "distribution": distribution, "p_not_pertinent": p_flag}
+    return _table(columns, RATING_SCHEMA)
+
+
+def _table(columns: dict[str, Any], schema: pa.Schema) -> pa.Table:
+    """A table of `schema` from its columns (arrays, or sequences converted to the field's type)."""
+    arrays = [pa.array(columns[f.name], f.type) if not isinstance(columns[f.name], pa.Array) else columns[f.name]
+              for f in schema]  # fmt: skip
+    return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, schema)], schema=schema)
