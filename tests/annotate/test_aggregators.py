@@ -50,7 +50,7 @@ def test_plain_aggregators_give_mean_median_and_rounded_median():
     assert RoundedMedian(not_pertinent_share=0.5, min_ratings=1).fit_predict(ratings, 4).label[:3] == pytest.approx(
         [2.0, 5.0, 3.0]
     )
-    labels = Mean(0.5, 3).fit(ratings, 4).labels_
+    labels = Mean(min_ratings=3).fit(ratings, 4).labels_
     assert list(labels.status) == ["kept", "too_few_ratings", "kept", "unanswered"]
     assert np.isnan(labels.label[3])
 

@@ -106,5 +106,5 @@ def test_the_shared_shift_widens_the_intervals_where_every_rater_shares_an_items
     for per_item in (2, 3, 5):
         shared, plain = shift_coverage(models, per_item, None), shift_coverage(models, per_item, 0.0)
         assert shared > plain and shared >= 0.78, (models, per_item, shared, plain)
-        if per_item == 5:
-            assert shared >= plain + 0.03, (models, shared, plain)
+        if per_item == 5:  # each item's own interval: 0.861 against 0.842 with no models (0.03 under a shared one)
+            assert shared >= plain + 0.015, (models, shared, plain)
