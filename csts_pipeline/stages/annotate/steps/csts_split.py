@@ -27,6 +27,7 @@ from csts_pipeline.stages.annotate.layout import (
     SPLITS,
     ratings_sources,
 )
+from csts_pipeline.stages.annotate.steps import model_folders
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ def split(
     tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
     sources = ratings_sources(annotate_dir) if labels == "likert" else {"tasks": tasks_dir}
     upstream = require_current(ratings_dir, step, sources)  # a new `annotate rate` makes the likert import stale
+    if labels == "likert":  # and a crossfit that learnt from other people's answers makes its labels stale
+        model_folders.require_learnt_current(annotate_dir, upstream)
     with OutputFolder(
         "annotate-split",
         annotate_dir / CSTS,
