@@ -179,7 +179,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-leaky", action="store_true", help="skip the leaky baseline's training")
     parser.add_argument("--time-fold", action="store_true", help="time one fold at this size, then stop")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, every core)")
     args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)  # on a machine shared with other jobs, fewer threads spin less
     with tempfile.TemporaryDirectory(prefix="crossfit-loop-") as tmp:
         loop(Path(tmp), args)
 
