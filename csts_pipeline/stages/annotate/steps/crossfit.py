@@ -126,6 +126,9 @@ def model_identity(options: CrossfitOptions, config: TrainConfig) -> dict[str, A
     """What the worker is: the base model (its files' fingerprint), the folds, the seed and train's settings."""
     from csts_pipeline.stages.train.train import NOT_FINGERPRINTED, _model_fingerprint
 
+    looks_local = options.model.startswith(("/", ".", "~"))
+    if looks_local and not Path(options.model).expanduser().exists():
+        raise UserError(f"--model {options.model}: not found")
     try:
         base = _model_fingerprint(options.model)
     except (OSError, ValueError) as exc:
