@@ -671,7 +671,16 @@ def test_annotate_commands_document_every_option():
     import typer.main
 
     group = typer.main.get_command(app).commands["annotate"]
-    assert set(group.commands) == {"export", "import", "split", "audit", "rate", "draft", "check-conditions"}
+    assert set(group.commands) == {
+        "export",
+        "import",
+        "split",
+        "audit",
+        "rate",
+        "draft",
+        "check-conditions",
+        "crossfit",
+    }
     for name, command in group.commands.items():
         assert command.help, name
         for param in command.params:

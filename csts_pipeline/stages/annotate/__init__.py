@@ -5,7 +5,8 @@ By subject (docs/architecture.md):
 
 - `steps/`: what the CLI runs: `conditions`, `ratings`, `csts_split`, `followup` (`export --more`), `bws`,
   `qualification`, `audit`, `publish`, the language-model steps `model_ratings` (`annotate rate`), `drafts`
-  (`annotate draft`) and `condition_check` (`annotate check-conditions`), and `summary` (what a step printed);
+  (`annotate draft`), `condition_check` (`annotate check-conditions`) and `crossfit` with `crossfit_folds`
+  (`annotate crossfit`: the batch's own model, out of fold), and `summary` (what a step printed);
 - `crowd/`: the platforms: `tasks`, `pages` (templates/), `label_studio`, `results` (one row), `screening`
   (what comes back), `kept` (filter's pairs), `hidden_gold` and `controls`, `gold_set`, `worker_list`,
   `guide` (the guideline examples), `files`;
@@ -33,6 +34,8 @@ _FROM = {  # name -> "module:attribute"
     "parse_ratios": "csts_pipeline.stages.annotate.labels.splits:parse_ratios",
     "SPLITS": "csts_pipeline.stages.annotate.layout:SPLITS",
     "export_bws": "csts_pipeline.stages.annotate.steps.bws:export_bws",
+    "crossfit": "csts_pipeline.stages.annotate.steps.crossfit:crossfit",
+    "CrossfitOptions": "csts_pipeline.stages.annotate.steps.crossfit:CrossfitOptions",
     "import_bws": "csts_pipeline.stages.annotate.steps.bws:import_bws",
     "export_conditions": "csts_pipeline.stages.annotate.steps.conditions:export_conditions",
     "import_conditions": "csts_pipeline.stages.annotate.steps.conditions:import_conditions",

@@ -27,6 +27,7 @@ from csts_pipeline.stages.annotate.layout import (
     SPLITS,
     require_current_ratings,
 )
+from csts_pipeline.stages.annotate.steps import model_folders
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def split(
     tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
     if labels == "likert":  # a new `annotate rate` makes the likert import stale
         upstream = require_current_ratings(annotate_dir)
+        model_folders.require_learnt_current(annotate_dir, upstream)  # and a crossfit on other people's answers
     else:
         upstream = require_current(ratings_dir, step, {"tasks": tasks_dir})
     with OutputFolder(

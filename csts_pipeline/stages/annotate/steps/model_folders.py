@@ -6,7 +6,11 @@ The ratings import weighs every model there, or those `--models` names, each onl
 from the current ratings export: its record's `inputs.tasks` is the export's fingerprint, and a model whose
 record lacks it, or holds another, is refused in one line naming the `annotate rate` command that rebuilds it.
 Each used model's own fingerprint enters the import's inputs (`model_ratings/<folder>`), so a rerun of one model
-makes the import stale for every step that reads it (layout.ratings_sources)."""
+makes the import stale for every step that reads it (layout.ratings_sources).
+
+A crossfit worker (`annotate crossfit`, steps/crossfit.py) is read as a similarity model, and its record also says
+which labels it learnt from: the import's fingerprint and that of the people's answers behind it (people_inputs).
+It is stale when those answers change, not when the import that weighs it reruns: require_learnt_current."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.records import RECORD, read_record, require_record
+from csts_pipeline.pipeline.records import RECORD, fingerprint, read_record, require_record
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.layout import (
     INDIVIDUAL_RATINGS,
@@ -28,6 +32,7 @@ from csts_pipeline.stages.annotate.steps.model_ratings import SCORES, ModelAnswe
 
 LANGUAGE_MODEL = "language model"
 SIMILARITY_MODEL = "similarity model"
+CROSSFIT = "crossfit"  # the model identity's kind (and the worker name's prefix) of `annotate crossfit`
 
 
 @dataclass
@@ -44,7 +49,20 @@ class ModelRun:
     @property
     def kind(self) -> str:
         """A language model or a similarity model (the record's model identity says which)."""
-        return SIMILARITY_MODEL if self.record.get("model", {}).get("kind") == "similarity" else LANGUAGE_MODEL
+        similar = self.record.get("model", {}).get("kind") in ("similarity", CROSSFIT)
+        return SIMILARITY_MODEL if similar else LANGUAGE_MODEL
+
+    @property
+    def learnt(self) -> str | None:
+        """A crossfit's labels, in words (None for any other model)."""
+        learnt = self.record.get("learnt_from")
+        if learnt is None:
+            return None
+        model = self.record["model"]
+        return (
+            f"{model['folds']} folds of {model['model']}, each trained on the other folds' labels of ratings import "
+            f"{learnt['import']} (people's answers {learnt['people']})"
+        )
 
     @property
     def reading(self) -> str:
@@ -53,15 +71,17 @@ class ModelRun:
         scores.parquet), a language model's next-token distributions."""
         if self.kind == SIMILARITY_MODEL:
             edges = ", ".join(f"{e:.3f}" for e in self.record.get("bin_edges", []))
+            scored = "out-of-fold score" if self.learnt else "similarity score"
+            learnt = f"; learnt from {self.learnt}" if self.learnt else ""
             if (self.folder / SCORES).is_file():
                 return (
-                    "its answers are its similarity scores, read as the normal score of their rank in the batch "
+                    f"its answers are its {scored}s, read as the normal score of their rank in the batch "
                     "through a normal density per true label that the import learns (its bins 1-5 among the "
-                    f"batch's quantiles kept beside them, bin edges {edges}), not asked whether pertinent"
+                    f"batch's quantiles kept beside them, bin edges {edges}), not asked whether pertinent{learnt}"
                 )
             return (
-                f"its answers are bins 1-5 of its similarity score among the batch's quantiles (bin edges {edges}; "
-                "no scores.parquet in its folder), not asked whether pertinent"
+                f"its answers are bins 1-5 of its {scored} among the batch's quantiles (bin edges {edges}; "
+                f"no scores.parquet in its folder), not asked whether pertinent{learnt}"
             )
         counts = self.record.get("counts", {})
         return (
@@ -72,6 +92,11 @@ class ModelRun:
     def rerun(self) -> str:
         """The command that rates again with this model."""
         model = self.record.get("model", {})
+        if model.get("kind") == CROSSFIT:
+            return (
+                f"csts-pipeline annotate crossfit --model {model.get('model')} --folds {model.get('folds')} "
+                f"--epochs {model.get('epochs')} --seed {model.get('seed')}"
+            )
         if self.kind == SIMILARITY_MODEL:
             return f"csts-pipeline annotate rate --similarity-model {model.get('model')}"
         if model.get("kind") == "endpoint":
@@ -80,7 +105,8 @@ class ModelRun:
 
     def row(self) -> dict[str, str]:
         """What the import's tables and summaries say of the model (workers.parquet, agreement.json)."""
-        return {"worker_id": self.worker, "model_kind": self.kind, "model_reading": self.reading}
+        found = {"worker_id": self.worker, "model_kind": self.kind, "model_reading": self.reading}
+        return found | ({"learnt_from": self.learnt} if self.learnt else {})
 
 
 def model_runs(annotate_dir: Path) -> list[ModelRun]:
@@ -159,3 +185,43 @@ def model_answers(runs: list[ModelRun], rating_tasks: list[dict[str, Any]]) -> M
         found.ratings += answers_of(read_table(run.folder / INDIVIDUAL_RATINGS), rating_tasks, {}, scores).ratings
         found.described[run.worker] = run.row()
     return found
+
+
+# ------------------------------------------------------------------------------------- what a crossfit learnt from
+
+
+def people_inputs(ratings_record: dict[str, Any]) -> dict[str, str]:
+    """The ratings import's inputs that are people's answers and what judges them (export, results,
+    qualification, expert sample): all but the model folders it weighed."""
+    return {k: v for k, v in ratings_record.get("inputs", {}).items() if not k.startswith(f"{MODEL_RATINGS}/")}
+
+
+def learnt_from(ratings_record: dict[str, Any]) -> dict[str, Any]:
+    """What a crossfit trained on the labels of this import learnt from: the import, the people's answers behind
+    it, its label policy and the model folders it weighed."""
+    weighed = [k.split("/", 1)[1] for k in ratings_record.get("inputs", {}) if k.startswith(f"{MODEL_RATINGS}/")]
+    return {
+        "import": str(ratings_record["fingerprint"]),
+        "people": fingerprint(people_inputs(ratings_record)),
+        "aggregate": ratings_record.get("params", {}).get("aggregate"),
+        "models_weighed": sorted(weighed),
+    }
+
+
+def require_learnt_current(annotate_dir: Path, ratings_record: dict[str, Any]) -> None:
+    """Refuse labels that weighed a crossfit trained on other people's answers than theirs (new results, a new
+    expert sample or qualification since): its answers echo labels that are gone. The import itself may weigh it
+    (its new labels are what the crossfit reruns on); what reads the labels (split, export) may not."""
+    people = fingerprint(people_inputs(ratings_record))
+    for key in ratings_record.get("inputs", {}):
+        if not key.startswith(f"{MODEL_RATINGS}/"):
+            continue
+        record = read_record(annotate_dir / key)
+        if record is None or record.get("model", {}).get("kind") != CROSSFIT:
+            continue
+        if record.get("learnt_from", {}).get("people") != people:
+            run = ModelRun(annotate_dir / key, record)
+            raise UserError(
+                f"{run.folder}: stale: {run.worker} learnt from other people's answers than the ratings import's "
+                f"(new results, expert sample or qualification); rerun `{run.rerun()}`, then the ratings import"
+            )

@@ -34,6 +34,7 @@ from csts_pipeline.stages.annotate.layout import (
 )
 from csts_pipeline.stages.annotate.release import licenses, soft_labels
 from csts_pipeline.stages.annotate.release.card import Histogram, Release, render_card
+from csts_pipeline.stages.annotate.steps import model_folders
 
 FORMATS = ("hf",)
 STAGE = "export-hf"
@@ -97,7 +98,8 @@ def gather(annotate_dir: Path, work_dir: Path | None, name: str, license: str) -
         release.design = design.get("design")
     else:
         if read_record(annotate_dir / RATINGS) is not None:  # stale when a new `annotate rate` replaced its model rows
-            require_current_ratings(annotate_dir)
+            current = require_current_ratings(annotate_dir)
+            model_folders.require_learnt_current(annotate_dir, current)  # a crossfit on other people's answers
         release.agreement = _optional_json(annotate_dir / RATINGS / AGREEMENT, release)
     filter_record = None if work_dir is None else read_record(work_dir / "filter")
     if work_dir is None:
