@@ -200,7 +200,7 @@ def test_a_sample_too_small_to_measure_the_people_is_named_with_the_threshold(fo
     assert f"weights assumed: too little in the batch measures the people ({short}" in said
     assert "no expert sample" not in said
     assert (
-        "90% intervals: the rater model's own posterior mass (19 rated items of known label, fewer than the 20" in said
+        "90% intervals: each item's own posterior mass (19 rated items of known label, fewer than the 20" in said
     )
     people = [r for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()
               if not r["worker_id"].startswith("model:")]  # fmt: skip
