@@ -170,6 +170,7 @@ def fit(
     state = expectation_maximisation(data, state, spread, max_iter, tol)
     bias_grid, noise_grid, _, _ = grid()
     values = label_values(data, state, spread)
+    calibration, offset = known_calibration(data, state, spread, values)
     return OrdinalFit(
         posterior=state.posterior.sum(axis=2),
         prior=state.prior,
@@ -186,9 +187,9 @@ def fit(
         spread_log_likelihoods=scores,
         density=densities(data, state),
         spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= MIN_EVIDENCE,
-        calibration=interval_mass(data, state, spread),
+        calibration=calibration,
         joint=state.posterior,
-        values=values,
+        values=values + offset,
         strength=state.strength,
     )
 
@@ -348,18 +349,24 @@ def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tup
     return joint, evidence
 
 
-def interval_mass(data: Answers, state: State, spread: float) -> tuple[float | None, int]:
-    """The interval's mass calibrated on the items of known label (interval.calibrated_mass), with how many items
-    measured it (None and their count where too few). Their posteriors come from their answers alone, under a fit
-    that did not see their labels (EM again from `state` with every label free): a fit that saw them shaped the workers'
-    tables to them, and its posteriors on them were sharper than on the other items."""
+def known_calibration(
+    data: Answers, state: State, spread: float, values: np.ndarray
+) -> tuple[tuple[float | None, int], float]:
+    """What the items of known label calibrate, from their posteriors on their answers alone, under a fit that did
+    not see their labels (EM again from `state` with every label free: a fit that saw them shaped the workers'
+    tables to them, and its posteriors on them were sharper than on the other items): the interval's mass
+    (interval.calibrated_mass) with how many items measured it (None and their count where too few), and the
+    scale's offset, the mean of their known labels less their labels on the crowd's scale (0 where too few): a
+    crowd lenient by a point as a whole is brought back to the known labels' scale."""
     known = known_items(data)
     if known.sum() < MIN_EVIDENCE:
-        return None, int(known.sum())
+        return (None, int(known.sum())), 0.0
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
     label = np.argmax(data.allowed[known], axis=1)
-    return calibrated_mass(blind.posterior[known].sum(axis=2), label, INTERVAL_MASS), int(known.sum())
+    mass = calibrated_mass(blind.posterior[known].sum(axis=2), label, INTERVAL_MASS)
+    offset = float(np.mean(SCALE[label] - np.einsum("itg,tg->i", blind.posterior[known], values)))
+    return (mass, int(known.sum())), offset
 
 
 def with_evidence(joint: np.ndarray, evidence: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

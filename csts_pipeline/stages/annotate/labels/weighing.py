@@ -47,7 +47,8 @@ def anchored_fit(
     fit = ordinal.fit(both.item, both.worker, both.rating, total, known=all_known, soft=both.distribution,
                       ambiguity=ambiguity, people_noise=people_noise, score=both.score, label_prior=label_prior,
                       density_on_known=density_on_known, max_iter=max_iter, tol=tol)  # fmt: skip
-    return replace(fit, posterior=fit.posterior[:n_items])
+    joint = None if fit.joint is None else fit.joint[:n_items]
+    return replace(fit, posterior=fit.posterior[:n_items], joint=joint)
 
 
 def weighed_fit(
