@@ -199,9 +199,7 @@ def test_a_sample_too_small_to_measure_the_people_is_named_with_the_threshold(fo
     short = "an expert sample of 19 rated items (19 ratings), fewer than the 20 ratings on items of known label"
     assert f"weights assumed: too little in the batch measures the people ({short}" in said
     assert "no expert sample" not in said
-    assert (
-        "90% intervals: each item's own posterior mass (19 rated items of known label, fewer than the 20" in said
-    )
+    assert "90% intervals: each item's own posterior mass (19 rated items of known label, fewer than the 20" in said
     people = [r for r in pq.read_table(folder / "ratings" / "workers.parquet").to_pylist()
               if not r["worker_id"].startswith("model:")]  # fmt: skip
     assert people and not any("no expert sample" in r["evidence"] for r in people)

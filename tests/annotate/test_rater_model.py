@@ -10,7 +10,7 @@ import pytest
 from csts_pipeline.stages.annotate.labels import kernel, ordinal
 from csts_pipeline.stages.annotate.labels.aggregators import OrdinalModel
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
-from csts_pipeline.stages.annotate.labels.quality import Evidence
+from csts_pipeline.stages.annotate.labels.weighing import Evidence
 
 
 def crowd(n_items: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -28,6 +28,7 @@ from csts_pipeline.stages.annotate.labels import (
 )
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
+from csts_pipeline.stages.annotate.labels.weighing import Controls, Evidence
 
 MODEL = "model"
 UNSURE_BELOW = 0.9  # P(high condition's true label > low's) below this: the order is not established
@@ -47,25 +48,6 @@ class ModelResult:
     log10_ratio: np.ndarray | None = None
     model_fits: dict[str, ModelFit] = field(default_factory=dict)
     plan: trust.TrustPlan | None = None  # what the batch's evidence settled (trust.plan)
-
-
-Anchor = weighing.Anchor
-Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the batch holds beside the answers, for the rater model: `anchor` the hidden gold's ratings and true
-    labels; `known` per item the expert sample's label (0: none); `test` the people's answers on the qualification
-    test's rating items with their gold; `kinds` per item, then per gold item, its condition's kind (a language
-    model is fitted per kind); `controls` the scored hidden controls, numeric and not pertinent (a language
-    model's flags)."""
-
-    anchor: Anchor | None = None
-    known: np.ndarray | None = None
-    test: Anchor | None = None
-    kinds: np.ndarray | None = None
-    controls: Controls | None = None
 
 
 def model_labels(

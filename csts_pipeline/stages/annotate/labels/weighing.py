@@ -3,7 +3,7 @@ measures it, the gold's and the expert sample's labels fixed (trust from evidenc
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -11,8 +11,24 @@ from csts_pipeline.stages.annotate.labels import em_answers, kernel, model_worke
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
+Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
 EQUAL_MAX_ITER = 1000  # the equal rule's fits: a weak person beside a score's density moves slowly (452 iterations
 # to a posterior change of 1e-6 on 600 STS-B items; bench/annotate/trust_evidence.py)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the batch holds beside the answers, for the rater model: `anchor` the hidden gold's ratings and true
+    labels; `known` per item the expert sample's label (0: none); `test` the people's answers on the qualification
+    test's rating items with their gold; `kinds` per item, then per gold item, its condition's kind (a language
+    model is fitted per kind); `controls` the scored hidden controls, numeric and not pertinent (a language
+    model's flags)."""
+
+    anchor: Anchor | None = None
+    known: np.ndarray | None = None
+    test: Anchor | None = None
+    kinds: np.ndarray | None = None
+    controls: Controls | None = None
 
 
 def anchored_fit(

@@ -21,7 +21,7 @@ from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, platform, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
-from csts_pipeline.stages.annotate.labels import model_workers, quality
+from csts_pipeline.stages.annotate.labels import model_workers, quality, weighing
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
 from csts_pipeline.stages.annotate.labels.expert import read_expert
@@ -253,7 +253,7 @@ def label_batch(
     if test is not None and how == "model":
         tested = qualification.test_answers(test, {r.worker for r in people})
     policy = aggregator(how, not_pertinent_share=not_pertinent_share, min_ratings=min_ratings, ambiguity=ambiguity_sd)
-    evidence = quality.Evidence(anchor=anchor, known=known, test=tested, kinds=kinds, controls=controls)
+    evidence = weighing.Evidence(anchor=anchor, known=known, test=tested, kinds=kinds, controls=controls)
     labels = policy.fit_predict(ratings, len(items), evidence)
     labels = careful.publish(labels) if careful is not None else labels
     model = policy.result_
