@@ -85,9 +85,9 @@ def test_the_weak_model_changes_the_labels_by_at_most_a_hundredth_and_is_found_u
 
 
 # No shared shift here: the prior's small spread (labels/shift.py) widens each item's own interval a little; with a
-# strong model at 4-5 ratings an item they covered 0.971-0.977 (a batch-wide threshold, which real crowds showed
+# strong model at 4-5 ratings an item they covered 0.971-0.981 (a batch-wide threshold, which real crowds showed
 # too narrow, stayed under 0.97 here)
-WIDE_WITHOUT_SHIFT = 0.98
+WIDE_WITHOUT_SHIFT = 0.985
 
 
 @pytest.mark.parametrize("models", [(), *((kind,) for kind in MODEL_KINDS)])
