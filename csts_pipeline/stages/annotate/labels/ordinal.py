@@ -1,15 +1,17 @@
-"""An ordinal rater model for 1-5 ratings: each item's true label, each worker's bias and noise, fitted by EM.
+"""The rater model for 1-5 ratings: each item's true label, each worker's table of answers, fitted by EM.
 
-The model (an ordinal Dawid-Skene with two parameters per worker instead of a free 5 x 5 confusion matrix):
-every item i has a true label t_i in 1..5, drawn from a shared prior; worker w answers y with probability
+Every item i has a true label t_i in 1..5, drawn from a shared prior; worker w answers y with probability
+P(y | t, w), a table that starts from an ordinal kernel (labels/kernel.py):
 
-    P(y | t, w) = exp(-(y - t - b_w)^2 / (2 s_w^2)) / Z(t, b_w, s_w),   y in 1..5,
+    K_w(y | t) = exp(-(y - t - b_w)^2 / (2 s_w^2)) / Z(t, b_w, s_w),   y in 1..5,
 
-a Gaussian kernel around the true label shifted by the worker's bias b_w (lenient > 0, harsh < 0), with spread
-s_w (noise), normalised over the five answers. A careful worker has a small s_w; as s_w grows the answers tend
-to uniform, which is what a spammer gives, so one family covers careful, lenient, harsh and random raters. Two
-parameters per worker, rather than Dawid-Skene's 20, are estimable from the 20-100 ratings a crowd worker
-typically gives, and the order of the scale is built in (a 4 for a true 5 is a small error).
+a Gaussian around the true label shifted by the worker's bias b_w (lenient > 0, harsh < 0), with spread s_w
+(noise); as s_w grows the answers tend to uniform, which is what a spammer gives. Two parameters are what the
+10-100 ratings of a crowd worker can estimate, with the order of the scale built in. A person's table then grows
+with their evidence (model_tables.grown_tables): their expected counts plus a strength of pseudo-answers per true
+label from their kernel, the strength chosen by the data, so a worker with hundreds of answers is read by their
+own confusion, as Dawid-Skene would (on USTS-C, a real crowd, the free confusion ordered items better than the
+kernel from two ratings an item on). A label is the posterior mean of the crowd's answer (label_values).
 
 EM: the E-step gives each item a posterior over 1..5 from its ratings; the M-step sets the prior to the mean
 posterior and picks each worker's (b_w, s_w) on a fixed grid (bias -2..2 by 0.1, noise 0.25..8 log-spaced)
