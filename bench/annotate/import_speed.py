@@ -1,4 +1,4 @@
-"""How fast `annotate import --stage ratings --aggregate model` labels a large batch (issue 55: 200,000 items in
+"""How fast `annotate import --stage ratings --aggregate model` labels a large batch (200,000 items in
 120 s or less on 2 cores, within 3 GiB), through the command's own function on answers made in memory.
 
     python -m bench.annotate.import_speed --items 20000 200000

@@ -1,4 +1,4 @@
-"""The rater model beside its peers on the same answers, in one run (issue 60, item 6).
+"""The rater model beside its peers (crowd-kit and the mean) on the same answers, in one run.
 
     python -m bench.annotate.peers                      # USTS-C train, k 1 2 3 5, 3 seeds, both arms; STS-B train
     python -m bench.annotate.peers --quick              # one seed, k 1 2, USTS-C only: a couple of minutes

@@ -49,11 +49,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture
-def folder(built: Path, tmp_path: Path) -> Path:
+def copy_built(built: Path, tmp_path: Path) -> Path:
+    """A copy of a module's built annotate folder, with the people's answers and the truth beside it."""
     for name in ("people.csv", "truth.json"):
         shutil.copy(built.parent / name, tmp_path / name)
     return Path(shutil.copytree(built, tmp_path / "annotate"))
+
+
+@pytest.fixture
+def folder(built: Path, tmp_path: Path) -> Path:
+    return copy_built(built, tmp_path)
 
 
 def run(folder: Path, *expert: Path) -> str:

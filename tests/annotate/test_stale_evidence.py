@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 from csts_pipeline.stages.annotate.layout import MODEL_RATINGS, model_dir
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_bad_inputs_annotate import snapshot
+from tests.annotate.test_expert_sample import copy_built
 from tests.annotate.test_trust import folder_with, take_qualification
 from tests.support.chosen_model import rate_with
 from tests.support.command_path import People, first_batch
@@ -41,9 +41,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def folder(built: Path, tmp_path: Path) -> Path:
-    for name in ("people.csv", "truth.json"):
-        shutil.copy(built.parent / name, tmp_path / name)
-    return Path(shutil.copytree(built, tmp_path / "annotate"))
+    return copy_built(built, tmp_path)
 
 
 def refused(folder: Path, *args: str | Path) -> str:
