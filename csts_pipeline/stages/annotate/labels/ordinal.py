@@ -161,7 +161,8 @@ def fit(
     posterior (where those items measure the people too: trust.KNOWN)."""
     data = answers_of(item, worker, rating, n_items, known, soft, score)
     data.hold(people_noise)
-    data.label_prior, data.density_on_known = label_prior, density_on_known
+    data.label_prior = label_prior if label_prior is not None else answers_prior(data)
+    data.density_on_known = density_on_known
     scores: dict[float, float] = {}
     if ambiguity is None:
         spread, state, scores = likeliest_spread(data.without_models(), tol)
@@ -194,6 +195,19 @@ def fit(
         values=values + offset,
         strength=state.strength,
     )
+
+
+def answers_prior(data: Answers) -> np.ndarray | None:
+    """The people's answers' own distribution over 1..5 (plus one per label), held as the label prior where fewer
+    than MIN_EVIDENCE items have two answers (people's or models'): one answer an item cannot tell how widely the
+    true labels spread from how noisy the people are, and the prior EM learnt there collapsed onto two labels
+    (USTS-C, one rating an item: an answer of 5 read as a 3 at 0.91; the answers' own distribution covered 0.93 of
+    the items). None where the items measure it, or no person answered."""
+    people = ~data.free[data.code]
+    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= MIN_EVIDENCE or not people.any():
+        return None
+    counts = data.answers[people].sum(axis=0)
+    return (counts + 1) / (counts.sum() + len(SCALE))
 
 
 def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
