@@ -76,13 +76,16 @@ def weighed_fit(
     known: np.ndarray | None,
     test: Anchor | None = None,
 ) -> ordinal.OrdinalFit:
-    """The rater model with the people held where the plan says (trust.py): free where repeats measure them; at
+    """The rater model with the people held where the plan says (trust.py): free where repeats measure them, or
+    where no model answers and the known labels all sit in the fit (there they measure each person; one pooled
+    noise held for all cost the labels' order: USTS-C, one rating an item, 0.786 against 0.792); at
     the noise the items of known label measure (the expert sample and the gold, fixed in the fit; the
     qualification test's answers `test`, which measure the noise and stay out of the fit); at the triad rule's
     reliability; or, with one informative model, at the noise where they come out as reliable as the models
     (trust.equal_noise)."""
     useful = [name for name, m in plan.models.items() if m.informative]
-    if plan.mode == trust.REPEATS or (plan.mode == trust.ASSUMED and not useful):
+    in_fit = plan.mode == trust.KNOWN and plan.known_in_batch and test is None  # every known label in the fit
+    if plan.mode == trust.REPEATS or (not useful and (plan.mode == trust.ASSUMED or in_fit)):
         return anchored_fit(split, n_items, gold, ambiguity, known)
     if plan.mode == trust.KNOWN:
         noise = known_noise(split, n_items, [a for a in (gold, test) if a is not None], known)
