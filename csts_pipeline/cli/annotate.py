@@ -148,10 +148,10 @@ def _require_current_filter(dataset: str | None, manifest: str | None, input_pat
 
 def _say(record: dict[str, Any]) -> None:
     """What a step did, or that it had nothing to do."""
-    from csts_pipeline.stages import annotate
+    from csts_pipeline.stages.annotate.steps.summary import describe
 
     if not say_up_to_date(record):
-        typer.echo(annotate.describe(record))
+        typer.echo(describe(record))
 
 
 def _only_for(stage: str, wanted: str, **given: Any) -> None:
@@ -236,9 +236,13 @@ def annotate_export(
 ) -> None:
     """Write crowd tasks (<annotate>/<stage>_tasks/): the batch input hits.csv (one task per row), a JSONL of ids
     and provenance, and each crowd platform's files (MTurk's HIT page, Label Studio's config and tasks)."""
-    from csts_pipeline.stages import annotate
+    from csts_pipeline.stages.annotate.crowd.kept import kept_source
     from csts_pipeline.stages.annotate.crowd.pages import STAGES
     from csts_pipeline.stages.annotate.crowd.platform import DEFAULT, platform
+    from csts_pipeline.stages.annotate.steps.bws import export_bws
+    from csts_pipeline.stages.annotate.steps.conditions import export_conditions
+    from csts_pipeline.stages.annotate.steps.qualification import export_qualification
+    from csts_pipeline.stages.annotate.steps.ratings import export_ratings
 
     _only_for(stage, "conditions", n=n, bins=bins)
     if input_path is not None and stage != "conditions" and not (stage == "ratings" and gold_share):
@@ -260,13 +264,11 @@ def annotate_export(
     chosen = platform(platform_name or DEFAULT, stage)  # a stage it cannot show fails before anything is written
     folder, work_dir = annotate_folder(dataset, manifest, out)
     if stage == "qualification":
-        record = annotate.export_qualification(folder, gold, force)
+        record = export_qualification(folder, gold, force)
     elif stage == "conditions":
         _require_current_filter(dataset, manifest, input_path)
-        source = annotate.kept_source(work_dir, input_path)
-        record = annotate.export_conditions(
-            folder, source, 1000 if n is None else n, seed, 4 if bins is None else bins, force
-        )
+        source = kept_source(work_dir, input_path)
+        record = export_conditions(folder, source, 1000 if n is None else n, seed, 4 if bins is None else bins, force)
     elif stage == "ratings" and more:
         from csts_pipeline.stages.annotate.steps.followup import describe_more, export_more
 
@@ -274,10 +276,10 @@ def annotate_export(
         return
     elif stage == "ratings":
         given = gold_share and (work_dir is not None or input_path is not None)  # else export_ratings says why
-        source = annotate.kept_source(work_dir, input_path) if given else None
-        record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold, source)
+        source = kept_source(work_dir, input_path) if given else None
+        record = export_ratings(folder, seed, force, gold_share or 0.0, gold, source)
     else:
-        record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
+        record = export_bws(folder, seed, 8 if appearances is None else appearances, force)
     _say(record)
     if platform_name is not None:
         typer.echo(chosen.where(folder / f"{stage}_tasks", stage))
@@ -306,7 +308,10 @@ def annotate_import(
     force: ForceOpt = False,
 ) -> None:
     """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
-    from csts_pipeline.stages import annotate
+    from csts_pipeline.stages.annotate.steps.bws import import_bws
+    from csts_pipeline.stages.annotate.steps.conditions import import_conditions
+    from csts_pipeline.stages.annotate.steps.qualification import import_qualification
+    from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 
     _only_for(
         stage,
@@ -327,19 +332,19 @@ def annotate_import(
     if stage == "qualification":
         error = 1.0 if max_rating_error is None else max_rating_error
         name = "C-STS annotator" if qualification_name is None else qualification_name
-        record = annotate.import_qualification(folder, results, error, name, force)
+        record = import_qualification(folder, results, error, name, force)
     elif stage == "conditions":
-        record = annotate.import_conditions(folder, results, force, workers)
+        record = import_conditions(folder, results, force, workers)
     elif stage == "ratings":
         share = 0.5 if not_pertinent_share is None else not_pertinent_share
         how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
         chosen = None if models is None else [name.strip() for name in models.split(",") if name.strip()]
         given = list(expert or [])
-        record = annotate.import_ratings(
+        record = import_ratings(
             folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, chosen, given
         )
     elif stage == "bws":
-        record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
+        record = import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
     else:
         raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
     _say(record)
@@ -362,10 +367,11 @@ def annotate_split(
     force: ForceOpt = False,
 ) -> None:
     """Train/validation/test C-STS files (Parquet and CSV) from the kept labelled items (<annotate>/csts/)."""
-    from csts_pipeline.stages import annotate
+    from csts_pipeline.stages.annotate.labels.splits import parse_ratios
+    from csts_pipeline.stages.annotate.steps.csts_split import split
 
     folder, _ = annotate_folder(dataset, manifest, out)
-    _say(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels))
+    _say(split(folder, seed, parse_ratios(ratios), force, labels))
 
 
 @annotate_app.command("audit")
