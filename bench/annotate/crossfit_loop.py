@@ -40,7 +40,7 @@ from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.layout import rating_item_id
 from csts_pipeline.stages.annotate.steps import crossfit as crossfit_step
 from csts_pipeline.stages.annotate.steps import crossfit_folds, csts_split
-from csts_pipeline.stages.annotate.steps.options import CrossfitOptions
+from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, RatingsImportOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
 from tests.support.command_path import CONDITIONS, task_ids, write_results
@@ -113,7 +113,7 @@ def stsb_test(path: Path, out: Path) -> Path:
 
 
 def import_people(folder: Path, results: Path) -> None:
-    import_ratings(folder, [results], "model", 0.5, 1, False)
+    import_ratings(folder, [results], RatingsImportOptions(aggregate="model"))
 
 
 def time_one_fold(folder: Path, args: argparse.Namespace, options: CrossfitOptions) -> None:
@@ -144,12 +144,12 @@ def rounds(folder: Path, results: Path, options, truth: dict, args: argparse.Nam
             blend = dict(zip(ids, standard(np.array([person[i] for i in ids], float))
                              + standard(np.array([oof[i] for i in ids]))))  # fmt: skip
             figures["even blend of person and out-of-fold score"] = rho(blend, truth)
-        import_ratings(folder, [results], "model", 0.5, 1, False)
+        import_ratings(folder, [results], RatingsImportOptions(aggregate="model"))
         figures[f"rebuilt labels, round {n}"] = rho(labels_of(folder), truth)
         say(f"  labels round {n}: {figures[f'rebuilt labels, round {n}']:.3f}")
         if n == 1:
             first = labels_of(folder)
-            csts_split.split(folder, 0, (1.0, 0.0, 0.0), True)
+            csts_split.split(folder, SplitOptions(ratios="100:0:0"), force=True)
     return first
 
 

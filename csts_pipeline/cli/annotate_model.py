@@ -18,6 +18,7 @@ from csts_pipeline.cli.options import (
     ManifestOpt,
     ModelDeviceOpt,
     TimeoutOpt,
+    given_options,
     say_up_to_date,
     user_errors,
 )
@@ -72,8 +73,7 @@ def refuse_what_does_not_apply(ctx: typer.Context, kind: str, own: tuple[str, ..
     `own`: the command's options that are not the model's (draft's --stage, check-conditions' --below)."""
     words, takes = RATE_KINDS[kind]
     flags = {param.name: param.opts[0] for param in ctx.command.params if param.name}
-    # by the source's name: typer may carry its own copy of click, with its own ParameterSource
-    given = [name for name in flags if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    given = given_options(ctx)
     refused = [flags[name] for name in given if name not in (*takes, *FOLDER_OPTIONS, *own)]
     if refused:
         also = ", ".join(flags[name] for name in takes if flags[name] != kind)

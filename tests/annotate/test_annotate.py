@@ -29,6 +29,7 @@ from csts_pipeline.stages.annotate.labels.splits import parse_ratios, sentence_p
 from csts_pipeline.stages.annotate.layout import SPLITS
 from csts_pipeline.stages.annotate.steps import csts_split
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
 from tests.conftest import reseal
 
@@ -185,12 +186,12 @@ def read_report(folder: Path) -> list[tuple[int, str, str]]:
 def rated(tmp_path: Path, kept_dir: Path) -> Path:
     """An annotate folder taken through conditions and ratings with simulated workers."""
     folder = tmp_path / "annotate"
-    export_conditions(folder, kept_source(None, kept_dir), 120, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept_dir), ConditionsExportOptions(n=120))
     tasks = read_tasks(folder / "conditions_tasks")
-    import_conditions(folder, [write_results(tmp_path / "c.csv", simulated_conditions(tasks))], False)
-    export_ratings(folder, 0, False)
+    import_conditions(folder, [write_results(tmp_path / "c.csv", simulated_conditions(tasks))])
+    export_ratings(folder)
     rows, _, _ = simulated_ratings(read_tasks(folder / "ratings_tasks"))
-    import_ratings(folder, [write_results(tmp_path / "r.csv", rows)], "mean", 0.5, 1, False)
+    import_ratings(folder, [write_results(tmp_path / "r.csv", rows)])
     return folder
 
 
@@ -277,7 +278,7 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
 def test_export_conditions_writes_stable_task_files(tmp_path: Path, kept_dir: Path, kept: pa.Table):
     folder = tmp_path / "annotate"
     source = kept_source(None, kept_dir)
-    record = export_conditions(folder, source, 48, 0, 4, False)
+    record = export_conditions(folder, source, ConditionsExportOptions(n=48))
     assert record["counts"]["tasks"] == 48
     assert sum(s["sampled"] for s in record["strata"].values()) == 48
     tasks = read_tasks(folder / "conditions_tasks")
@@ -292,12 +293,12 @@ def test_export_conditions_writes_stable_task_files(tmp_path: Path, kept_dir: Pa
         assert (task["sentence1"], task["sentence2"]) == (source_row["sentence1"], source_row["sentence2"])
         assert task["caption_id_1"] == source_row["caption_id_1"]
     # a rerun is a no-op; a different sample over tasks already out needs --force; the same ids come back
-    assert export_conditions(folder, source, 48, 0, 4, False)["status"] == "up-to-date"
+    assert export_conditions(folder, source, ConditionsExportOptions(n=48))["status"] == "up-to-date"
     with pytest.raises(UserError, match="--force"):
-        export_conditions(folder, source, 30, 0, 4, False)
-    export_conditions(folder, source, 30, 0, 4, True)
+        export_conditions(folder, source, ConditionsExportOptions(n=30))
+    export_conditions(folder, source, ConditionsExportOptions(n=30), force=True)
     assert len(read_tasks(folder / "conditions_tasks")) == 30
-    export_conditions(folder, source, 48, 0, 4, True)
+    export_conditions(folder, source, ConditionsExportOptions(n=48), force=True)
     assert read_tasks(folder / "conditions_tasks") == tasks
 
 
@@ -306,16 +307,16 @@ def test_export_conditions_reads_a_csv_and_rejects_missing_columns(tmp_path: Pat
 
     path = tmp_path / "kept.csv"
     pacsv.write_csv(kept, path)
-    record = export_conditions(tmp_path / "a", kept_source(None, path), 10, 0, 4, False)
+    record = export_conditions(tmp_path / "a", kept_source(None, path), ConditionsExportOptions(n=10))
     assert record["counts"]["tasks"] == 10
     pq.write_table(kept.drop_columns(["iou"]), tmp_path / "no_iou.parquet")
     with pytest.raises(UserError, match=r"no_iou.parquet: missing column\(s\) iou"):
-        export_conditions(tmp_path / "b", kept_source(None, tmp_path / "no_iou.parquet"), 9, 0, 4, False)
+        export_conditions(tmp_path / "b", kept_source(None, tmp_path / "no_iou.parquet"), ConditionsExportOptions(n=9))
 
 
 def test_import_conditions_reports_every_problem(tmp_path: Path, kept_dir: Path):
     folder = tmp_path / "annotate"
-    export_conditions(folder, kept_source(None, kept_dir), 12, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept_dir), ConditionsExportOptions(n=12))
     tasks = read_tasks(folder / "conditions_tasks")
     rows = simulated_conditions(tasks)
     rows[1]["condition_low"] = "   "  # row 3 of the CSV
@@ -326,7 +327,7 @@ def test_import_conditions_reports_every_problem(tmp_path: Path, kept_dir: Path)
     rows.append(dict(rows[0], assignment_id="A-extra", condition_high="The size of the dog."))  # row 14: again
     rows.append(dict(rows[6]))  # row 15: the same assignment twice
     path = write_results(tmp_path / "batch.csv", rows)
-    record = import_conditions(folder, [path], False)
+    record = import_conditions(folder, [path])
     report = read_report(folder / "conditions")
     assert sorted((row, problem) for row, _, problem in report) == [
         (3, "empty_condition_low"),
@@ -350,23 +351,23 @@ def test_import_conditions_reports_every_problem(tmp_path: Path, kept_dir: Path)
 
 def test_import_conditions_plain_jsonl_and_bad_files(tmp_path: Path, kept_dir: Path):
     folder = tmp_path / "annotate"
-    export_conditions(folder, kept_source(None, kept_dir), 6, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept_dir), ConditionsExportOptions(n=6))
     tasks = read_tasks(folder / "conditions_tasks")
     rows = [{k: r[k] for k in ("task_id", "condition_high", "condition_low")} for r in simulated_conditions(tasks)]
     path = write_results(tmp_path / "answers.jsonl", rows)
     with path.open("a") as handle:
         handle.write("{not json\n")
-    record = import_conditions(folder, [path], False)
+    record = import_conditions(folder, [path])
     assert record["counts"]["accepted"] == 6
     assert read_report(folder / "conditions") == [(7, "", "bad_json")]
-    assert import_conditions(folder, [path], False)["status"] == "up-to-date"
+    assert import_conditions(folder, [path])["status"] == "up-to-date"
 
     wrong = write_results(tmp_path / "wrong.csv", [{"task_id": "x", "condition": "c"}], mturk=False)
     with pytest.raises(UserError, match=r"wrong.csv: missing field\(s\) condition_high, condition_low"):
-        import_conditions(folder, [wrong], False)
+        import_conditions(folder, [wrong])
     empty = write_results(tmp_path / "empty.csv", [dict(rows[0], condition_high="")], mturk=False)
     with pytest.raises(UserError, match=r"empty.csv: no valid condition answers \(empty_condition_high 1; first: "):
-        import_conditions(folder, [empty], False)
+        import_conditions(folder, [empty])
     # a failed import writes nothing: the previous import's report is still there (issue 18)
     assert read_report(folder / "conditions") == [(7, "", "bad_json")]
 
@@ -392,7 +393,7 @@ def test_simulated_raters_aggregate_to_the_hidden_truth(tmp_path: Path, rated: P
     rows, truth, bad = simulated_ratings(items)
     results = write_results(tmp_path / "ratings.csv", rows)
     for how in ("mean", "median"):
-        record = import_ratings(rated, [results], how, 0.5, 1, force=True)
+        record = import_ratings(rated, [results], RatingsImportOptions(aggregate=how), force=True)
         table = pq.read_table(rated / "ratings" / "items.parquet").to_pylist()
         individual = pq.read_table(rated / "ratings" / "ratings.parquet").to_pylist()
         for item in table[:40]:
@@ -449,7 +450,7 @@ def test_import_ratings_reports_every_problem(tmp_path: Path, rated: Path):
         dict(base, item_id=items[7]["item_id"], rating="2.0"),  # 12: fine
     ]
     path = write_results(tmp_path / "ratings.csv", rows, mturk=False)
-    record = import_ratings(rated, [path], "mean", 0.5, 1, True)
+    record = import_ratings(rated, [path], force=True)
     assert sorted((row, problem) for row, _, problem in read_report(rated / "ratings")) == [
         (3, "bad_rating"),
         (4, "bad_rating"),
@@ -557,7 +558,7 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
     table = pa.concat_tables([items, pa.Table.from_pylist(copies, schema=items.schema)])
     write_table(table, items_path)
     reseal(rated / "ratings")
-    record = csts_split.split(rated, 3, (0.6, 0.15, 0.25), True)
+    record = csts_split.split(rated, SplitOptions(seed=3), force=True)
 
     parts = {name: pq.read_table(rated / "csts" / f"{name}.parquet") for name in SPLITS}
     assert all(t.schema == CSTS_SCHEMA for t in parts.values())
@@ -594,8 +595,8 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
             (r["pair_id"], r["condition"], r["label"]) for r in table.to_pylist()
         ]
     # same seed, same split; another seed, another split
-    assert csts_split.split(rated, 3, (0.6, 0.15, 0.25), False)["status"] == "up-to-date"
-    csts_split.split(rated, 4, (0.6, 0.15, 0.25), False)
+    assert csts_split.split(rated, SplitOptions(seed=3))["status"] == "up-to-date"
+    csts_split.split(rated, SplitOptions(seed=4))
     assert pq.read_table(rated / "csts" / "test.parquet").column("pair_id").to_pylist() != [
         r["pair_id"] for r in rows["test"]
     ]

@@ -44,7 +44,7 @@ def split_work(tmp_path: Path, rated: Path) -> Path:  # noqa: F811
     """A work folder with a filter record and a split annotate folder, named by a manifest `pub.yaml`."""
     work = tmp_path / "work"
     shutil.copytree(rated, work / "annotate")
-    csts_split.split(work / "annotate", 0, (0.6, 0.15, 0.25), False)
+    csts_split.split(work / "annotate")
     write_json(work / "filter" / "_stage.json", {"stage": "filter", "status": "done"})
     reseal(work / "filter")
     (tmp_path / "pub.yaml").write_text(

@@ -17,7 +17,7 @@ from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.annotate.steps import csts_split, publish
 from csts_pipeline.stages.annotate.steps.crossfit import crossfit
 from csts_pipeline.stages.annotate.steps.crossfit_folds import sentence_pair_key
-from csts_pipeline.stages.annotate.steps.options import CrossfitOptions
+from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
 from tests.annotate.test_annotate import cli, cli_error
@@ -114,17 +114,17 @@ def test_new_answers_make_it_stale_and_the_import_that_weighs_it_does_not(batch,
     agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
     assert any("learnt from 3 folds" in m["model_reading"] for m in agreement["models"])  # says what it learnt
     assert crossfit(folder, options(tiny_model))["status"] == "up-to-date"  # not stale by the import
-    csts_split.split(folder, 0, (0.6, 0.2, 0.2), False)
+    csts_split.split(folder, SplitOptions(ratios="60:20:20"))
     more = write_results(tmp_path / "r2.csv", person(truth, task_ids(folder / "ratings_tasks"), 1, "p1"))
     import_ratings(folder, [first, more])  # new people's answers: the crossfit learnt from the old
     with pytest.raises(UserError, match=r"stale: model:crossfit-.*learnt from other people's answers"):
-        csts_split.split(folder, 0, (0.6, 0.2, 0.2), False)
+        csts_split.split(folder, SplitOptions(ratios="60:20:20"))
     with pytest.raises(UserError, match="stale"):
         publish.gather(folder, None, "x", "cc-by-4.0")
     again = crossfit(folder, options(tiny_model))
     assert again["status"] == "done" and again["counts"]["folds_resumed"] == 0
     import_ratings(folder, [first, more])
-    csts_split.split(folder, 0, (0.6, 0.2, 0.2), False)
+    csts_split.split(folder, SplitOptions(ratios="60:20:20"))
 
 
 def test_a_killed_run_resumes_from_its_finished_folds(batch, tiny_model, monkeypatch):

@@ -28,6 +28,7 @@ from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.model_folders import model_runs
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings, label_batch
 from tests.support.simulate import simulate_crowd
 from tests.support.simulate_models import people_answers
@@ -41,9 +42,9 @@ SECRET = "sk-test-secret-never-recorded"
 
 def example(folder: Path) -> Path:
     """The documented example's 8 pairs through the conditions import and the ratings export (16 items)."""
-    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), 8, 0, 4, False)
-    import_conditions(folder, [EXAMPLE / "conditions_results.csv"], False)
-    export_ratings(folder, 0, False)
+    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=8))
+    import_conditions(folder, [EXAMPLE / "conditions_results.csv"])
+    export_ratings(folder)
     return folder
 
 
@@ -151,7 +152,7 @@ def test_a_killed_run_resumes_unit_by_unit(both: dict[str, Path]) -> None:
 
 def test_the_ratings_import_takes_the_model_as_one_more_worker(both: dict[str, Path]) -> None:
     folder = both["local"]
-    import_ratings(folder, [EXAMPLE / "ratings_results.csv"], "model", 0.5, 1, False)
+    import_ratings(folder, [EXAMPLE / "ratings_results.csv"], RatingsImportOptions(aggregate="model"))
     rows = pq.read_table(folder / "ratings" / "ratings.parquet").to_pylist()
     by_model = [r for r in rows if r["worker_id"].startswith("model:")]
     people = [r for r in rows if not r["worker_id"].startswith("model:")]

@@ -26,6 +26,7 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
 from tests.support.simulate import SHIFT, crowd_workers
 
@@ -141,7 +142,12 @@ def import_model(
     annotate_dir: Path, results: list[Path], ambiguity_sd: float | None = None, expert: Path | None = None
 ) -> dict[str, Any]:
     """`annotate import --stage ratings --aggregate model [--ambiguity-sd] [--expert]` over every results file."""
-    return import_ratings(annotate_dir, results, "model", 0.5, 1, True, ambiguity_sd=ambiguity_sd, expert=expert)
+    return import_ratings(
+        annotate_dir,
+        results,
+        RatingsImportOptions(aggregate="model", ambiguity_sd=ambiguity_sd, expert=expert),
+        force=True,
+    )
 
 
 @dataclass
@@ -253,7 +259,7 @@ def prepare_folder(pairs: list[tuple[str, str]], folder: Path, conditions: tuple
     ratings`. Returns item id -> (pair index, condition type)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     source = kept_source(None, kept_csv(pairs, folder.parent / "kept.csv"))
-    export_conditions(folder, source, len(pairs), 0, 1, False)
+    export_conditions(folder, source, ConditionsExportOptions(n=len(pairs), bins=1))
     tasks = jsonl(folder / "conditions_tasks" / "tasks.jsonl")
     path = folder.parent / "conditions.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
@@ -269,7 +275,7 @@ def prepare_folder(pairs: list[tuple[str, str]], folder: Path, conditions: tuple
                     "condition_low": conditions[1],
                 }
             )
-    import_conditions(folder, [path], False)
-    export_ratings(folder, 0, False)
+    import_conditions(folder, [path])
+    export_ratings(folder)
     triplets = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
     return {t["item_id"]: (int(t["pair_id"]), t["condition_type"]) for t in triplets}

@@ -4,10 +4,13 @@ read it to build its help."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import TrainConfig
+from csts_pipeline.stages.annotate.crowd.gold_set import MAX_RATING_ERROR
 
 MINILM = "packaged:all-MiniLM-L6-v2"
 
@@ -47,3 +50,99 @@ class CrossfitOptions:
             max_length=self.max_length,
             select="last",
         )
+
+
+# ------------------------------------------------------------------------------------------------------------- export
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualificationExportOptions:
+    """`annotate export --stage qualification`: the gold items the test is made of (None: the package's own)."""
+
+    gold: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionsExportOptions:
+    """`annotate export --stage conditions`: how many kept pairs to sample, stratified over `bins` x `bins`
+    quantile bins of image cosine and caption IoU."""
+
+    n: int = 1000
+    seed: int = 0
+    bins: int = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class RatingsExportOptions:
+    """`annotate export --stage ratings`: the task order's seed and the share of hidden control pairs (drawn from
+    kept pairs outside the batch and the `gold` file's rate items)."""
+
+    seed: int = 0
+    gold_share: float = 0.0
+    gold: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowupExportOptions:
+    """`annotate export --stage ratings --more`: at most `budget` human ratings (None: one per uncertain item)."""
+
+    budget: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BwsExportOptions:
+    """`annotate export --stage bws`: the 4-tuples' seed and how many tuples each item appears in."""
+
+    seed: int = 0
+    appearances: int = 8
+
+
+# ------------------------------------------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualificationImportOptions:
+    """`annotate import --stage qualification`: the pass mark and the MTurk qualification type's name."""
+
+    max_rating_error: float = MAX_RATING_ERROR
+    qualification_name: str = "C-STS annotator"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionsImportOptions:
+    """`annotate import --stage conditions`: the qualified workers' file (None: the qualification's, if any)."""
+
+    workers: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RatingsImportOptions:
+    """`annotate import --stage ratings`: how the items are labelled and which are dropped (steps/ratings.py)."""
+
+    aggregate: str = "mean"
+    not_pertinent_share: float = 0.5
+    min_ratings: int = 1
+    agreement_sample: int | None = None
+    seed: int = 0
+    workers: Path | None = None
+    ambiguity_sd: float | None = None
+    models: Sequence[str] | None = None
+    expert: Path | Sequence[Path] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BwsImportOptions:
+    """`annotate import --stage bws`: the random split-halves of the reliability and their seed."""
+
+    repeats: int = 1000
+    seed: int = 0
+    workers: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitOptions:
+    """`annotate split`: the train:validation:test proportions, their seed and the labels split (likert or bws)."""
+
+    ratios: str = "60:15:25"
+    seed: int = 0
+    labels: str = "likert"
