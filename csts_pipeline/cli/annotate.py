@@ -1,5 +1,6 @@
-"""`csts-pipeline annotate export|import|split|audit`: the human round trip around condition writing and rating
-(stages/annotate/, docs/annotate.md). cli/__init__.py mounts `annotate_app` as the `annotate` sub-command."""
+"""csts-pipeline annotate export: the crowd tasks of the human round trip around condition writing and rating
+(stages/annotate/, docs/annotate.md), and what every annotate command shares (the folder, the stage option, how a
+step's record is said). cli/__init__.py mounts `annotate_app` as the `annotate` sub-command."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`csts-pipeline annotate import|split|audit`: crowd results in, the C-STS splits out, a re-annotation held against
+"""csts-pipeline annotate import|split|audit: crowd results in, the C-STS splits out, a re-annotation held against
 them (stages/annotate/, docs/annotate.md). The commands join `annotate_app` when cli/__init__.py imports this module.
 
 `annotate import --stage X` serves four stages, each with its own options (steps/options.py): an option of
