@@ -124,7 +124,15 @@ def annotate_rate(
         if model is not None or endpoint is not None:
             raise UserError("--similarity-model replaces --model and --endpoint; give one kind of model")
         refuse_what_does_not_apply(ctx, "--similarity-model")
-        _rate_similarity(similarity_model, dataset, manifest, batch_size, device, out, force)
+        _rate_similarity(
+            name=similarity_model,
+            dataset=dataset,
+            manifest=manifest,
+            batch_size=batch_size,
+            device=device,
+            out=out,
+            force=force,
+        )
         return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
@@ -138,7 +146,7 @@ def annotate_rate(
         typer.echo(describe_rate(record))
 
 
-def _rate_similarity(name: str, dataset, manifest, batch_size: int, device: str, out, force: bool) -> None:
+def _rate_similarity(*, name: str, dataset, manifest, batch_size: int, device: str, out, force: bool) -> None:
     from csts_pipeline.stages.annotate.steps import similarity_rater
 
     folder, _ = annotate_folder(dataset, manifest, out)

@@ -253,7 +253,7 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
     pair_ids = rng.choice(1 << 40, size=n_rows, replace=False)
     cosine = rng.beta(5, 2, size=n_rows)
     iou = np.where(rng.random(n_rows) < 0.3, 0.0, rng.uniform(0, 0.12, size=n_rows))
-    sample = stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
+    sample = stratified_sample(pair_ids, cosine, iou, n=160, seed=7, bins=4)
     assert len(sample.rows) == len(np.unique(sample.rows)) == 160
     non_empty = np.flatnonzero(sample.sizes)
     assert len(non_empty) >= 12
@@ -262,13 +262,13 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
     assert per_stratum[non_empty].min() >= 160 // len(non_empty)  # every non-empty stratum gets its share
     # the sample spans the range of both axes, unlike the bulk of a beta(5, 2) cosine
     assert cosine[sample.rows].min() < np.quantile(cosine, 0.1) and cosine[sample.rows].max() > np.quantile(cosine, 0.9)
-    again = stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
+    again = stratified_sample(pair_ids, cosine, iou, n=160, seed=7, bins=4)
     assert again.rows.tolist() == sample.rows.tolist()
-    other = stratified_sample(pair_ids, cosine, iou, 160, seed=8, bins=4)
+    other = stratified_sample(pair_ids, cosine, iou, n=160, seed=8, bins=4)
     assert set(other.rows.tolist()) != set(sample.rows.tolist())
     # the same pairs whatever the row order: keys come from pair ids, not positions
     shuffle = rng.permutation(n_rows)
-    moved = stratified_sample(pair_ids[shuffle], cosine[shuffle], iou[shuffle], 160, seed=7, bins=4)
+    moved = stratified_sample(pair_ids[shuffle], cosine[shuffle], iou[shuffle], n=160, seed=7, bins=4)
     assert set(pair_ids[shuffle][moved.rows].tolist()) == set(pair_ids[sample.rows].tolist())
 
 

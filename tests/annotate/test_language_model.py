@@ -220,7 +220,7 @@ def test_the_prompting_baseline_runs_through_the_same_server(tmp_path: Path) -> 
     metrics = json.loads(out.read_text())
     assert metrics["n"] == 2 and 0 <= metrics["invalid_share"] <= 1
     prompts = build_prompts(read_csts(data), PromptOptions())
-    answers = open_generator(SERVED_NAME, "cpu", 2, url).generate(prompts, 20)
+    answers = open_generator(SERVED_NAME, "cpu", batch_size=2, endpoint=url).generate(prompts, 20)
     assert metrics["invalid_share"] == round(sum(parse_answer(a) is None for a in answers) / 2, 4)
     assert server.requests > 0
 

@@ -72,7 +72,9 @@ def export_conditions(
             return numeric.column(name).to_numpy()[candidates]
 
         pair_ids, cosine, iou = column("pair_id"), column("image_cosine"), column("iou")
-        sample = stratified_sample(pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n, seed, bins)
+        sample = stratified_sample(
+            pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n=n, seed=seed, bins=bins
+        )
         records = tasks.condition_tasks(source.take(offsets, candidates[sample.rows]), sample.strata[sample.rows], bins)
         columns, repeats = tasks.with_drafts(records, drafts.drafts_for(annotate_dir, records))
         hits = tasks.hits_table(records, columns)

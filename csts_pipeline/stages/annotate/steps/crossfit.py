@@ -82,7 +82,9 @@ def crossfit(annotate_dir: Path, options: CrossfitOptions) -> dict[str, Any]:
         jobs = fold_jobs(items, labels_of(ratings_dir), options, config, out.staging)
         out.begin(force=False)  # a killed run's finished folds stay and are not trained again
         folds = [crossfit_folds.run_fold(job) for job in jobs]
-        return _write(out, items, jobs, folds, identity, learnt | {"labelled_items": labelled(jobs)})
+        return _write(
+            out, items, jobs=jobs, folds=folds, identity=identity, learnt=learnt | {"labelled_items": labelled(jobs)}
+        )
 
 
 def model_identity(options: CrossfitOptions, config: TrainConfig) -> dict[str, Any]:
@@ -144,6 +146,7 @@ def labelled(jobs: list[crossfit_folds.FoldJob]) -> int:
 def _write(
     out: OutputFolder,
     items: list[dict[str, Any]],
+    *,
     jobs: list[crossfit_folds.FoldJob],
     folds: list[dict[str, Any]],
     identity: dict[str, Any],

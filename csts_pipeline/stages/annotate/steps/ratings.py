@@ -114,16 +114,9 @@ def import_ratings(
     *,
     force: bool = False,
 ) -> dict:
-    """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
-    that more than `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than
-    `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker agreement over the kept items
-    with two or more ratings, and with `agreement_sample` on a seeded sample of that many items with three ratings
-    each (the paper's protocol). Rows of workers not qualified are left out (`workers`, as for the conditions
-    import). `ambiguity_sd` (`--aggregate model` only): the sd of the shared per-item shift the rater model
-    assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior.
-    `models`: the model workers to weigh (`model:<name>` or `<name>`; None: every one `annotate rate` left), each
-    refused when its answers are stale (model_folders.current_runs). `expert` (`--aggregate model` only): careful
-    labels for a sample of the items, one file or several (labels/expert.py)."""
+    """Validate rating results; label each item by the aggregator `options.aggregate` names (labels/aggregators.py),
+    drop the items too few rate or too many flag not pertinent, and report the agreement over the kept items: the
+    options' meaning is in RatingsImportOptions (steps/options.py)."""
     how, not_pertinent_share, min_ratings = options.aggregate, options.not_pertinent_share, options.min_ratings
     agreement_sample, seed, workers = options.agreement_sample, options.seed, options.workers
     ambiguity_sd, expert = options.ambiguity_sd, expert_files(options.expert)
