@@ -36,11 +36,12 @@ from bench.annotate.real_text_models import MODEL, prepared, read_stsb
 from bench.annotate.trust_evidence import one_person_an_item, standard
 from bench.shared_data import SHARED
 from csts_pipeline.pipeline.manifest import TrainConfig
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.layout import rating_item_id
 from csts_pipeline.stages.annotate.steps import crossfit as crossfit_step
-from csts_pipeline.stages.annotate.steps import crossfit_folds
+from csts_pipeline.stages.annotate.steps import crossfit_folds, csts_split
+from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, RatingsImportOptions, SplitOptions
+from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
 from tests.support.command_path import CONDITIONS, task_ids, write_results
 
@@ -112,10 +113,10 @@ def stsb_test(path: Path, out: Path) -> Path:
 
 
 def import_people(folder: Path, results: Path) -> None:
-    annotate.import_ratings(folder, [results], "model", 0.5, 1, False)
+    import_ratings(folder, [results], RatingsImportOptions(aggregate="model"))
 
 
-def time_one_fold(folder: Path, args: argparse.Namespace, options: crossfit_step.CrossfitOptions) -> None:
+def time_one_fold(folder: Path, args: argparse.Namespace, options: CrossfitOptions) -> None:
     """One fold through the step's own functions (fold_jobs, run_fold): its seconds at this size."""
     items = read_jsonl(folder / "ratings_tasks" / "tasks.jsonl")
     labels = crossfit_step.labels_of(folder / "ratings")
@@ -143,12 +144,12 @@ def rounds(folder: Path, results: Path, options, truth: dict, args: argparse.Nam
             blend = dict(zip(ids, standard(np.array([person[i] for i in ids], float))
                              + standard(np.array([oof[i] for i in ids]))))  # fmt: skip
             figures["even blend of person and out-of-fold score"] = rho(blend, truth)
-        annotate.import_ratings(folder, [results], "model", 0.5, 1, False)
+        import_ratings(folder, [results], RatingsImportOptions(aggregate="model"))
         figures[f"rebuilt labels, round {n}"] = rho(labels_of(folder), truth)
         say(f"  labels round {n}: {figures[f'rebuilt labels, round {n}']:.3f}")
         if n == 1:
             first = labels_of(folder)
-            annotate.split(folder, 0, (1.0, 0.0, 0.0), True)
+            csts_split.split(folder, SplitOptions(ratios="100:0:0"), force=True)
     return first
 
 
@@ -198,7 +199,7 @@ def loop(work: Path, args: argparse.Namespace) -> None:
     rows = one_person_an_item(truth, ids, 4, 0.8, 0.45, args.seed)
     results = write_results(work / "results.csv", rows)
     import_people(folder, results)
-    options = crossfit_step.CrossfitOptions(
+    options = CrossfitOptions(
         model=MODEL, folds=args.folds, epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
         max_length=args.max_length, device="cpu",
     )  # fmt: skip

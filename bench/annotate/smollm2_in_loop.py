@@ -34,12 +34,14 @@ import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
 from csts_pipeline.cli.stages import run
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
-from csts_pipeline.stages.annotate.steps.ratings import label_batch
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings, label_batch
 from tests.support.simulate import simulate_crowd
 from tests.support.simulate_models import people_answers
 from tests.support.smollm2 import local_model
@@ -95,16 +97,16 @@ def sample_batch(folder: Path) -> None:
     work = folder / "work"
     with contextlib.redirect_stdout(io.StringIO()):
         run(dataset="sample", out=str(work))
-    annotate.export_conditions(folder, annotate.kept_source(work, None), SAMPLE_PAIRS, 0, 4, False)
+    export_conditions(folder, kept_source(work, None), ConditionsExportOptions(n=SAMPLE_PAIRS))
     tasks = read_jsonl(folder / "conditions_tasks" / "tasks.jsonl")
     results = write_conditions_results(tasks, folder / "conditions_results.csv")
-    annotate.import_conditions(folder, [results], False)
+    import_conditions(folder, [results])
 
 
 def example_batch(folder: Path) -> None:
     """The documented example's kept pairs and conditions results: 16 rating items."""
-    annotate.export_conditions(folder, annotate.kept_source(None, EXAMPLE / "kept.csv"), 8, 0, 4, False)
-    annotate.import_conditions(folder, [EXAMPLE / "conditions_results.csv"], False)
+    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=8))
+    import_conditions(folder, [EXAMPLE / "conditions_results.csv"])
 
 
 def rated(batch: str) -> tuple[list[dict[str, Any]], list[Rating]]:
@@ -112,7 +114,7 @@ def rated(batch: str) -> tuple[list[dict[str, Any]], list[Rating]]:
     with tempfile.TemporaryDirectory() as folder_name:
         folder = Path(folder_name)
         (sample_batch if batch == "sample" else example_batch)(folder)
-        annotate.export_ratings(folder, 0, False)
+        export_ratings(folder)
         started = time.perf_counter()
         record = rate(folder, local_model())
         print(f"annotate rate: {time.perf_counter() - started:.0f} s")

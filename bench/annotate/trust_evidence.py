@@ -30,11 +30,11 @@ import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
 from bench.annotate.real_text_models import MODEL, STSB, prepared, read_stsb
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import screening
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.steps import model_folders, similarity_rater
-from csts_pipeline.stages.annotate.steps.ratings import label_batch
+from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import import_ratings, label_batch
 from tests.support.command_path import task_ids, write_results
 
 
@@ -60,7 +60,7 @@ def standard(x: np.ndarray) -> np.ndarray:
 def run(folder: Path, rows: list[dict], truth: dict, scores: dict, expert: Path | None, held: set[str]) -> dict:
     """One import through the step function; figures on the items outside `held` (the expert sample)."""
     results = write_results(folder.parent / "results.csv", rows)
-    record = annotate.import_ratings(folder, [results], "model", 0.5, 1, True, expert=expert)
+    record = import_ratings(folder, [results], RatingsImportOptions(aggregate="model", expert=expert), force=True)
     items = pq.read_table(folder / "ratings" / "items.parquet").to_pylist()
     label = {r["item_id"]: r["label"] for r in items if r["label"] is not None}
     found = figures(label, rows, truth, scores, held)

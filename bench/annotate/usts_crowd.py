@@ -36,8 +36,9 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.shared_data import SHARED
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.labels import trust
+from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from tests.support.command_path import figures, prepare_folder, task_ids, write_results
 
 USTS = SHARED / "data" / "usts"
@@ -88,7 +89,7 @@ def run(folder: Path, rows: list[dict], truth: dict, mean: dict, expert: Path | 
     """One `import --stage ratings --aggregate model` through the command's function; figures on the items
     outside `held` (the expert sample)."""
     results = write_results(folder.parent / "results.csv", rows)
-    record = annotate.import_ratings(folder, [results], "model", 0.5, 1, True, expert=expert)
+    record = import_ratings(folder, [results], RatingsImportOptions(aggregate="model", expert=expert), force=True)
     scored = {i: t for i, t in truth.items() if i not in held}
     found = figures(folder, scored)
     ids = sorted(scored)

@@ -90,11 +90,11 @@ def main() -> None:
         image_batches(
             paths[: args.batch_size],
             "workers",
-            device,
-            args.batch_size,
-            0,
-            encoder.preprocess,
-            encoder.preprocess_config,
+            device=device,
+            batch_size=args.batch_size,
+            num_workers=0,
+            preprocess=encoder.preprocess,
+            preprocess_config=encoder.preprocess_config,
         )
     )[1]
     from csts_pipeline.pipeline.device import autocast_dtype
@@ -115,7 +115,13 @@ def main() -> None:
         started = time.perf_counter()
         count = 0
         for indices, _, _ in image_batches(
-            paths, mode, device, args.batch_size, args.workers, encoder.preprocess, encoder.preprocess_config
+            paths,
+            mode,
+            device=device,
+            batch_size=args.batch_size,
+            num_workers=args.workers,
+            preprocess=encoder.preprocess,
+            preprocess_config=encoder.preprocess_config,
         ):
             count += len(indices)
         sync()
@@ -131,7 +137,9 @@ def main() -> None:
         images = ImageList(list(range(len(paths))), [p.name for p in paths], args.folder, args.images_per_shard)
         with tempfile.TemporaryDirectory() as out:
             started = time.perf_counter()
-            for _ in write_embedding_shards(encoder, images, list(range(images.n_shards)), Path(out), device, config):
+            for _ in write_embedding_shards(
+                encoder, images, shards=list(range(images.n_shards)), folder=Path(out), device=device, config=config
+            ):
                 pass
             pipeline = _rate(len(paths), time.perf_counter() - started)
         ceiling = min(decode_only, model_only)

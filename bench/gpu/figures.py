@@ -95,7 +95,13 @@ def embed_section(device: torch.device, size: dict, work: Path, dry: bool) -> di
     encoder = load_clip(config, device)
     batch = next(
         image_batches(
-            paths[: size["batch"]], "workers", device, size["batch"], 0, encoder.preprocess, encoder.preprocess_config
+            paths[: size["batch"]],
+            "workers",
+            device=device,
+            batch_size=size["batch"],
+            num_workers=0,
+            preprocess=encoder.preprocess,
+            preprocess_config=encoder.preprocess_config,
         )
     )[1]
     dtype = autocast_dtype(device, "auto")
@@ -119,9 +125,10 @@ def embed_section(device: torch.device, size: dict, work: Path, dry: bool) -> di
 def _decoder_rates(encoder, paths, names, work: Path, device, size: dict, setting: str) -> dict:
     decoder = decoders.device_decoder(setting, device)
     result = {"decoder": decoder.name, "backends": getattr(decoder, "backends", None)}
-    args = (device, size["batch"], size["workers"], encoder.preprocess, encoder.preprocess_config, setting)
+    how = {"device": device, "batch_size": size["batch"], "num_workers": size["workers"]}
+    how |= {"preprocess": encoder.preprocess, "preprocess_config": encoder.preprocess_config, "decoder": setting}
     count, started = 0, time.perf_counter()
-    for indices, _, _ in image_batches(paths, "device", *args):
+    for indices, _, _ in image_batches(paths, "device", **how):
         count += len(indices)
     _sync(device)
     result["decode_only"] = _rate(count, started)
@@ -131,7 +138,9 @@ def _decoder_rates(encoder, paths, names, work: Path, device, size: dict, settin
     images = ImageList(list(range(len(paths))), names, work / "jpegs", 4096)
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        for _ in write_embedding_shards(encoder, images, list(range(images.n_shards)), Path(out), device, config):
+        for _ in write_embedding_shards(
+            encoder, images, shards=list(range(images.n_shards)), folder=Path(out), device=device, config=config
+        ):
             pass
         result["pipeline"] = _rate(len(paths), started)
     return result

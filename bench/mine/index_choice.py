@@ -41,7 +41,7 @@ def main() -> None:
         for kind in ("ivf", "exact"):
             started = time.perf_counter()
             searcher, info = build_searcher(kind, shards, MineConfig(), torch.device("cpu"))
-            search_all(searcher, shards, 64, 8192, folder / kind)
+            search_all(searcher, shards, k=64, batch=8192, folder=folder / kind)
             info.pop("tried", None)
             print(f"{n:>9} {kind:<5} {time.perf_counter() - started:8.1f}s {info}", flush=True)
         shutil.rmtree(folder)

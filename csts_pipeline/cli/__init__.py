@@ -8,7 +8,7 @@ import logging
 
 import typer
 
-from csts_pipeline.cli import annotate_crossfit, annotate_model, embed, filter, mine, stages
+from csts_pipeline.cli import annotate_crossfit, annotate_import, annotate_model, embed, filter, mine, stages
 from csts_pipeline.cli.annotate import annotate_app
 from csts_pipeline.cli.publish import register as register_publish_command
 from csts_pipeline.cli.report import register as register_report_command
@@ -36,6 +36,7 @@ register_train_commands(app)
 # annotate: the round trip (cli/annotate.py) and its language-model commands (cli/annotate_model.py)
 assert annotate_model.annotate_app is annotate_app
 assert annotate_crossfit.annotate_app is annotate_app  # annotate crossfit: cli/annotate_crossfit.py
+assert annotate_import.annotate_app is annotate_app  # annotate import|split|audit: cli/annotate_import.py
 app.add_typer(annotate_app, name="annotate")
 # export: publish the C-STS splits as a Hugging Face dataset folder (csts_pipeline/cli/publish.py)
 register_publish_command(app)

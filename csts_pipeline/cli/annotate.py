@@ -1,18 +1,32 @@
-"""`csts-pipeline annotate export|import|split|audit`: the human round trip around condition writing and rating
-(stages/annotate/, docs/annotate.md). cli/__init__.py mounts `annotate_app` as the `annotate` sub-command."""
+"""csts-pipeline annotate export: the crowd tasks of the human round trip around condition writing and rating
+(stages/annotate/, docs/annotate.md), and what every annotate command shares (the folder, the stage option, how a
+step's record is said). cli/__init__.py mounts `annotate_app` as the `annotate` sub-command."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from csts_pipeline.cli.options import DatasetOpt, ForceOpt, ManifestOpt, say_up_to_date, user_errors
+from csts_pipeline.cli.options import (
+    DatasetOpt,
+    ManifestOpt,
+    refuse_options_of_others,
+    say_up_to_date,
+    user_errors,
+)
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import open_manifest
 from csts_pipeline.pipeline.storage import pull, remote_of
-from csts_pipeline.stages.annotate.labels.aggregators import aggregator_help
+from csts_pipeline.stages.annotate.steps.options import (
+    BwsExportOptions,
+    ConditionsExportOptions,
+    FollowupExportOptions,
+    QualificationExportOptions,
+    RatingsExportOptions,
+)
 
 annotate_app = typer.Typer(
     help="Human annotation round trip: export crowd tasks, import results, split into C-STS train/validation/test.",
@@ -30,57 +44,6 @@ AnnotateOutOpt = Annotated[
     Path | None, typer.Option("--out", help="Folder of the annotate files (default: <work_dir>/annotate/).")
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the sample, the task order, the 4-tuples or the split.")]
-
-ResultsOpt = Annotated[
-    list[Path],
-    typer.Option(
-        "--results",
-        help="Results file: MTurk batch results CSV, CSV/JSONL with plain field names, or a Label Studio JSON "
-        "export (.json); repeat for several.",
-    ),
-]
-AggregateOpt = Annotated[str | None, typer.Option("--aggregate", "--label-policy", help=aggregator_help())]
-AgreementSampleOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--agreement-sample",
-        help="ratings: also measure agreement on this many random items with three random ratings each "
-        "(the paper: 100).",
-    ),
-]
-ExpertOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--expert",
-        help="ratings, with --aggregate model: careful labels for a sample of the items (CSV, JSON lines, a JSON "
-        "array or Parquet: item_id and label, or sentence1, sentence2, condition and label), which measure every "
-        "worker and keep the expert's label; repeat for several.",
-    ),
-]
-AmbiguitySdOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--ambiguity-sd",
-        help="ratings, with --aggregate model: the sd (in points) of the shared per-item shift every rater of an "
-        "item feels, where you know your crowd's; default: chosen "
-        "from the people's answers and a prior around 0.2.",
-    ),
-]
-RepeatsOpt = Annotated[
-    int | None,
-    typer.Option("--repeats", help="bws: random split-halves averaged for the reliability (default 1000)."),
-]
-ImportSeedOpt = Annotated[
-    int, typer.Option("--seed", help="ratings: seed of the agreement sample; bws: seed of the random halves.")
-]
-NotPertinentOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--not-pertinent-share",
-        help="ratings: drop an item when more than this share of its raters flag it not pertinent (with "
-        "--aggregate model: when the Dawid-Skene P(not pertinent) is above it) (default 0.5).",
-    ),
-]
 WorkersOpt = Annotated[
     Path | None,
     typer.Option(
@@ -88,32 +51,6 @@ WorkersOpt = Annotated[
         help="conditions, ratings, bws: keep only these qualified workers' rows (a workers.csv; default: "
         "<annotate>/qualification/workers.csv when it exists).",
     ),
-]
-MaxErrorOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-rating-error",
-        help="qualification: the most mean absolute error against the gold ratings that passes (default 1.0).",
-    ),
-]
-QualNameOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--qualification-name",
-        help="qualification: the MTurk qualification type's name, for the grant file's UPDATE- column "
-        "(default 'C-STS annotator').",
-    ),
-]
-ModelsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--models",
-        help="ratings: weigh only these models' answers (`annotate rate`), comma-separated, as model:<name> or "
-        "<name> (default: every model rated).",
-    ),
-]
-MinRatingsOpt = Annotated[
-    int | None, typer.Option("--min-ratings", help="ratings: drop items with fewer ratings (default 1).")
 ]
 
 
@@ -146,241 +83,175 @@ def _require_current_filter(dataset: str | None, manifest: str | None, input_pat
         require_as_asked(UPSTREAM.load()(loaded))
 
 
-def _say(record: dict[str, Any]) -> None:
+def say_step(record: dict[str, Any]) -> None:
     """What a step did, or that it had nothing to do."""
-    from csts_pipeline.stages import annotate
+    from csts_pipeline.stages.annotate.steps.summary import describe
 
     if not say_up_to_date(record):
-        typer.echo(annotate.describe(record))
+        typer.echo(describe(record))
 
 
-def _only_for(stage: str, wanted: str, **given: Any) -> None:
-    used = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
-    if stage != wanted and used:
-        raise UserError(f"{', '.join(used)}: only for --stage {wanted}")
+def option_names(options: type) -> set[str]:
+    """The names of an options dataclass's fields: the command-line options that mode takes."""
+    return {field.name for field in fields(options)}
+
+
+# each mode of `annotate export` and its options, each declared once (steps/options.py); --input is read by two
+EXPORT_OPTIONS: dict[str, type] = {
+    "--stage qualification": QualificationExportOptions,
+    "--stage conditions": ConditionsExportOptions,
+    "--stage ratings": RatingsExportOptions,
+    "--stage ratings --more": FollowupExportOptions,
+    "--stage bws": BwsExportOptions,
+}
+EXPORT_TAKES = {mode: option_names(options) for mode, options in EXPORT_OPTIONS.items()}
+EXPORT_TAKES["--stage conditions"] |= {"input_path"}
+EXPORT_TAKES["--stage ratings"] |= {"input_path"}
+EXPORT_TAKES["--stage ratings --more"] |= {"more"}
+EXPORT_COMMON = ("stage", "dataset", "manifest", "out", "force", "platform_name", "task_format")
+
+InputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--input",
+        help="conditions: kept pairs to sample, a kept folder or a Parquet/CSV file with the filter's kept "
+        "columns (default: <work_dir>/filter/kept/); ratings with --gold-share: the kept pairs the hidden "
+        "controls are made from (those outside the batch).",
+    ),
+]
+SampleOpt = Annotated[int, typer.Option("--n", help="conditions: pairs to sample.")]
+AppearancesOpt = Annotated[
+    int, typer.Option("--appearances", help="bws: 4-tuples each item appears in (N items: N x this / 4 tuples).")
+]
+BinsOpt = Annotated[int, typer.Option("--bins", help="conditions: quantile bins per axis of image cosine x iou.")]
+GoldOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--gold",
+        help="qualification, ratings: the gold items (CSV; default: the package's own small set); ratings "
+        "draws hidden controls from its rate items.",
+    ),
+]
+GoldShareOpt = Annotated[
+    float,
+    typer.Option(
+        "--gold-share",
+        help="ratings: mix in hidden control pairs (made from kept pairs outside the batch, and --gold rate "
+        "items not in the qualification test) as this share of the rows, e.g. 0.05; the import blocks workers "
+        "who fail them (ratings/blocklist.csv); 0: none.",
+    ),
+]
+MoreOpt = Annotated[
+    bool,
+    typer.Option(
+        "--more",
+        metavar="",
+        help="ratings: a follow-up batch (<annotate>/ratings_more/) for the imported items whose label is "
+        "still uncertain; import it with the first batch's results.",
+    ),
+]
+BudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--budget",
+        help="ratings --more: at most this many human ratings in the batch (one an item), spent on the items "
+        "whose posterior is widest.",
+    ),
+]
+ExportForceOpt = Annotated[
+    bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
+]
+PlatformOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--platform",
+        help="The crowd platform whose files to hand over, printed after the export: mturk (hits.csv and the "
+        "HIT page template.html) or label-studio (label_studio/config.xml and tasks.json); every export writes "
+        "both.",
+    ),
+]
+FormatOpt = Annotated[str | None, typer.Option("--format", hidden=True, help="Refused: the platform is --platform.")]
 
 
 @annotate_app.command("export")
 @user_errors
 def annotate_export(
+    ctx: typer.Context,
     stage: AnnotateStageOpt,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
-    input_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--input",
-            help="conditions: kept pairs to sample, a kept folder or a Parquet/CSV file with the filter's kept "
-            "columns (default: <work_dir>/filter/kept/); ratings with --gold-share: the kept pairs the hidden "
-            "controls are made from (those outside the batch).",
-        ),
-    ] = None,
-    n: Annotated[int | None, typer.Option("--n", help="conditions: pairs to sample (default 1000).")] = None,
-    appearances: Annotated[
-        int | None, typer.Option("--appearances", help="bws: 4-tuples each item appears in (default 8: 2N tuples).")
-    ] = None,
-    bins: Annotated[
-        int | None, typer.Option("--bins", help="conditions: quantile bins per axis of image cosine x iou (default 4).")
-    ] = None,
-    gold: Annotated[
-        Path | None,
-        typer.Option(
-            "--gold",
-            help="qualification, ratings: the gold items (CSV; default: the package's own small set); ratings "
-            "draws hidden controls from its rate items.",
-        ),
-    ] = None,
-    gold_share: Annotated[
-        float | None,
-        typer.Option(
-            "--gold-share",
-            help="ratings: mix in hidden control pairs (made from kept pairs outside the batch, and --gold rate "
-            "items not in the qualification test) as this share of the rows, e.g. 0.05; the import blocks workers "
-            "who fail them (ratings/blocklist.csv). Default 0: none.",
-        ),
-    ] = None,
-    seed: SeedOpt = 0,
+    input_path: InputOpt = None,
+    n: SampleOpt = ConditionsExportOptions.n,
+    appearances: AppearancesOpt = BwsExportOptions.appearances,
+    bins: BinsOpt = ConditionsExportOptions.bins,
+    gold: GoldOpt = None,
+    gold_share: GoldShareOpt = RatingsExportOptions.gold_share,
+    seed: SeedOpt = ConditionsExportOptions.seed,
     out: AnnotateOutOpt = None,
-    more: Annotated[
-        bool,
-        typer.Option(
-            "--more",
-            metavar="",
-            help="ratings: a follow-up batch (<annotate>/ratings_more/) for the imported items whose label is "
-            "still uncertain; import it with the first batch's results.",
-        ),
-    ] = False,
-    budget: Annotated[
-        int | None,
-        typer.Option(
-            "--budget",
-            help="ratings --more: at most this many human ratings in the batch (one an item), spent on the items "
-            "whose posterior is widest.",
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", metavar="", help="Replace task files exported with other parameters.")
-    ] = False,
-    platform_name: Annotated[
-        str | None,
-        typer.Option(
-            "--platform",
-            help="The crowd platform whose files to hand over, printed after the export: mturk (hits.csv and the "
-            "HIT page template.html) or label-studio (label_studio/config.xml and tasks.json); every export writes "
-            "both.",
-        ),
-    ] = None,
-    task_format: Annotated[
-        str | None, typer.Option("--format", hidden=True, help="Refused: the platform is --platform.")
-    ] = None,
+    more: MoreOpt = False,
+    budget: BudgetOpt = FollowupExportOptions.budget,
+    force: ExportForceOpt = False,
+    platform_name: PlatformOpt = None,
+    task_format: FormatOpt = None,
 ) -> None:
     """Write crowd tasks (<annotate>/<stage>_tasks/): the batch input hits.csv (one task per row), a JSONL of ids
     and provenance, and each crowd platform's files (MTurk's HIT page, Label Studio's config and tasks)."""
-    from csts_pipeline.stages import annotate
-    from csts_pipeline.stages.annotate.crowd.pages import STAGES
     from csts_pipeline.stages.annotate.crowd.platform import DEFAULT, platform
 
-    _only_for(stage, "conditions", n=n, bins=bins)
-    if input_path is not None and stage != "conditions" and not (stage == "ratings" and gold_share):
-        raise UserError("--input: only for --stage conditions, or ratings with --gold-share")
-    _only_for(stage, "bws", appearances=appearances)
-    if stage not in ("qualification", "ratings") and gold is not None:
-        raise UserError("--gold: only for --stage qualification or ratings")
-    if stage == "ratings" and gold is not None and not gold_share:
-        raise UserError("--gold: for --stage ratings only with --gold-share (the controls are drawn from it)")
-    _only_for(stage, "ratings", more=more or None, gold_share=gold_share)
-    if budget is not None and not more:
-        raise UserError("--budget: only with --stage ratings --more")
-    if more and (gold_share is not None or gold is not None):
-        raise UserError("--gold-share, --gold: not with --more (a follow-up batch carries no controls)")
     if task_format is not None:
         raise UserError(f"--format {task_format}: annotate export takes --platform {task_format}")
-    if stage not in STAGES:
+    mode = f"--stage {stage}" + (" --more" if more and stage == "ratings" else "")
+    if f"--stage {stage}" not in EXPORT_OPTIONS:
         raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
+    refuse_options_of_others(ctx, mode, EXPORT_TAKES, EXPORT_COMMON)
+    if mode == "--stage ratings":
+        _check_controls(gold_share, gold, input_path)
     chosen = platform(platform_name or DEFAULT, stage)  # a stage it cannot show fails before anything is written
+    options = EXPORT_OPTIONS[mode](**{name: ctx.params[name] for name in option_names(EXPORT_OPTIONS[mode])})
     folder, work_dir = annotate_folder(dataset, manifest, out)
-    if stage == "qualification":
-        record = annotate.export_qualification(folder, gold, force)
-    elif stage == "conditions":
-        _require_current_filter(dataset, manifest, input_path)
-        source = annotate.kept_source(work_dir, input_path)
-        record = annotate.export_conditions(
-            folder, source, 1000 if n is None else n, seed, 4 if bins is None else bins, force
-        )
-    elif stage == "ratings" and more:
+    if mode == "--stage ratings --more":
         from csts_pipeline.stages.annotate.steps.followup import describe_more, export_more
 
-        typer.echo(describe_more(export_more(folder, force, budget)))
+        typer.echo(describe_more(export_more(folder, options, force=force)))
         return
-    elif stage == "ratings":
-        given = gold_share and (work_dir is not None or input_path is not None)  # else export_ratings says why
-        source = annotate.kept_source(work_dir, input_path) if given else None
-        record = annotate.export_ratings(folder, seed, force, gold_share or 0.0, gold, source)
-    else:
-        record = annotate.export_bws(folder, seed, 8 if appearances is None else appearances, force)
-    _say(record)
+    if stage == "conditions":
+        _require_current_filter(dataset, manifest, input_path)
+    say_step(_export(stage, folder, options, _kept(stage, work_dir, input_path, gold_share), force=force))
     if platform_name is not None:
         typer.echo(chosen.where(folder / f"{stage}_tasks", stage))
 
 
-@annotate_app.command("import")
-@user_errors
-def annotate_import(
-    stage: AnnotateStageOpt,
-    results: ResultsOpt,
-    dataset: DatasetOpt = None,
-    manifest: ManifestOpt = None,
-    aggregate: AggregateOpt = None,
-    agreement_sample: AgreementSampleOpt = None,
-    ambiguity_sd: AmbiguitySdOpt = None,
-    expert: ExpertOpt = None,
-    repeats: RepeatsOpt = None,
-    seed: ImportSeedOpt = 0,
-    not_pertinent_share: NotPertinentOpt = None,
-    min_ratings: MinRatingsOpt = None,
-    models: ModelsOpt = None,
-    workers: WorkersOpt = None,
-    max_rating_error: MaxErrorOpt = None,
-    qualification_name: QualNameOpt = None,
-    out: AnnotateOutOpt = None,
-    force: ForceOpt = False,
-) -> None:
-    """Validate crowd results against the exported tasks; write the accepted answers and a per-row report."""
-    from csts_pipeline.stages import annotate
+def _check_controls(gold_share: float, gold: Path | None, input_path: Path | None) -> None:
+    """--gold and --input of a ratings export feed the hidden controls: without --gold-share they do nothing."""
+    if input_path is not None and not gold_share:
+        raise UserError("--input: only for --stage conditions, or ratings with --gold-share")
+    if gold is not None and not gold_share:
+        raise UserError("--gold: for --stage ratings only with --gold-share (the controls are drawn from it)")
 
-    _only_for(
-        stage,
-        "ratings",
-        aggregate=aggregate,
-        not_pertinent_share=not_pertinent_share,
-        min_ratings=min_ratings,
-        agreement_sample=agreement_sample,
-        ambiguity_sd=ambiguity_sd,
-        expert=expert or None,
-        models=models,
-    )
-    _only_for(stage, "bws", repeats=repeats)
-    _only_for(stage, "qualification", max_rating_error=max_rating_error, qualification_name=qualification_name)
-    if stage == "qualification" and workers is not None:
-        raise UserError("--workers: not for --stage qualification (it writes the workers file)")
-    folder, _ = annotate_folder(dataset, manifest, out)
+
+def _kept(stage: str, work_dir: Path | None, input_path: Path | None, gold_share: float) -> Any:
+    """The filter's kept pairs an export reads: the sample of conditions, the controls of ratings; else None."""
+    from csts_pipeline.stages.annotate.crowd.kept import kept_source
+
+    if stage == "conditions" or (stage == "ratings" and gold_share and (work_dir or input_path) is not None):
+        return kept_source(work_dir, input_path)
+    return None  # ratings without a source: export_ratings says what is missing
+
+
+def _export(stage: str, folder: Path, options: Any, kept: Any, *, force: bool) -> dict[str, Any]:
+    """Run the export step of `stage` (imported here: the steps load the statistics)."""
     if stage == "qualification":
-        error = 1.0 if max_rating_error is None else max_rating_error
-        name = "C-STS annotator" if qualification_name is None else qualification_name
-        record = annotate.import_qualification(folder, results, error, name, force)
-    elif stage == "conditions":
-        record = annotate.import_conditions(folder, results, force, workers)
-    elif stage == "ratings":
-        share = 0.5 if not_pertinent_share is None else not_pertinent_share
-        how, least = aggregate or "mean", 1 if min_ratings is None else min_ratings
-        chosen = None if models is None else [name.strip() for name in models.split(",") if name.strip()]
-        given = list(expert or [])
-        record = annotate.import_ratings(
-            folder, results, how, share, least, force, agreement_sample, seed, workers, ambiguity_sd, chosen, given
-        )
-    elif stage == "bws":
-        record = annotate.import_bws(folder, results, 1000 if repeats is None else repeats, seed, force, workers)
-    else:
-        raise UserError(f"--stage {stage!r}: expected qualification, conditions, ratings or bws")
-    _say(record)
+        from csts_pipeline.stages.annotate.steps.qualification import export_qualification
 
+        return export_qualification(folder, options, force=force)
+    if stage == "conditions":
+        from csts_pipeline.stages.annotate.steps.conditions import export_conditions
 
-@annotate_app.command("split")
-@user_errors
-def annotate_split(
-    dataset: DatasetOpt = None,
-    manifest: ManifestOpt = None,
-    ratios: Annotated[str, typer.Option("--ratios", help="train:validation:test proportions.")] = "60:15:25",
-    labels: Annotated[
-        str,
-        typer.Option(
-            "--labels", help="likert (the rating import's labels) or bws (best-worst scores mapped linearly to 1-5)."
-        ),
-    ] = "likert",
-    seed: SeedOpt = 0,
-    out: AnnotateOutOpt = None,
-    force: ForceOpt = False,
-) -> None:
-    """Train/validation/test C-STS files (Parquet and CSV) from the kept labelled items (<annotate>/csts/)."""
-    from csts_pipeline.stages import annotate
+        return export_conditions(folder, kept, options, force=force)
+    if stage == "ratings":
+        from csts_pipeline.stages.annotate.steps.ratings import export_ratings
 
-    folder, _ = annotate_folder(dataset, manifest, out)
-    _say(annotate.split(folder, seed, annotate.parse_ratios(ratios), force, labels))
+        return export_ratings(folder, options, source=kept, force=force)
+    from csts_pipeline.stages.annotate.steps.bws import export_bws
 
-
-@annotate_app.command("audit")
-@user_errors
-def annotate_audit(
-    labels: Annotated[Path, typer.Option("--labels", help="The dataset's C-STS file (CSV or Parquet).")],
-    reference: Annotated[
-        Path,
-        typer.Option("--reference", help="A re-annotation of (part of) it, C-STS CSV or Parquet; label -1 = rejected."),
-    ],
-    out: Annotated[Path, typer.Option("--out", help="Folder for audit.json and audit.md.")] = Path("audit"),
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap intervals.")] = 0,
-    force: ForceOpt = False,
-) -> None:
-    """Hold labels against a re-annotation: agreement, rejected conditions, the most disputed rows."""
-    from csts_pipeline.stages.annotate.steps.audit import describe_audit, run_audit
-
-    typer.echo(describe_audit(run_audit(labels, reference, out, seed, force)))
+    return export_bws(folder, options, force=force)

@@ -10,7 +10,7 @@ import typer
 
 from csts_pipeline.cli.annotate import AnnotateOutOpt, annotate_app, annotate_folder
 from csts_pipeline.cli.options import DatasetOpt, ForceOpt, ManifestOpt, ModelDeviceOpt, say_up_to_date, user_errors
-from csts_pipeline.stages.annotate.steps.crossfit import MINILM, CrossfitOptions
+from csts_pipeline.stages.annotate.steps.options import MINILM, CrossfitOptions
 
 BaseModelOpt = Annotated[
     str,

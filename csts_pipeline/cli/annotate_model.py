@@ -18,6 +18,7 @@ from csts_pipeline.cli.options import (
     ManifestOpt,
     ModelDeviceOpt,
     TimeoutOpt,
+    given_options,
     say_up_to_date,
     user_errors,
 )
@@ -72,8 +73,7 @@ def refuse_what_does_not_apply(ctx: typer.Context, kind: str, own: tuple[str, ..
     `own`: the command's options that are not the model's (draft's --stage, check-conditions' --below)."""
     words, takes = RATE_KINDS[kind]
     flags = {param.name: param.opts[0] for param in ctx.command.params if param.name}
-    # by the source's name: typer may carry its own copy of click, with its own ParameterSource
-    given = [name for name in flags if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    given = given_options(ctx)
     refused = [flags[name] for name in given if name not in (*takes, *FOLDER_OPTIONS, *own)]
     if refused:
         also = ", ".join(flags[name] for name in takes if flags[name] != kind)
@@ -124,7 +124,15 @@ def annotate_rate(
         if model is not None or endpoint is not None:
             raise UserError("--similarity-model replaces --model and --endpoint; give one kind of model")
         refuse_what_does_not_apply(ctx, "--similarity-model")
-        _rate_similarity(similarity_model, dataset, manifest, batch_size, device, out, force)
+        _rate_similarity(
+            name=similarity_model,
+            dataset=dataset,
+            manifest=manifest,
+            batch_size=batch_size,
+            device=device,
+            out=out,
+            force=force,
+        )
         return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
@@ -138,7 +146,7 @@ def annotate_rate(
         typer.echo(describe_rate(record))
 
 
-def _rate_similarity(name: str, dataset, manifest, batch_size: int, device: str, out, force: bool) -> None:
+def _rate_similarity(*, name: str, dataset, manifest, batch_size: int, device: str, out, force: bool) -> None:
     from csts_pipeline.stages.annotate.steps import similarity_rater
 
     folder, _ = annotate_folder(dataset, manifest, out)

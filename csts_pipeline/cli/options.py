@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -57,6 +57,42 @@ TimeoutOpt = Annotated[
         "is a one-line error.",
     ),
 ]
+
+
+def given_options(ctx: typer.Context) -> dict[str, str]:
+    """name -> flag of each option given on the command line or by its environment variable, not defaulted: the one
+    way a command tells which options the user asked for, to refuse those that do not apply."""
+    flags = {param.name: param.opts[0] for param in ctx.command.params if param.name}
+    # by the source's name: typer may carry its own copy of click, with its own ParameterSource
+    return {
+        name: flag
+        for name, flag in flags.items()
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    }
+
+
+def refuse_options_of_others(
+    ctx: typer.Context, chosen: str, takes: Mapping[str, Iterable[str]], common: Iterable[str] = ()
+) -> None:
+    """Refuse in one line every option given that the mode `chosen` (a key of `takes`, e.g. "--stage bws") does not
+    take, naming the modes that do: an option that does not apply is an error, never dropped in silence."""
+    refused = []
+    for name, flag in given_options(ctx).items():
+        if name in common or name in takes[chosen]:
+            continue
+        takers = [mode for mode, names in takes.items() if name in names]
+        refused.append(f"{flag}: only for {_either(takers, chosen)}, not for {chosen}")
+    if refused:
+        raise UserError("; ".join(refused))
+
+
+def _either(modes: list[str], chosen: str) -> str:
+    """ "--stage a, --stage b or --stage c" as "--stage a, b or c" when they share their flag with `chosen`."""
+    flag = chosen.split(" ", 1)[0] + " "
+    if all(mode.startswith(flag) for mode in modes):
+        modes = [modes[0], *(mode.removeprefix(flag) for mode in modes[1:])]
+    *others, last = modes
+    return f"{', '.join(others)} or {last}" if others else last
 
 
 def say_up_to_date(record: dict[str, Any], redo: str = "--force recomputes") -> bool:

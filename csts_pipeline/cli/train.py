@@ -85,45 +85,77 @@ def _manifest_train_section(dataset: str | None, manifest: str | None) -> dict[s
     return open_manifest(dataset, manifest).train.model_dump(exclude_unset=True)
 
 
+TrainDataOpt = Annotated[
+    Path, typer.Option("--train", help="C-STS training data: CSV, Parquet file or folder of Parquet shards.")
+]
+TrainOutOpt = Annotated[
+    str,
+    typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record (a path or a URL)."),
+]
+ValidationOpt = Annotated[
+    Path | None, typer.Option(help="Validation data (default: the --train source's split == validation rows).")
+]
+TestOpt = Annotated[Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")]
+TrainTaskOpt = Annotated[
+    str, typer.Option(help="csts (C-STS data) or stsb (STS Benchmark files: cross or bi, mse; Table 9).")
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="paper: the C-STS authors' released hyperparameters; paper:MODEL:ENCODING (e.g. "
+        "paper:simcse-large:bi): their Table 8 setting for that model and encoding (docs/train.md)."
+    ),
+]
+TrainDatasetOpt = Annotated[
+    str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
+]
+TrainManifestOpt = Annotated[
+    str | None,
+    typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train: (a path or a URL)."),
+]
+SeedsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Train once per seed, e.g. 42,43,44, into <out>/seed-N/; metrics.json: each seed and mean +- std."
+    ),
+]
+EvaluateModelOpt = Annotated[
+    str, typer.Option(help="A train output's best/ folder, or any HF model (zero-shot bi-encoder).")
+]
+DataOpt = Annotated[Path, typer.Option(help="C-STS CSV/Parquet (file or shard folder), or an STS Benchmark file.")]
+EvaluateTaskOpt = Annotated[str, typer.Option(help="csts (C-STS columns) or stsb (STS Benchmark tab-separated).")]
+SplitOpt = Annotated[str | None, typer.Option(help="Rows of this split only (sources with a split column).")]
+EncodingOpt = Annotated[
+    str | None,
+    typer.Option(help="Base models: bi (zero-shot) or prompt (a generative model rates 1-5); trained: as saved."),
+]
+PoolerOpt = Annotated[
+    str | None, typer.Option(help="Base models: cls-mlp, cls or mean (default: the model's own, else cls).")
+]
+MaxLengthOpt = Annotated[int, typer.Option(help="Base models: tokens per encoded sequence.")]
+BatchSizeOpt = Annotated[int, typer.Option(help="Rows per batch.")]
+EvaluateMetricsOutOpt = Annotated[
+    Path, typer.Option("--metrics-out", help="Metrics JSON path; predictions_<split>.parquet go next to it.")
+]
+InstructionsOpt = Annotated[str, typer.Option(help="--encoding prompt: none, short (default) or long.")]
+InstructionsFileOpt = Annotated[Path | None, typer.Option(help="--instructions long: the instructions' text file.")]
+ShotsOpt = Annotated[int, typer.Option(help="--encoding prompt: 0, 2 or 4 in-context examples.")]
+ExamplesOpt = Annotated[Path | None, typer.Option(help="--shots 2/4: C-STS training data the examples come from.")]
+PromptSeedOpt = Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")]
+
+
 @with_config_options(after="preset")
 @user_errors
 def train(
-    train_data: Annotated[
-        Path, typer.Option("--train", help="C-STS training data: CSV, Parquet file or folder of Parquet shards.")
-    ],
-    out: Annotated[
-        str,
-        typer.Option("--out", help="Output folder: best/, metrics.json, predictions, record (a path or a URL)."),
-    ],
-    validation: Annotated[
-        Path | None, typer.Option(help="Validation data (default: the --train source's split == validation rows).")
-    ] = None,
-    test: Annotated[
-        Path | None, typer.Option(help="Test data (default: the --train source's split == test rows).")
-    ] = None,
-    task: Annotated[
-        str, typer.Option(help="csts (C-STS data) or stsb (STS Benchmark files: cross or bi, mse; Table 9).")
-    ] = "csts",
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            help="paper: the C-STS authors' released hyperparameters; paper:MODEL:ENCODING (e.g. "
-            "paper:simcse-large:bi): their Table 8 setting for that model and encoding (docs/train.md)."
-        ),
-    ] = None,
-    dataset: Annotated[
-        str | None, typer.Option("--dataset", "-d", help="Take hyperparameters from manifests/NAME.yaml's train:.")
-    ] = None,
-    manifest: Annotated[
-        str | None,
-        typer.Option("--manifest", "-m", help="Take hyperparameters from this manifest's train: (a path or a URL)."),
-    ] = None,
-    seeds: Annotated[
-        str | None,
-        typer.Option(
-            help="Train once per seed, e.g. 42,43,44, into <out>/seed-N/; metrics.json: each seed and mean +- std."
-        ),
-    ] = None,
+    train_data: TrainDataOpt,
+    out: TrainOutOpt,
+    validation: ValidationOpt = None,
+    test: TestOpt = None,
+    task: TrainTaskOpt = "csts",
+    preset: PresetOpt = None,
+    dataset: TrainDatasetOpt = None,
+    manifest: TrainManifestOpt = None,
+    seeds: SeedsOpt = None,
     device: ModelDeviceOpt = "auto",
     metrics_out: MetricsOutOpt = None,
     force: ForceOpt = False,
@@ -166,33 +198,22 @@ def _train_seeds(options: Any, seeds: str, force: bool) -> None:
 
 @user_errors
 def evaluate(
-    model: Annotated[str, typer.Option(help="A train output's best/ folder, or any HF model (zero-shot bi-encoder).")],
-    data: Annotated[Path, typer.Option(help="C-STS CSV/Parquet (file or shard folder), or an STS Benchmark file.")],
-    task: Annotated[str, typer.Option(help="csts (C-STS columns) or stsb (STS Benchmark tab-separated).")] = "csts",
-    split: Annotated[str | None, typer.Option(help="Rows of this split only (sources with a split column).")] = None,
-    encoding: Annotated[
-        str | None,
-        typer.Option(help="Base models: bi (zero-shot) or prompt (a generative model rates 1-5); trained: as saved."),
-    ] = None,
-    pooler: Annotated[
-        str | None, typer.Option(help="Base models: cls-mlp, cls or mean (default: the model's own, else cls).")
-    ] = None,
-    max_length: Annotated[int, typer.Option(help="Base models: tokens per encoded sequence.")] = 128,
-    batch_size: Annotated[int, typer.Option(help="Rows per batch.")] = 64,
+    model: EvaluateModelOpt,
+    data: DataOpt,
+    task: EvaluateTaskOpt = "csts",
+    split: SplitOpt = None,
+    encoding: EncodingOpt = None,
+    pooler: PoolerOpt = None,
+    max_length: MaxLengthOpt = 128,
+    batch_size: BatchSizeOpt = 64,
     precision: PrecisionOpt = None,
     device: ModelDeviceOpt = "auto",
-    metrics_out: Annotated[
-        Path, typer.Option("--metrics-out", help="Metrics JSON path; predictions_<split>.parquet go next to it.")
-    ] = Path("runs/evaluate/metrics.json"),
-    instructions: Annotated[str, typer.Option(help="--encoding prompt: none, short (default) or long.")] = "short",
-    instructions_file: Annotated[
-        Path | None, typer.Option(help="--instructions long: the instructions' text file.")
-    ] = None,
-    shots: Annotated[int, typer.Option(help="--encoding prompt: 0, 2 or 4 in-context examples.")] = 0,
-    examples: Annotated[
-        Path | None, typer.Option(help="--shots 2/4: C-STS training data the examples come from.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="--encoding prompt: seed of the examples and invalid-answer draws.")] = 42,
+    metrics_out: EvaluateMetricsOutOpt = Path("runs/evaluate/metrics.json"),
+    instructions: InstructionsOpt = "short",
+    instructions_file: InstructionsFileOpt = None,
+    shots: ShotsOpt = 0,
+    examples: ExamplesOpt = None,
+    seed: PromptSeedOpt = 42,
     endpoint: EndpointOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     timeout: TimeoutOpt = 60.0,

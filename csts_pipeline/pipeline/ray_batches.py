@@ -44,7 +44,7 @@ def run_batches(
     dataset = ray.data.from_arrow(_blocks(batches.rows, batches.steps[0].batch_size or 1024))
     keys = [unit.key for unit in pending]
     for step in batches.steps:
-        dataset = _map(executor, stage.name, dataset, step, keys, len(pending))
+        dataset = _map(executor, stage.name, dataset=dataset, step=step, keys=keys, units=len(pending))
     buffers: dict[int, list[Batch]] = defaultdict(list)
     received = np.zeros(len(pending), np.int64)
     try:
@@ -68,7 +68,7 @@ def run_batches(
         )
 
 
-def _map(executor: Any, name: str, dataset: Any, step: BatchStep, keys: list[str], units: int) -> Any:
+def _map(executor: Any, name: str, *, dataset: Any, step: BatchStep, keys: list[str], units: int) -> Any:
     """One step as `map_batches`: tasks for a function, an actor pool for a class."""
     import ray.data
 

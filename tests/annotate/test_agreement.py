@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.labels.agreement import (
     FLAG_BELOW,
     RatingArrays,
@@ -21,6 +20,9 @@ from csts_pipeline.stages.annotate.labels.agreement import (
     krippendorff_alpha,
     worker_agreement,
 )
+from csts_pipeline.stages.annotate.steps import csts_split
+from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, simulated_ratings, write_results  # noqa: F401
@@ -109,12 +111,12 @@ def test_alpha_is_nan_without_variation_or_pairs():
 def test_round_policy_flows_to_integer_labels_and_is_recorded(tmp_path: Path, rated: Path):  # noqa: F811
     rows, _, _ = simulated_ratings(read_tasks(rated / "ratings_tasks"))
     results = write_results(tmp_path / "r.csv", rows)
-    record = annotate.import_ratings(rated, [results], "round", 0.5, 1, True)
+    record = import_ratings(rated, [results], RatingsImportOptions(aggregate="round"), force=True)
     assert record["label_policy"] == "round" and record["params"]["aggregate"] == "round"
     assert json.loads((rated / "ratings" / "agreement.json").read_text())["label_policy"] == "round"
     labels = pq.read_table(rated / "ratings" / "items.parquet").column("label").drop_null().to_numpy()
     assert set(labels) <= {1.0, 2.0, 3.0, 4.0, 5.0}
-    annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
+    csts_split.split(rated)
     table = pq.read_table(rated / "csts" / "train.parquet")
     assert table.schema.metadata[b"csts.label_range"] == b"1 5"
     described = json.loads(table.schema.metadata[b"csts.labels"])

@@ -20,12 +20,17 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import write_json
-from csts_pipeline.pipeline.schemas import KEPT_SCHEMA
+from csts_pipeline.pipeline.schemas import CSTS_SCHEMA, KEPT_SCHEMA
 from csts_pipeline.pipeline.shards import shard_name, write_atomic, write_table
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.labels.agreement import fleiss_kappa
 from csts_pipeline.stages.annotate.labels.sampling import allocate, quantile_bins, stratified_sample
-from csts_pipeline.stages.annotate.labels.splits import sentence_pair_groups, split_sizes
+from csts_pipeline.stages.annotate.labels.splits import parse_ratios, sentence_pair_groups, split_sizes
+from csts_pipeline.stages.annotate.layout import SPLITS
+from csts_pipeline.stages.annotate.steps import csts_split
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions, SplitOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
 from tests.conftest import reseal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,12 +186,12 @@ def read_report(folder: Path) -> list[tuple[int, str, str]]:
 def rated(tmp_path: Path, kept_dir: Path) -> Path:
     """An annotate folder taken through conditions and ratings with simulated workers."""
     folder = tmp_path / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, kept_dir), 120, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept_dir), ConditionsExportOptions(n=120))
     tasks = read_tasks(folder / "conditions_tasks")
-    annotate.import_conditions(folder, [write_results(tmp_path / "c.csv", simulated_conditions(tasks))], False)
-    annotate.export_ratings(folder, 0, False)
+    import_conditions(folder, [write_results(tmp_path / "c.csv", simulated_conditions(tasks))])
+    export_ratings(folder)
     rows, _, _ = simulated_ratings(read_tasks(folder / "ratings_tasks"))
-    annotate.import_ratings(folder, [write_results(tmp_path / "r.csv", rows)], "mean", 0.5, 1, False)
+    import_ratings(folder, [write_results(tmp_path / "r.csv", rows)])
     return folder
 
 
@@ -248,7 +253,7 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
     pair_ids = rng.choice(1 << 40, size=n_rows, replace=False)
     cosine = rng.beta(5, 2, size=n_rows)
     iou = np.where(rng.random(n_rows) < 0.3, 0.0, rng.uniform(0, 0.12, size=n_rows))
-    sample = stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
+    sample = stratified_sample(pair_ids, cosine, iou, n=160, seed=7, bins=4)
     assert len(sample.rows) == len(np.unique(sample.rows)) == 160
     non_empty = np.flatnonzero(sample.sizes)
     assert len(non_empty) >= 12
@@ -257,13 +262,13 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
     assert per_stratum[non_empty].min() >= 160 // len(non_empty)  # every non-empty stratum gets its share
     # the sample spans the range of both axes, unlike the bulk of a beta(5, 2) cosine
     assert cosine[sample.rows].min() < np.quantile(cosine, 0.1) and cosine[sample.rows].max() > np.quantile(cosine, 0.9)
-    again = stratified_sample(pair_ids, cosine, iou, 160, seed=7, bins=4)
+    again = stratified_sample(pair_ids, cosine, iou, n=160, seed=7, bins=4)
     assert again.rows.tolist() == sample.rows.tolist()
-    other = stratified_sample(pair_ids, cosine, iou, 160, seed=8, bins=4)
+    other = stratified_sample(pair_ids, cosine, iou, n=160, seed=8, bins=4)
     assert set(other.rows.tolist()) != set(sample.rows.tolist())
     # the same pairs whatever the row order: keys come from pair ids, not positions
     shuffle = rng.permutation(n_rows)
-    moved = stratified_sample(pair_ids[shuffle], cosine[shuffle], iou[shuffle], 160, seed=7, bins=4)
+    moved = stratified_sample(pair_ids[shuffle], cosine[shuffle], iou[shuffle], n=160, seed=7, bins=4)
     assert set(pair_ids[shuffle][moved.rows].tolist()) == set(pair_ids[sample.rows].tolist())
 
 
@@ -272,8 +277,8 @@ def test_stratified_sample_covers_every_stratum_and_is_seeded():
 
 def test_export_conditions_writes_stable_task_files(tmp_path: Path, kept_dir: Path, kept: pa.Table):
     folder = tmp_path / "annotate"
-    source = annotate.kept_source(None, kept_dir)
-    record = annotate.export_conditions(folder, source, 48, 0, 4, False)
+    source = kept_source(None, kept_dir)
+    record = export_conditions(folder, source, ConditionsExportOptions(n=48))
     assert record["counts"]["tasks"] == 48
     assert sum(s["sampled"] for s in record["strata"].values()) == 48
     tasks = read_tasks(folder / "conditions_tasks")
@@ -288,12 +293,12 @@ def test_export_conditions_writes_stable_task_files(tmp_path: Path, kept_dir: Pa
         assert (task["sentence1"], task["sentence2"]) == (source_row["sentence1"], source_row["sentence2"])
         assert task["caption_id_1"] == source_row["caption_id_1"]
     # a rerun is a no-op; a different sample over tasks already out needs --force; the same ids come back
-    assert annotate.export_conditions(folder, source, 48, 0, 4, False)["status"] == "up-to-date"
+    assert export_conditions(folder, source, ConditionsExportOptions(n=48))["status"] == "up-to-date"
     with pytest.raises(UserError, match="--force"):
-        annotate.export_conditions(folder, source, 30, 0, 4, False)
-    annotate.export_conditions(folder, source, 30, 0, 4, True)
+        export_conditions(folder, source, ConditionsExportOptions(n=30))
+    export_conditions(folder, source, ConditionsExportOptions(n=30), force=True)
     assert len(read_tasks(folder / "conditions_tasks")) == 30
-    annotate.export_conditions(folder, source, 48, 0, 4, True)
+    export_conditions(folder, source, ConditionsExportOptions(n=48), force=True)
     assert read_tasks(folder / "conditions_tasks") == tasks
 
 
@@ -302,18 +307,16 @@ def test_export_conditions_reads_a_csv_and_rejects_missing_columns(tmp_path: Pat
 
     path = tmp_path / "kept.csv"
     pacsv.write_csv(kept, path)
-    record = annotate.export_conditions(tmp_path / "a", annotate.kept_source(None, path), 10, 0, 4, False)
+    record = export_conditions(tmp_path / "a", kept_source(None, path), ConditionsExportOptions(n=10))
     assert record["counts"]["tasks"] == 10
     pq.write_table(kept.drop_columns(["iou"]), tmp_path / "no_iou.parquet")
     with pytest.raises(UserError, match=r"no_iou.parquet: missing column\(s\) iou"):
-        annotate.export_conditions(
-            tmp_path / "b", annotate.kept_source(None, tmp_path / "no_iou.parquet"), 9, 0, 4, False
-        )
+        export_conditions(tmp_path / "b", kept_source(None, tmp_path / "no_iou.parquet"), ConditionsExportOptions(n=9))
 
 
 def test_import_conditions_reports_every_problem(tmp_path: Path, kept_dir: Path):
     folder = tmp_path / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, kept_dir), 12, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept_dir), ConditionsExportOptions(n=12))
     tasks = read_tasks(folder / "conditions_tasks")
     rows = simulated_conditions(tasks)
     rows[1]["condition_low"] = "   "  # row 3 of the CSV
@@ -324,7 +327,7 @@ def test_import_conditions_reports_every_problem(tmp_path: Path, kept_dir: Path)
     rows.append(dict(rows[0], assignment_id="A-extra", condition_high="The size of the dog."))  # row 14: again
     rows.append(dict(rows[6]))  # row 15: the same assignment twice
     path = write_results(tmp_path / "batch.csv", rows)
-    record = annotate.import_conditions(folder, [path], False)
+    record = import_conditions(folder, [path])
     report = read_report(folder / "conditions")
     assert sorted((row, problem) for row, _, problem in report) == [
         (3, "empty_condition_low"),
@@ -348,23 +351,23 @@ def test_import_conditions_reports_every_problem(tmp_path: Path, kept_dir: Path)
 
 def test_import_conditions_plain_jsonl_and_bad_files(tmp_path: Path, kept_dir: Path):
     folder = tmp_path / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, kept_dir), 6, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept_dir), ConditionsExportOptions(n=6))
     tasks = read_tasks(folder / "conditions_tasks")
     rows = [{k: r[k] for k in ("task_id", "condition_high", "condition_low")} for r in simulated_conditions(tasks)]
     path = write_results(tmp_path / "answers.jsonl", rows)
     with path.open("a") as handle:
         handle.write("{not json\n")
-    record = annotate.import_conditions(folder, [path], False)
+    record = import_conditions(folder, [path])
     assert record["counts"]["accepted"] == 6
     assert read_report(folder / "conditions") == [(7, "", "bad_json")]
-    assert annotate.import_conditions(folder, [path], False)["status"] == "up-to-date"
+    assert import_conditions(folder, [path])["status"] == "up-to-date"
 
     wrong = write_results(tmp_path / "wrong.csv", [{"task_id": "x", "condition": "c"}], mturk=False)
     with pytest.raises(UserError, match=r"wrong.csv: missing field\(s\) condition_high, condition_low"):
-        annotate.import_conditions(folder, [wrong], False)
+        import_conditions(folder, [wrong])
     empty = write_results(tmp_path / "empty.csv", [dict(rows[0], condition_high="")], mturk=False)
     with pytest.raises(UserError, match=r"empty.csv: no valid condition answers \(empty_condition_high 1; first: "):
-        annotate.import_conditions(folder, [empty], False)
+        import_conditions(folder, [empty])
     # a failed import writes nothing: the previous import's report is still there (issue 18)
     assert read_report(folder / "conditions") == [(7, "", "bad_json")]
 
@@ -390,7 +393,7 @@ def test_simulated_raters_aggregate_to_the_hidden_truth(tmp_path: Path, rated: P
     rows, truth, bad = simulated_ratings(items)
     results = write_results(tmp_path / "ratings.csv", rows)
     for how in ("mean", "median"):
-        record = annotate.import_ratings(rated, [results], how, 0.5, 1, force=True)
+        record = import_ratings(rated, [results], RatingsImportOptions(aggregate=how), force=True)
         table = pq.read_table(rated / "ratings" / "items.parquet").to_pylist()
         individual = pq.read_table(rated / "ratings" / "ratings.parquet").to_pylist()
         for item in table[:40]:
@@ -447,7 +450,7 @@ def test_import_ratings_reports_every_problem(tmp_path: Path, rated: Path):
         dict(base, item_id=items[7]["item_id"], rating="2.0"),  # 12: fine
     ]
     path = write_results(tmp_path / "ratings.csv", rows, mturk=False)
-    record = annotate.import_ratings(rated, [path], "mean", 0.5, 1, True)
+    record = import_ratings(rated, [path], force=True)
     assert sorted((row, problem) for row, _, problem in read_report(rated / "ratings")) == [
         (3, "bad_rating"),
         (4, "bad_rating"),
@@ -461,7 +464,7 @@ def test_import_ratings_reports_every_problem(tmp_path: Path, rated: Path):
     assert record["counts"]["ratings_accepted"] == 3
     assert record["counts"]["items_kept"] == 2 and record["counts"]["items_not_pertinent"] == 1
     with pytest.raises(UserError, match=r"ratings.csv: missing field\(s\) worker_id"):
-        annotate.import_ratings(rated, [write_results(tmp_path / "ratings.csv", [{"item_id": "x", "rating": 1}])])
+        import_ratings(rated, [write_results(tmp_path / "ratings.csv", [{"item_id": "x", "rating": 1}])])
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -527,9 +530,9 @@ def test_atomic_writes_use_hidden_temporary_names(tmp_path: Path):
 def test_split_sizes_follow_the_ratios():
     assert split_sizes(100, (0.6, 0.15, 0.25)).tolist() == [60, 15, 25]
     assert split_sizes(6, (0.6, 0.15, 0.25)).tolist() == [4, 1, 1]
-    assert annotate.parse_ratios("60:15:25") == pytest.approx((0.6, 0.15, 0.25))
+    assert parse_ratios("60:15:25") == pytest.approx((0.6, 0.15, 0.25))
     with pytest.raises(UserError, match="--ratios"):
-        annotate.parse_ratios("60:40")
+        parse_ratios("60:40")
 
 
 def test_sentence_pair_groups_match_across_pair_ids_and_order():
@@ -555,10 +558,10 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
     table = pa.concat_tables([items, pa.Table.from_pylist(copies, schema=items.schema)])
     write_table(table, items_path)
     reseal(rated / "ratings")
-    record = annotate.split(rated, 3, (0.6, 0.15, 0.25), True)
+    record = csts_split.split(rated, SplitOptions(seed=3), force=True)
 
-    parts = {name: pq.read_table(rated / "csts" / f"{name}.parquet") for name in annotate.SPLITS}
-    assert all(t.schema == annotate.CSTS_SCHEMA for t in parts.values())
+    parts = {name: pq.read_table(rated / "csts" / f"{name}.parquet") for name in SPLITS}
+    assert all(t.schema == CSTS_SCHEMA for t in parts.values())
     rows = {name: t.to_pylist() for name, t in parts.items()}
     total = sum(len(r) for r in rows.values())
     kept_ids = {i["pair_id"] for i in pa.Table.from_pylist(kept + copies).to_pylist()}
@@ -569,7 +572,7 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
         + 2 * (record["counts"]["test_pairs"])
     )
     assert record["counts"]["incomplete_pairs_dropped"] > 0  # items dropped as not pertinent leave pairs incomplete
-    for name, share in zip(annotate.SPLITS, (0.6, 0.15, 0.25)):
+    for name, share in zip(SPLITS, (0.6, 0.15, 0.25)):
         assert len(rows[name]) / total == pytest.approx(share, abs=0.05)
         assert {r["split"] for r in rows[name]} == {name}
         # each pair's two rows are consecutive, high first
@@ -592,8 +595,8 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
             (r["pair_id"], r["condition"], r["label"]) for r in table.to_pylist()
         ]
     # same seed, same split; another seed, another split
-    assert annotate.split(rated, 3, (0.6, 0.15, 0.25), False)["status"] == "up-to-date"
-    annotate.split(rated, 4, (0.6, 0.15, 0.25), False)
+    assert csts_split.split(rated, SplitOptions(seed=3))["status"] == "up-to-date"
+    csts_split.split(rated, SplitOptions(seed=4))
     assert pq.read_table(rated / "csts" / "test.parquet").column("pair_id").to_pylist() != [
         r["pair_id"] for r in rows["test"]
     ]

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from csts_pipeline.pipeline.records import write_json
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.gold_set import default_gold
 from csts_pipeline.stages.annotate.release.licenses import hub_license, hub_licenses
+from csts_pipeline.stages.annotate.steps import csts_split
 from tests.annotate.test_annotate import (  # noqa: F401
     cli,
     cli_error,
@@ -44,7 +44,7 @@ def split_work(tmp_path: Path, rated: Path) -> Path:  # noqa: F811
     """A work folder with a filter record and a split annotate folder, named by a manifest `pub.yaml`."""
     work = tmp_path / "work"
     shutil.copytree(rated, work / "annotate")
-    annotate.split(work / "annotate", 0, (0.6, 0.15, 0.25), False)
+    csts_split.split(work / "annotate")
     write_json(work / "filter" / "_stage.json", {"stage": "filter", "status": "done"})
     reseal(work / "filter")
     (tmp_path / "pub.yaml").write_text(

@@ -14,8 +14,17 @@ import pytest
 from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.labels import bws_scores
+from csts_pipeline.stages.annotate.steps import csts_split
+from csts_pipeline.stages.annotate.steps.bws import export_bws, import_bws
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import (
+    BwsExportOptions,
+    BwsImportOptions,
+    ConditionsExportOptions,
+    SplitOptions,
+)
 from tests.annotate.test_annotate import cli, cli_error, kept_table, read_report, read_tasks, simulated_conditions
 from tests.annotate.test_annotate import write_results as write_condition_results
 
@@ -27,9 +36,9 @@ def conditions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kept = root / "kept.parquet"
     pq.write_table(kept_table(), kept)
     folder = root / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, kept), 120, 0, 4, False)
+    export_conditions(folder, kept_source(None, kept), ConditionsExportOptions(n=120))
     results = write_condition_results(root / "c.csv", simulated_conditions(read_tasks(folder / "conditions_tasks")))
-    annotate.import_conditions(folder, [results], False)
+    import_conditions(folder, [results])
     return folder
 
 
@@ -158,7 +167,7 @@ def test_split_half_is_seeded_and_spearman_brown_is_labelled():
 
 def test_bws_round_trip_scores_equal_an_independent_count(conditions: Path, tmp_path: Path):
     folder = fresh(conditions, tmp_path)
-    record = annotate.export_bws(folder, seed=2, appearances=8, force=False)
+    record = export_bws(folder, BwsExportOptions(seed=2))
     assert record["counts"] == {"items": 240, "tuples": 480}
     assert record["design"]["appearances_min"] == record["design"]["appearances_max"] == 8
     tuples = read_tasks(folder / "bws_tasks")
@@ -175,7 +184,7 @@ def test_bws_round_trip_scores_equal_an_independent_count(conditions: Path, tmp_
     truth = truth_of(items)
     answers = simulate(design, truth, workers=3, noise=0.7, seed=9)
     results = write_bws_results(tmp_path / "bws.csv", tuples, answers)
-    record = annotate.import_bws(folder, [results], repeats=100, seed=0, force=False)
+    record = import_bws(folder, [results], BwsImportOptions(repeats=100))
     assert record["counts"]["accepted"] == 3 * 480 and record["counts"]["items_scored"] == 240
     reliability = json.loads((folder / "bws" / "reliability.json").read_text())
     assert reliability["annotations_per_tuple"] == {"3": 480} and reliability["repeats"] == 100
@@ -198,9 +207,9 @@ def test_bws_round_trip_scores_equal_an_independent_count(conditions: Path, tmp_
         assert (row["best"], row["worst"], row["seen"]) == (best[row["item_id"]], worst[row["item_id"]], 24)
     scores = np.array([row["score"] for row in table])
     assert spearmanr(scores, truth).statistic > 0.85
-    assert annotate.import_bws(folder, [results], 100, 0, False)["status"] == "up-to-date"
+    assert import_bws(folder, [results], BwsImportOptions(repeats=100))["status"] == "up-to-date"
 
-    record = annotate.split(folder, 0, (0.6, 0.15, 0.25), False, labels="bws")
+    record = csts_split.split(folder, SplitOptions(labels="bws"))
     assert record["labels"]["source"] == "bws"
     train = pq.read_table(folder / "csts" / "train.parquet")
     assert train.schema.metadata[b"csts.label_range"] == b"1 5"
@@ -217,7 +226,7 @@ def bws_fields() -> tuple[str, ...]:
 
 def test_bws_import_reports_every_bad_row(conditions: Path, tmp_path: Path):
     folder = fresh(conditions, tmp_path)
-    annotate.export_bws(folder, 0, 8, False)
+    export_bws(folder)
     tuples = read_tasks(folder / "bws_tasks")
     t0, t1 = tuples[0]["tuple_id"], tuples[1]["tuple_id"]
     rows = [
@@ -236,7 +245,7 @@ def test_bws_import_reports_every_bad_row(conditions: Path, tmp_path: Path):
         writer = csv.writer(handle)
         writer.writerow(["AssignmentId", "WorkerId", "Input.tuple_id", "Answer.best", "Answer.worst"])
         writer.writerows(rows)
-    record = annotate.import_bws(folder, [path], 10, 0, False)
+    record = import_bws(folder, [path], BwsImportOptions(repeats=10))
     assert record["counts"]["accepted"] == 2
     problems = {(row, problem) for row, _, problem in read_report(folder / "bws")}
     assert problems == {
@@ -254,7 +263,7 @@ def test_bws_import_reports_every_bad_row(conditions: Path, tmp_path: Path):
     missing = tmp_path / "missing.csv"
     missing.write_text("Input.tuple_id,Answer.best,WorkerId\nx,1,W\n")
     with pytest.raises(UserError, match=r"missing\.csv: missing field\(s\) worst"):
-        annotate.import_bws(folder, [missing], 10, 0, True)
+        import_bws(folder, [missing], BwsImportOptions(repeats=10), force=True)
 
 
 def test_bws_command_line(conditions: Path, tmp_path: Path):

@@ -14,10 +14,11 @@ import torch
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
-from csts_pipeline.stages import annotate
-from csts_pipeline.stages.annotate.steps import publish
-from csts_pipeline.stages.annotate.steps.crossfit import CrossfitOptions, crossfit
+from csts_pipeline.stages.annotate.steps import csts_split, publish
+from csts_pipeline.stages.annotate.steps.crossfit import crossfit
 from csts_pipeline.stages.annotate.steps.crossfit_folds import sentence_pair_key
+from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, SplitOptions
+from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_similarity_rater import stsb_pairs
@@ -73,7 +74,7 @@ def batch(tmp_path: Path) -> tuple[Path, dict[str, float], Path]:
     items = prepare_folder([(p["s1"], p["s2"]) for p in pairs], folder)
     truth = {item: 1 + 0.8 * pairs[pair]["gold"] for item, (pair, _) in items.items()}
     results = write_results(tmp_path / "r1.csv", person(truth, task_ids(folder / "ratings_tasks"), 0))
-    annotate.import_ratings(folder, [results])
+    import_ratings(folder, [results])
     return folder, truth, results
 
 
@@ -109,21 +110,21 @@ def test_no_item_is_rated_by_a_model_that_saw_its_pair_or_its_sentences(batch, t
 def test_new_answers_make_it_stale_and_the_import_that_weighs_it_does_not(batch, tiny_model, tmp_path):
     folder, truth, first = batch
     crossfit(folder, options(tiny_model))
-    annotate.import_ratings(folder, [first])  # weighs the crossfit
+    import_ratings(folder, [first])  # weighs the crossfit
     agreement = json.loads((folder / "ratings" / "agreement.json").read_text())
     assert any("learnt from 3 folds" in m["model_reading"] for m in agreement["models"])  # says what it learnt
     assert crossfit(folder, options(tiny_model))["status"] == "up-to-date"  # not stale by the import
-    annotate.split(folder, 0, (0.6, 0.2, 0.2), False)
+    csts_split.split(folder, SplitOptions(ratios="60:20:20"))
     more = write_results(tmp_path / "r2.csv", person(truth, task_ids(folder / "ratings_tasks"), 1, "p1"))
-    annotate.import_ratings(folder, [first, more])  # new people's answers: the crossfit learnt from the old
+    import_ratings(folder, [first, more])  # new people's answers: the crossfit learnt from the old
     with pytest.raises(UserError, match=r"stale: model:crossfit-.*learnt from other people's answers"):
-        annotate.split(folder, 0, (0.6, 0.2, 0.2), False)
+        csts_split.split(folder, SplitOptions(ratios="60:20:20"))
     with pytest.raises(UserError, match="stale"):
         publish.gather(folder, None, "x", "cc-by-4.0")
     again = crossfit(folder, options(tiny_model))
     assert again["status"] == "done" and again["counts"]["folds_resumed"] == 0
-    annotate.import_ratings(folder, [first, more])
-    annotate.split(folder, 0, (0.6, 0.2, 0.2), False)
+    import_ratings(folder, [first, more])
+    csts_split.split(folder, SplitOptions(ratios="60:20:20"))
 
 
 def test_a_killed_run_resumes_from_its_finished_folds(batch, tiny_model, monkeypatch):

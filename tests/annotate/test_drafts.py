@@ -15,10 +15,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import pages
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.steps.condition_check import check_conditions
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.drafts import DRAFTS, draft, edit_distance, origin, page_problem
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
 from tests.support.smollm2 import local_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +28,7 @@ EXAMPLE = REPO / "docs" / "examples" / "annotate"
 
 
 def export(folder: Path, n: int = 8) -> dict:
-    return annotate.export_conditions(folder, annotate.kept_source(None, EXAMPLE / "kept.csv"), n, 0, 4, False)
+    return export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=n))
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -129,7 +131,7 @@ def test_the_import_records_accepted_edited_and_written(drafted: Path, tmp_path:
         writer.writerow(["task_id", "worker_id", "assignment_id", "condition_high", "condition_low"])
         for i, (row, high, low) in enumerate(answers):
             writer.writerow([row["task_id"], f"W{i}", f"A{i}", high, low])
-    record = annotate.import_conditions(drafted, [results], False)
+    record = import_conditions(drafted, [results])
     triplets = pq.read_table(drafted / "conditions" / "conditions.parquet").to_pylist()
     found = [(t["task_id"], t["condition_type"], t["origin"], t["edit_distance"]) for t in triplets]
     edited = edit_distance(answers[1][2], hits[1]["draft_low"])
@@ -143,7 +145,7 @@ def test_the_import_records_accepted_edited_and_written(drafted: Path, tmp_path:
     assert record["counts"]["drafted_accepted"] == 3 and record["counts"]["written"] == 0
     plain = tmp_path / "plain"
     export(plain)
-    record = annotate.import_conditions(plain, [EXAMPLE / "conditions_results.csv"], False)
+    record = import_conditions(plain, [EXAMPLE / "conditions_results.csv"])
     triplets = pq.read_table(plain / "conditions" / "conditions.parquet").to_pylist()
     assert {(t["origin"], t["edit_distance"]) for t in triplets} == {("written", None)}
     assert "written" not in record["counts"]  # no drafts offered: nothing to count
@@ -200,7 +202,7 @@ def test_a_worker_accepts_one_draft_and_edits_the_other_in_the_page(browser, dra
     assert (answer["condition_high"], answer["condition_low"]) == (hit.row["draft_high"], edited)
     results = batch_results(tmp_path / "batch.csv", [hit], [answer])
     hit.close()
-    annotate.import_conditions(folder, [results], False)
+    import_conditions(folder, [results])
     triplets = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
     assert [(t["condition_type"], t["origin"], t["edit_distance"]) for t in triplets] == [
         ("high", "drafted_accepted", 0),

@@ -317,8 +317,9 @@ def test_bad_gold_share_is_one_line(rated: Path):  # noqa: F811
     assert cli_error("annotate", "export", "--stage", "ratings", "--out", rated, "--input", rated) == (
         "error: --input: only for --stage conditions, or ratings with --gold-share"
     )
-    assert "not with --more" in cli_error("annotate", "export", "--stage", "ratings", "--more", "--out", rated,
-                                          "--gold-share", "0.05")  # fmt: skip
+    assert "--gold-share: only for --stage ratings, not for --stage ratings --more" in cli_error(
+        "annotate", "export", "--stage", "ratings", "--more", "--out", rated, "--gold-share", "0.05"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the spammer

@@ -40,10 +40,12 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.shards import shard_name, write_table
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.crowd.results import parse_flag, parse_rating
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.drafts import edit_distance
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
 from tests.annotate.test_annotate import kept_table
 from tests.support.smollm2 import gguf_file
 
@@ -409,7 +411,7 @@ def conditions_dir(tmp_path: Path) -> Path:
     """An annotate folder with 6 exported condition tasks and their Label Studio files."""
     write_table(kept_table(n_images=30), tmp_path / "kept" / shard_name(0))
     folder = tmp_path / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, tmp_path / "kept"), 6, 0, 4, False)
+    export_conditions(folder, kept_source(None, tmp_path / "kept"), ConditionsExportOptions(n=6))
     label_studio.write_project(folder / "conditions_tasks", "conditions")
     return folder
 
@@ -447,7 +449,7 @@ def test_export_reader_reports_cancelled_missing_and_unknown(conditions_dir: Pat
     ]
     path = tmp_path / "project-1-at-2026.json"
     path.write_text(json.dumps(export))
-    record = annotate.import_conditions(conditions_dir, [path], False)
+    record = import_conditions(conditions_dir, [path])
     assert record["counts"]["accepted"] == 1 and record["counts"]["excluded_rows"] == 4
     assert report(conditions_dir / "conditions") == [
         (ids[1], "cancelled"),
@@ -479,7 +481,7 @@ def test_a_bad_export_is_one_line_error(conditions_dir: Path, tmp_path: Path, co
     path = tmp_path / "export.json"
     path.write_text(content)
     with pytest.raises(UserError, match=message) as caught:
-        annotate.import_conditions(conditions_dir, [path], False)
+        import_conditions(conditions_dir, [path])
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 

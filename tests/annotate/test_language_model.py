@@ -22,12 +22,14 @@ from csts_pipeline.pipeline.commit import staging_of
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.language_model import ModelSpec, load_prompt, open_model, option_distribution
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.layout import model_dir
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.model_folders import model_runs
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
-from csts_pipeline.stages.annotate.steps.ratings import label_batch
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings, label_batch
 from tests.support.simulate import simulate_crowd
 from tests.support.simulate_models import people_answers
 from tests.support.smollm2 import SERVED_NAME, local_model, served
@@ -40,9 +42,9 @@ SECRET = "sk-test-secret-never-recorded"
 
 def example(folder: Path) -> Path:
     """The documented example's 8 pairs through the conditions import and the ratings export (16 items)."""
-    annotate.export_conditions(folder, annotate.kept_source(None, EXAMPLE / "kept.csv"), 8, 0, 4, False)
-    annotate.import_conditions(folder, [EXAMPLE / "conditions_results.csv"], False)
-    annotate.export_ratings(folder, 0, False)
+    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=8))
+    import_conditions(folder, [EXAMPLE / "conditions_results.csv"])
+    export_ratings(folder)
     return folder
 
 
@@ -150,7 +152,7 @@ def test_a_killed_run_resumes_unit_by_unit(both: dict[str, Path]) -> None:
 
 def test_the_ratings_import_takes_the_model_as_one_more_worker(both: dict[str, Path]) -> None:
     folder = both["local"]
-    annotate.import_ratings(folder, [EXAMPLE / "ratings_results.csv"], "model", 0.5, 1, False)
+    import_ratings(folder, [EXAMPLE / "ratings_results.csv"], RatingsImportOptions(aggregate="model"))
     rows = pq.read_table(folder / "ratings" / "ratings.parquet").to_pylist()
     by_model = [r for r in rows if r["worker_id"].startswith("model:")]
     people = [r for r in rows if not r["worker_id"].startswith("model:")]
@@ -218,7 +220,7 @@ def test_the_prompting_baseline_runs_through_the_same_server(tmp_path: Path) -> 
     metrics = json.loads(out.read_text())
     assert metrics["n"] == 2 and 0 <= metrics["invalid_share"] <= 1
     prompts = build_prompts(read_csts(data), PromptOptions())
-    answers = open_generator(SERVED_NAME, "cpu", 2, url).generate(prompts, 20)
+    answers = open_generator(SERVED_NAME, "cpu", batch_size=2, endpoint=url).generate(prompts, 20)
     assert metrics["invalid_share"] == round(sum(parse_answer(a) is None for a in answers) / 2, 4)
     assert server.requests > 0
 

@@ -25,11 +25,15 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.language_model import ModelSpec, endpoint_http, load_prompt, open_model
 from csts_pipeline.pipeline.language_model.base import read_logprobs, read_option
-from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.layout import RATINGS_TASKS, TASKS
+from csts_pipeline.stages.annotate.steps import csts_split
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.model_folders import current_runs, model_answers, model_runs
 from csts_pipeline.stages.annotate.steps.model_ratings import rate
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
 from tests.support.openai_server import fake_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +46,9 @@ RATE = ("annotate", "rate", "--batch-size", "1")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The documented example's 8 pairs through the conditions import and the ratings export (16 items)."""
     folder = tmp_path_factory.mktemp("exported") / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, EXAMPLE / "kept.csv"), 8, 0, 4, False)
-    annotate.import_conditions(folder, [EXAMPLE / "conditions_results.csv"], False)
-    annotate.export_ratings(folder, 0, False)
+    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=8))
+    import_conditions(folder, [EXAMPLE / "conditions_results.csv"])
+    export_ratings(folder)
     return folder
 
 
@@ -343,8 +347,8 @@ def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: P
 
     with fake_server() as (url, _):
         rate(folder, ModelSpec(endpoint=url))
-    annotate.import_ratings(folder, [EXAMPLE / "ratings_results.csv"], "model", 0.5, 1, False)
-    annotate.split(folder, 0, (0.6, 0.15, 0.25), False)
+    import_ratings(folder, [EXAMPLE / "ratings_results.csv"], RatingsImportOptions(aggregate="model"))
+    csts_split.split(folder)
     assert annotation_summary(folder, tmp_path) is not None  # current: read
     with fake_server() as (url, _):
         rate(folder, ModelSpec(endpoint=url, read="samples"))
@@ -353,8 +357,8 @@ def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: P
         r"rerun `csts-pipeline annotate import --stage ratings --results FILE`"
     )
     for step in (
-        lambda: annotate.split(folder, 0, (0.6, 0.15, 0.25), True),
-        lambda: export_more(folder, False),
+        lambda: csts_split.split(folder, force=True),
+        lambda: export_more(folder),
         lambda: export_hf(folder, None, tmp_path / "hub", "x", "cc-by-4.0", False),
         lambda: annotation_summary(folder, tmp_path),
     ):

@@ -16,7 +16,7 @@ import yaml
 from PIL import Image
 
 from csts_pipeline.pipeline.records import write_json
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.steps import csts_split
 from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated  # noqa: F401
 from tests.conftest import reseal
 
@@ -39,7 +39,7 @@ def work(tmp_path: Path, rated: Path) -> Path:  # noqa: F811
     """A work folder as a manifest names it: a filter record with its funnel, and the annotate folder split."""
     work = tmp_path / "work"
     shutil.copytree(rated, work / "annotate")
-    annotate.split(work / "annotate", 0, (0.6, 0.15, 0.25), False)
+    csts_split.split(work / "annotate")
     write_json(work / "filter" / "_stage.json", {"stage": "filter", "status": "done", "funnel": FUNNEL})
     reseal(work / "filter")
     (tmp_path / "pub.yaml").write_text(

@@ -14,8 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.layout import MODEL_RATINGS
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings
 from tests.conftest import REPO
 from tests.support.openai_server import fake_server
 
@@ -35,9 +38,9 @@ SIMILARITY_IGNORES = [
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The documented example's 8 pairs through the conditions import and the ratings export (16 items)."""
     folder = tmp_path_factory.mktemp("options") / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, EXAMPLE / "kept.csv"), 8, 0, 4, False)
-    annotate.import_conditions(folder, [EXAMPLE / "conditions_results.csv"], False)
-    annotate.export_ratings(folder, 0, False)
+    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=8))
+    import_conditions(folder, [EXAMPLE / "conditions_results.csv"])
+    export_ratings(folder)
     return folder
 
 

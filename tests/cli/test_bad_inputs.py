@@ -351,7 +351,7 @@ def test_a_bad_sentence_embedding_cache_is_not_used(tmp_path: Path, damage: str,
 
     config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", text_pooling="model")
     texts = ["a dog on a mat", "two cats", "a red bus"]
-    good, info = sentence_embeddings(config, texts, torch.device("cpu"), tmp_path)
+    good, info = sentence_embeddings(config, texts, device=torch.device("cpu"), cache_dir=tmp_path)
     path = Path(info["cache"])
     bad = good.copy()
     if damage == "nan rows":
@@ -359,7 +359,7 @@ def test_a_bad_sentence_embedding_cache_is_not_used(tmp_path: Path, damage: str,
     else:
         bad = np.concatenate([bad, bad], axis=1) / np.sqrt(2)
     np.save(path, bad)
-    again, info = sentence_embeddings(config, texts, torch.device("cpu"), tmp_path)
+    again, info = sentence_embeddings(config, texts, device=torch.device("cpu"), cache_dir=tmp_path)
     assert info["encoded"] and np.allclose(again, good, atol=1e-5)
     reason = "NaN or infinite values" if damage == "nan rows" else f"{2 * good.shape[1]} columns, but the encoder"
     assert f"{path}: {reason}" in caplog.text
@@ -373,7 +373,7 @@ def test_nan_sentence_embeddings_never_reach_min_cosine(tmp_path: Path, monkeypa
     monkeypatch.setattr(scoring, "encode_texts", lambda model, texts, *a, **k: np.full((len(texts), 4), np.nan))
     config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", min_cosine=0.5)
     with pytest.raises(UserError, match=r"gave a NaN or infinite embedding for 2 sentence\(s\), e.g. 'a dog'"):
-        scoring.sentence_embeddings(config, ["a dog", "a cat"], "cpu", tmp_path)
+        scoring.sentence_embeddings(config, ["a dog", "a cat"], device="cpu", cache_dir=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing cached
 
 

@@ -147,7 +147,9 @@ def test_shards_match_a_single_in_memory_pass(tmp_path: Path, dataset):
     assert len(list_shards(manifest.work_dir / "embed" / EMBEDDINGS)) == 7
     clip = encoder.load_clip(manifest.embed, torch.device("cpu"))
     paths = sorted(dataset[1].glob("*.jpg"))
-    vectors = [v for _, v, _ in encoder.embed_batches(clip, paths, torch.device("cpu"), 240, 0)]
+    vectors = [
+        v for _, v, _ in encoder.embed_batches(clip, paths, device=torch.device("cpu"), batch_size=240, num_workers=0)
+    ]
     names = table.column("file_name").to_pylist()
     assert names == [p.name for p in paths]
     np.testing.assert_allclose(

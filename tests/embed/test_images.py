@@ -35,7 +35,13 @@ def photos(tmp_path: Path) -> list[Path]:
 def _collect(paths, mode, encoder):
     rows, batches, failures = [], [], []
     for indices, batch, failed in image_batches(
-        paths, mode, torch.device("cpu"), 4, 0, encoder.preprocess, encoder.preprocess_config
+        paths,
+        mode,
+        device=torch.device("cpu"),
+        batch_size=4,
+        num_workers=0,
+        preprocess=encoder.preprocess,
+        preprocess_config=encoder.preprocess_config,
     ):
         rows += indices
         failures += failed

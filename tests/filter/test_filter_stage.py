@@ -98,7 +98,7 @@ def template(tmp_path_factory) -> Path:
     )
     sentences = list(dict.fromkeys(texts))
     embeddings, _ = scoring.sentence_embeddings(
-        manifest.filter, sentences, torch.device("cpu"), manifest.work_dir / stage.EMBEDDING_CACHE
+        manifest.filter, sentences, device=torch.device("cpu"), cache_dir=manifest.work_dir / stage.EMBEDDING_CACHE
     )
     by_text = {text: row for row, text in enumerate(sentences)}
     images = np.stack([embeddings[[by_text[t] for t, o in zip(texts, owners) if o == i]].mean(0) for i in image_ids])
@@ -174,7 +174,7 @@ def test_stage_writes_kept_and_rejected_pairs_that_follow_the_criteria(work, mon
     criteria = Criteria.from_config(manifest.filter)
     sentences, _ = scoring.unique_texts(read_folder(work / "mine" / "captions")["caption"].to_pylist())
     vectors, info = scoring.sentence_embeddings(
-        manifest.filter, sentences, torch.device("cpu"), work / "text_embeddings"
+        manifest.filter, sentences, device=torch.device("cpu"), cache_dir=work / "text_embeddings"
     )
     assert not info["encoded"]
     embedding = dict(zip(sentences, vectors.astype(np.float64)))

@@ -19,7 +19,8 @@ from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.locks import lock_path
 from csts_pipeline.pipeline.records import read_record
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.steps import csts_split
+from csts_pipeline.stages.annotate.steps.options import SplitOptions
 from tests.annotate.test_annotate import kept, kept_dir, rated  # noqa: F401
 from tests.train.test_train import csts_files, tiny_bert  # noqa: F401
 
@@ -68,18 +69,18 @@ def test_an_annotate_step_in_a_url_work_dir_is_published(tmp_path: Path, rated: 
     cache = storage.mirror_folder(url)
     (cache / "annotate").parent.mkdir(parents=True, exist_ok=True)
     rated.rename(cache / "annotate")
-    record = annotate.split(cache / "annotate", 0, (0.6, 0.15, 0.25), False)
+    record = csts_split.split(cache / "annotate")
     assert record["generation"].startswith("gen-")
     assert storage.remote_record(url, "annotate/csts")["fingerprint"] == record["fingerprint"]
     assert storage.remote_problems(url, "annotate/csts", record) == []
-    again = annotate.split(cache / "annotate", 0, (0.6, 0.15, 0.25), False)
+    again = csts_split.split(cache / "annotate")
     assert again == {"status": "up-to-date", "folder": f"{url}/annotate/csts"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["annotate-split:before-swap", "annotate-split:between-renames"])
 def test_an_annotate_step_killed_inside_its_commit(rated: Path, point: str) -> None:  # noqa: F811
-    annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
+    csts_split.split(rated)
     first = read_record(rated / "csts")
     if point.endswith("before-swap"):
         killed_inside_the_commit(rated / "csts", point, "annotate", "split", "--out", rated, "--seed", "1")
@@ -95,12 +96,12 @@ def test_an_annotate_step_killed_inside_its_commit(rated: Path, point: str) -> N
 
 @pytest.mark.slow
 def test_the_hf_export_killed_inside_its_commit(tmp_path: Path, rated: Path) -> None:  # noqa: F811
-    annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
+    csts_split.split(rated)
     out = tmp_path / "hf"
     assert cli("export", "--annotate", rated, "--out", out).returncode == 0
     (out / ".git").mkdir()
     (out / ".git" / "HEAD").write_text("ref: main\n")
-    annotate.split(rated, 1, (0.5, 0.25, 0.25), True)
+    csts_split.split(rated, SplitOptions(seed=1, ratios="50:25:25"), force=True)
     args = ("export", "--annotate", rated, "--out", out, "--force", "--name", "other")
     killed_inside_the_commit(out, "export-hf:before-record", *args)
     killed_inside_the_commit(out, "export-hf:before-swap", *args)

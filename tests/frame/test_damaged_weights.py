@@ -21,7 +21,10 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.pipeline.weights import check_weights
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings
 from tests.conftest import REPO, STSB_SAMPLE
 from tests.support.smollm2 import gguf_file
 
@@ -34,9 +37,9 @@ CUTS = {"half": lambda size: size // 2, "100 bytes": lambda size: 100}
 def conditions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The documented example's conditions import and ratings export: what `annotate rate` reads."""
     folder = tmp_path_factory.mktemp("damaged") / "annotate"
-    annotate.export_conditions(folder, annotate.kept_source(None, EXAMPLE / "kept.csv"), 8, 0, 4, False)
-    annotate.import_conditions(folder, [EXAMPLE / "conditions_results.csv"], False)
-    annotate.export_ratings(folder, 0, False)
+    export_conditions(folder, kept_source(None, EXAMPLE / "kept.csv"), ConditionsExportOptions(n=8))
+    import_conditions(folder, [EXAMPLE / "conditions_results.csv"])
+    export_ratings(folder)
     return folder
 
 

@@ -164,10 +164,14 @@ def test_filter_encodes_its_sentences_as_ray_tasks(ray_session, tmp_path: Path, 
     config = FilterConfig(text_encoder="packaged:all-MiniLM-L6-v2", text_pooling="model")
     texts = [f"a photo of {i} dogs {'on a red sofa ' * (i % 4)}" for i in range(40)]
     cpu, tasks = torch.device("cpu"), RayTasks(RayExecutor())
-    local, _ = scoring.sentence_embeddings(config, texts, cpu)
-    whole, info = scoring.sentence_embeddings(config, texts, cpu, tmp_path / "cache", tasks, "cpu")
+    local, _ = scoring.sentence_embeddings(config, texts, device=cpu)
+    whole, info = scoring.sentence_embeddings(
+        config, texts, device=cpu, cache_dir=tmp_path / "cache", tasks=tasks, device_setting="cpu"
+    )
     np.testing.assert_array_equal(whole, local)
     assert info["encoded"] and np.array_equal(np.load(info["cache"]), local)
     monkeypatch.setattr(scoring, "ENCODE_BLOCK", 16)
-    blocks, _ = scoring.sentence_embeddings(config, texts, cpu, None, tasks, "cpu")
+    blocks, _ = scoring.sentence_embeddings(
+        config, texts, device=cpu, cache_dir=None, tasks=tasks, device_setting="cpu"
+    )
     np.testing.assert_allclose(blocks, local, atol=1e-5)

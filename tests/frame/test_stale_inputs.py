@@ -12,7 +12,10 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.executor import LocalExecutor
 from csts_pipeline.pipeline.records import read_record
 from csts_pipeline.pipeline.stage import Stage, StagePlan, StageResult, Unit
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.steps import csts_split
+from csts_pipeline.stages.annotate.steps.conditions import import_conditions
+from csts_pipeline.stages.annotate.steps.options import RatingsExportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
 from tests.annotate.test_annotate import kept, kept_dir, rated, read_tasks, simulated_conditions, write_results  # noqa: F401
 from tests.cli.test_bad_inputs import cli_error, coco_manifest, small  # noqa: F401
 
@@ -57,16 +60,18 @@ def test_a_stage_after_its_upstream_went_stale_is_refused_naming_it(tmp_path: Pa
 def test_an_annotate_step_whose_input_changed_is_refused(tmp_path: Path, rated: Path) -> None:  # noqa: F811
     tasks = read_tasks(rated / "conditions_tasks")
     answers = write_results(tmp_path / "c2.csv", simulated_conditions(tasks, seed=7))
-    annotate.import_conditions(rated, [answers], False)  # other condition answers: the rating tasks are stale
+    import_conditions(rated, [answers])  # other condition answers: the rating tasks are stale
     with pytest.raises(
         UserError, match=r"ratings_tasks: stale: .*rerun `csts-pipeline annotate export --stage ratings`"
     ):
-        annotate.import_ratings(rated, [tmp_path / "r.csv"], "mean", 0.5, 1, False)
-    annotate.export_ratings(rated, 1, True)  # new rating tasks: the imported ratings are of the old ones
+        import_ratings(rated, [tmp_path / "r.csv"])
+    export_ratings(
+        rated, RatingsExportOptions(seed=1), force=True
+    )  # new rating tasks: the imported ratings are of the old ones
     with pytest.raises(
         UserError, match=r"ratings: stale: .*rerun `csts-pipeline annotate import --stage ratings --results FILE`"
     ):
-        annotate.split(rated, 0, (0.6, 0.15, 0.25), False)
+        csts_split.split(rated)
 
 
 def test_the_commands_are_the_registry() -> None:

@@ -62,7 +62,15 @@ def test_pairs_made_block_by_block_equal_the_whole_at_once(mode: str):
     neighbours, scores = knn.exact_knn(vectors, k=8)
     whole = mine_pairs.image_pairs(image_ids, neighbours, scores, mode)
     blocks = [
-        mine_pairs.block_pairs(lo, neighbours[lo : lo + 64], scores[lo : lo + 64], neighbours, scores, image_ids, mode)
+        mine_pairs.block_pairs(
+            lo,
+            neighbours[lo : lo + 64],
+            scores=scores[lo : lo + 64],
+            all_neighbours=neighbours,
+            all_scores=scores,
+            image_ids=image_ids,
+            mode=mode,
+        )
         for lo in range(0, 500, 64)
     ]
     assert _rows(pa.concat_tables(blocks)) == _rows(whole)

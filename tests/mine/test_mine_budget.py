@@ -112,7 +112,7 @@ def test_a_compressed_index_searches_list_by_list_and_finds_what_row_order_finds
     assert sorted(order.tolist()) == list(range(2000))  # every row once
     _, lists = searcher.index.quantizer.search(shards.rows(order), 1)
     assert (np.diff(lists[:, 0]) >= 0).all()  # grouped by list, lists in their order
-    by_list = search.search_all(searcher, shards, 8, 300, tmp_path / "listed")
+    by_list = search.search_all(searcher, shards, k=8, batch=300, folder=tmp_path / "listed")
     by_row = search.store_knn(search.local_blocks(searcher, shards, 8, 300), 2000, 8, 300, tmp_path / "rows")
     assert (np.asarray(by_list[0]) == np.asarray(by_row[0])).all()
     assert np.allclose(by_list[1], by_row[1])
@@ -300,7 +300,9 @@ def test_the_pairs_give_back_the_pages_of_the_neighbour_lists(tmp_path: Path):
     ids = np.arange(n, dtype=np.int64)
     captions = CaptionIndex.build(ids, ids, ids)
     config = MineConfig(k=k, query_batch=5000)
-    units, pairs = write_pairs(neighbours, scores, ids, captions, config, tmp_path / "staging")
+    units, pairs = write_pairs(
+        neighbours, scores, image_ids=ids, captions=captions, config=config, staging=tmp_path / "staging"
+    )
     assert pairs > 0 and len(units) >= 4  # every list was read, and none of it is held now
     assert _mapped_kib(tmp_path / "neighbours.npy") == 0 and _mapped_kib(tmp_path / "scores.npy") == 0
 

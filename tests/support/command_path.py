@@ -23,8 +23,11 @@ import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages import annotate
+from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.steps import followup
+from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
 from tests.support.simulate import SHIFT, crowd_workers
 
 NOISE = 0.6  # a careful worker's sd, as simulate.py
@@ -139,8 +142,11 @@ def import_model(
     annotate_dir: Path, results: list[Path], ambiguity_sd: float | None = None, expert: Path | None = None
 ) -> dict[str, Any]:
     """`annotate import --stage ratings --aggregate model [--ambiguity-sd] [--expert]` over every results file."""
-    return annotate.import_ratings(
-        annotate_dir, results, "model", 0.5, 1, True, ambiguity_sd=ambiguity_sd, expert=expert
+    return import_ratings(
+        annotate_dir,
+        results,
+        RatingsImportOptions(aggregate="model", ambiguity_sd=ambiguity_sd, expert=expert),
+        force=True,
     )
 
 
@@ -252,8 +258,8 @@ def prepare_folder(pairs: list[tuple[str, str]], folder: Path, conditions: tuple
     writer a pair writing `conditions`, high then low), `import --stage conditions` and `export --stage
     ratings`. Returns item id -> (pair index, condition type)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    source = annotate.kept_source(None, kept_csv(pairs, folder.parent / "kept.csv"))
-    annotate.export_conditions(folder, source, len(pairs), 0, 1, False)
+    source = kept_source(None, kept_csv(pairs, folder.parent / "kept.csv"))
+    export_conditions(folder, source, ConditionsExportOptions(n=len(pairs), bins=1))
     tasks = jsonl(folder / "conditions_tasks" / "tasks.jsonl")
     path = folder.parent / "conditions.csv"
     with path.open("w", newline="", encoding="utf-8") as handle:
@@ -269,7 +275,7 @@ def prepare_folder(pairs: list[tuple[str, str]], folder: Path, conditions: tuple
                     "condition_low": conditions[1],
                 }
             )
-    annotate.import_conditions(folder, [path], False)
-    annotate.export_ratings(folder, 0, False)
+    import_conditions(folder, [path])
+    export_ratings(folder)
     triplets = pq.read_table(folder / "conditions" / "conditions.parquet").to_pylist()
     return {t["item_id"]: (int(t["pair_id"]), t["condition_type"]) for t in triplets}

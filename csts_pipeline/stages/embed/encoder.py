@@ -82,6 +82,7 @@ Batch = tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]
 def embed_batches(
     encoder: ClipImageEncoder,
     paths: list[Path],
+    *,
     device: torch.device,
     batch_size: int,
     num_workers: int,
@@ -97,12 +98,12 @@ def embed_batches(
     batches = image_batches(
         paths,
         choose_decode(decode, device),
-        device,
-        batch_size,
-        num_workers,
-        encoder.preprocess,
-        encoder.preprocess_config,
-        decode,
+        device=device,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        preprocess=encoder.preprocess,
+        preprocess_config=encoder.preprocess_config,
+        decoder=decode,
     )
     for indices, batch, failed in batches:
         if batch is None:
@@ -151,6 +152,7 @@ class ImageList:
 def write_embedding_shards(
     encoder: ClipImageEncoder,
     images: ImageList,
+    *,
     shards: list[int],
     folder: Path,
     device: torch.device,
@@ -171,10 +173,16 @@ def write_embedding_shards(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-writer") as writer:
         in_flight: tuple[int, list[dict], Future] | None = None
         batches = embed_batches(
-            encoder, paths, device, config.batch_size, config.num_workers, config.precision, config.decode
+            encoder,
+            paths,
+            device=device,
+            batch_size=config.batch_size,
+            num_workers=config.num_workers,
+            precision=config.precision,
+            decode=config.decode,
         )
         for indices, vectors, failed in batches:
-            _buffer_batch(images, positions, buffers, indices, vectors, failed)
+            _buffer_batch(images, positions, buffers=buffers, indices=indices, vectors=vectors, failed=failed)
             consumed += len(indices) + len(failed)
             if in_flight is not None and in_flight[2].done():  # report a finished shard at once
                 in_flight[2].result()
@@ -195,7 +203,7 @@ def write_embedding_shards(
             yield in_flight[0], in_flight[1]
 
 
-def _buffer_batch(images: ImageList, positions: np.ndarray, buffers: dict, indices, vectors, failed) -> None:
+def _buffer_batch(images: ImageList, positions: np.ndarray, *, buffers: dict, indices, vectors, failed) -> None:
     """Files a batch's vectors (and failures) under the shards their images belong to."""
     rows = positions[np.asarray(indices, np.int64)]
     row_shards = rows // images.per_shard  # non-decreasing: batches and shards are in position order

@@ -166,6 +166,7 @@ class DevicePreprocess:
 def image_batches(
     paths: list[Path],
     mode: DecodeMode,
+    *,
     device: torch.device,
     batch_size: int,
     num_workers: int,

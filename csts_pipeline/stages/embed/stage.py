@@ -130,7 +130,12 @@ class EmbedStage(ClusterStage):
             return
         by_shard = {unit.payload["shard"]: unit for unit in units}
         written = write_embedding_shards(
-            self.encoder, self.images, list(by_shard), staging / EMBEDDINGS, self.device, self.config
+            self.encoder,
+            self.images,
+            shards=list(by_shard),
+            folder=staging / EMBEDDINGS,
+            device=self.device,
+            config=self.config,
         )
         for shard, skipped in written:
             unit = by_shard[shard]

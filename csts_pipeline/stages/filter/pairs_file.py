@@ -92,7 +92,9 @@ def _score(manifest: Manifest, table: pa.Table) -> tuple[Funnel, dict[str, pa.Ch
     sentences, rows = unique_texts(table.column("sentence1").to_pylist() + table.column("sentence2").to_pylist())
     first, second = rows[: table.num_rows], rows[table.num_rows :]
     device = resolve_device(manifest.run.device)
-    embeddings = sentence_embeddings(config, sentences, device)[0] if criteria.needs_encoder and sentences else None
+    embeddings = (
+        sentence_embeddings(config, sentences, device=device)[0] if criteria.needs_encoder and sentences else None
+    )
     backend = pair_metrics_backend(TextFeatures.build(sentences), embeddings, device)
     funnel = Funnel(criteria)
     parts: dict[str, list] = {name: [] for name in (*CRITERIA, "kept", "failed")}

@@ -35,6 +35,7 @@ ENCODE_BLOCK = 65_536  # distinct sentences per encoding task: one GPU actor's s
 def sentence_embeddings(
     config: FilterConfig,
     texts: list[str],
+    *,
     device: Any,
     cache_dir: Path | None = None,
     tasks: Any = None,
@@ -135,6 +136,7 @@ def metric_columns(scored: ScoredPairs, select: np.ndarray) -> dict[str, pa.Arra
 def output_table(
     candidates: pa.Table,
     rows: tuple[np.ndarray, np.ndarray],
+    *,
     texts: pa.Array,
     scored: ScoredPairs,
     select: np.ndarray,

@@ -114,7 +114,12 @@ class FilterStage(ClusterStage):
             cache_dir = self.work_dir / EMBEDDING_CACHE
             device_setting = self.manifest.run.device
             embeddings, self.encoder_info = sentence_embeddings(
-                self.config, sentences, self.device, cache_dir, self.tasks, device_setting
+                self.config,
+                sentences,
+                device=self.device,
+                cache_dir=cache_dir,
+                tasks=self.tasks,
+                device_setting=device_setting,
             )
         self.backend = pair_metrics_backend(TextFeatures.build(sentences), embeddings, self.device)
         self.caption_count, self.sentence_count = captions.num_rows, len(sentences)
@@ -156,10 +161,21 @@ class FilterStage(ClusterStage):
             funnel.add(scored)
             chunk, chunk_rows = candidates.slice(lo, config.pairs_per_chunk), (first[part], second[part])
             texts = self.sentence_texts
-            kept_parts.append(output_table(chunk, chunk_rows, texts, scored, np.flatnonzero(scored.kept), KEPT_SCHEMA))
+            kept_parts.append(
+                output_table(
+                    chunk,
+                    chunk_rows,
+                    texts=texts,
+                    scored=scored,
+                    select=np.flatnonzero(scored.kept),
+                    schema=KEPT_SCHEMA,
+                )
+            )
             if config.keep_rejected:
                 rejected = np.flatnonzero(~scored.kept)
-                rejected_parts.append(output_table(chunk, chunk_rows, texts, scored, rejected, REJECTED_SCHEMA))
+                rejected_parts.append(
+                    output_table(chunk, chunk_rows, texts=texts, scored=scored, select=rejected, schema=REJECTED_SCHEMA)
+                )
         name = Path(unit.key).name
         if config.keep_rejected:
             write_table(pa.concat_tables(rejected_parts), staging / REJECTED / name)

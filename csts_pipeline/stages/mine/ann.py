@@ -63,7 +63,7 @@ def new_index(plan: IndexPlan, shards: EmbeddingShards, config: MineConfig):
     return index
 
 
-def fill(index, plan: IndexPlan, parts, n: int, dtype, device, folder: Path | None) -> FaissSearch | RerankSearch:
+def fill(index, plan: IndexPlan, *, parts, n: int, dtype, device, folder: Path | None) -> FaissSearch | RerankSearch:
     """`index` filled from `parts` (an iterator of vector blocks, streamed: one in memory); a compressed index
     also copies the full vectors into `folder`/vectors.npy as it is filled, and re-ranks its candidates from
     there."""
@@ -88,7 +88,9 @@ def build_index(
 ) -> FaissSearch | RerankSearch:
     """The plan's index trained on a sample and filled shard by shard, never the whole base in one array."""
     index = new_index(plan, shards, config)
-    return fill(index, plan, shards.shards(shards.dtype), len(shards), shards.dtype, device, folder)
+    return fill(
+        index, plan, parts=shards.shards(shards.dtype), n=len(shards), dtype=shards.dtype, device=device, folder=folder
+    )
 
 
 def exact_top_k(

@@ -34,7 +34,15 @@ class PartWorker:
         shards = EmbeddingShards.of([Path(path) for path in paths])
         index = faiss.deserialize_index(trained)
         part_folder = Path(folder) / f"part-{offset}" if folder else None
-        self.searcher = fill(index, plan, shards.shards(shards.dtype), len(shards), shards.dtype, None, part_folder)
+        self.searcher = fill(
+            index,
+            plan,
+            parts=shards.shards(shards.dtype),
+            n=len(shards),
+            dtype=shards.dtype,
+            device=None,
+            folder=part_folder,
+        )
         self.offset, self.kind = offset, plan.kind
 
     def set_parameter(self, name: str, value: int) -> None:

@@ -117,7 +117,7 @@ def pq_splits(dim: int) -> list[int]:
 
 
 def index_bytes(
-    kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
+    kind: str, n: int, *, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
 ) -> int:
     """The index's own memory in this process: codes, ids and the coarse quantiser. An exact base or an IVF-Flat
     kept on a GPU (`gpu`) costs the host only a piece in transit, as float32 and as the shards' copy (and an
@@ -142,7 +142,7 @@ def estimate(
     candidates = config.rerank * k if kind in COMPRESSED else 0
     parts = {
         "process": PROCESS_BYTES,
-        "index": index_bytes(kind, n, dim, lists, pq_m, config, gpu),
+        "index": index_bytes(kind, n, dim=dim, lists=lists, pq_m=pq_m, config=config, gpu=gpu),
         "ids_and_captions": n * CAPTION_BYTES,
         "training_sample": training_rows(kind, n, lists) * dim * 4 if kind in APPROXIMATE else 0,
         "query_block": batch * (dim * 4 + (k + 1 + candidates) * 12 * 2),
@@ -176,7 +176,7 @@ class Accelerator:
     itemsize: int = 4  # bytes a vector component as stored (float16 shards: 2), as the device holds it
 
 
-def gpu_bytes(backend: str, kind: str, n: int, dim: int, lists: int, itemsize: int) -> dict[str, int]:
+def gpu_bytes(backend: str, kind: str, *, n: int, dim: int, lists: int, itemsize: int) -> dict[str, int]:
     """Peak device bytes of a search by part, with `total`: the base (exact, or FAISS GPU's IVF-Flat lists with
     their growth; the torch IVF holds its pieces and the list-sorted base at once while sorting), ids and list
     assignments, the centroids, and one block of scores with its mask and top-k temporaries."""
@@ -248,7 +248,7 @@ def plan_index(
             name += f" (on the GPU, {backend})" if backend != "faiss" else ""
             device, device_note = {}, ""
             if on_device and accelerator is not None:
-                device = gpu_bytes(backend, kind, n, dim, lists, accelerator.itemsize)
+                device = gpu_bytes(backend, kind, n=n, dim=dim, lists=lists, itemsize=accelerator.itemsize)
                 device_note = f", {device['total'] / GIB:.2f} GiB of {accelerator.gpu_bytes / GIB:.1f} on the GPU"
             if parts["total"] <= budget and (not device or device["total"] <= accelerator.gpu_bytes):  # type: ignore[union-attr]
                 reason = f"{name}: estimated {parts['total'] / GIB:.2f} GiB of {config.memory_budget:g} GiB"

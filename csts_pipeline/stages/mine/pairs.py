@@ -19,12 +19,15 @@ def pair_ids(caption_id_1: np.ndarray, caption_id_2: np.ndarray) -> np.ndarray:
 
 def image_pairs(image_ids: np.ndarray, neighbours: np.ndarray, scores: np.ndarray, mode: str) -> pa.Table:
     """(image_id_1, image_id_2, rank, cosine) of every neighbour list at once; see `block_pairs`."""
-    return block_pairs(0, neighbours, scores, neighbours, scores, image_ids, mode)
+    return block_pairs(
+        0, neighbours, scores=scores, all_neighbours=neighbours, all_scores=scores, image_ids=image_ids, mode=mode
+    )
 
 
 def block_pairs(
     lo: int,
     neighbours: np.ndarray,
+    *,
     scores: np.ndarray,
     all_neighbours: np.ndarray,
     all_scores: np.ndarray,

@@ -250,7 +250,7 @@ def saved_searcher(folder: Path, build: Callable[[], tuple[Any, dict[str, Any]]]
 
 
 def search_all(
-    searcher, shards: EmbeddingShards, k: int, batch: int, folder: Path, skip: frozenset[int] = frozenset()
+    searcher, shards: EmbeddingShards, *, k: int, batch: int, folder: Path, skip: frozenset[int] = frozenset()
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (self excluded) of every row, query block by query block, into memory maps under `folder`: a
     compressed index's and a torch IVF's blocks list by list (`listed_blocks`), any other's in row order. Blocks
@@ -267,6 +267,7 @@ def search_all(
 def write_pairs(
     neighbours: np.ndarray,
     scores: np.ndarray,
+    *,
     image_ids: np.ndarray,
     captions: CaptionIndex,
     config: MineConfig,
@@ -281,7 +282,15 @@ def write_pairs(
     total = 0
     for block, lo in enumerate(range(0, len(image_ids), config.query_batch)):
         hi = min(len(image_ids), lo + config.query_batch)
-        pairs = block_pairs(lo, neighbours[lo:hi], scores[lo:hi], neighbours, scores, image_ids, config.pairs)
+        pairs = block_pairs(
+            lo,
+            neighbours[lo:hi],
+            scores=scores[lo:hi],
+            all_neighbours=neighbours,
+            all_scores=scores,
+            image_ids=image_ids,
+            mode=config.pairs,
+        )
         write_table(pairs, staging / IMAGE_PAIRS / shard_name(block))
         release_pages(neighbours)  # memory holds one block's pages of the lists, not all of them
         release_pages(scores)

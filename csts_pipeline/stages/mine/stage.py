@@ -139,7 +139,9 @@ class MineStage(ClusterStage):
         started = time.perf_counter()
         neighbours, scores = self._search(shards, staging / KNN_DIR)
         knn_seconds = time.perf_counter() - started
-        units, pair_count = write_pairs(neighbours, scores, image_ids, self.captions, self.config, staging)
+        units, pair_count = write_pairs(
+            neighbours, scores, image_ids=image_ids, captions=self.captions, config=self.config, staging=staging
+        )
         return Prepared(units, pair_count, self.search, knn_seconds)
 
     def _search(self, shards: EmbeddingShards, folder: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +176,7 @@ class MineStage(ClusterStage):
             folder, lambda: build_searcher(self.plan_, shards, config, self.device, folder)
         )
         done = finished_blocks(folder, config.query_batch)  # an interrupted run's blocks are not searched again
-        found = search_all(searcher, shards, config.k, config.query_batch, folder, done)
+        found = search_all(searcher, shards, k=config.k, batch=config.query_batch, folder=folder, skip=done)
         self.search = self.search | {"search_seconds": search_seconds(folder), "blocks_resumed": len(done)}
         return found
 

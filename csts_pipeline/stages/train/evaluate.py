@@ -108,7 +108,12 @@ def run_prompting(options: EvaluateOptions, splits: dict[str, PairData]) -> dict
     if options.task != "csts":
         raise UserError("--encoding prompt rates C-STS rows (sentences and a condition); use --task csts")
     model = open_generator(
-        options.model, options.device, options.batch_size, options.endpoint, options.api_key_env, options.timeout
+        options.model,
+        options.device,
+        batch_size=options.batch_size,
+        endpoint=options.endpoint,
+        api_key_env=options.api_key_env,
+        timeout=options.timeout,
     )
     results = {}
     for name, data in splits.items():

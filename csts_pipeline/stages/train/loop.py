@@ -104,6 +104,7 @@ def pair_rows(train: PairData, config: TrainConfig) -> QuadPairing | None:
 def build_job(
     config: TrainConfig,
     model: CstsModel,
+    *,
     splits: Splits,
     scale: LabelScale,
     device: torch.device,
@@ -214,7 +215,7 @@ def train_epoch(job: TrainJob, epoch: int, progress: dict) -> tuple[list[float],
     return losses, rows_seen
 
 
-def epoch_entry(job: TrainJob, epoch: int, losses: list[float], rows_seen: int, seconds: float, step: int) -> dict:
+def epoch_entry(job: TrainJob, epoch: int, *, losses: list[float], rows_seen: int, seconds: float, step: int) -> dict:
     """The history entry of a finished epoch: losses, speed and, with a validation split, its correlations."""
     entry = {
         "epoch": epoch,
@@ -262,7 +263,7 @@ def train_epochs(job: TrainJob, progress: dict, folder: Path) -> None:
         progress["seconds"] += seconds
         progress["rows"] += rows_seen
         epoch += 1
-        entry = epoch_entry(job, epoch, losses, rows_seen, seconds, progress["step"])
+        entry = epoch_entry(job, epoch, losses=losses, rows_seen=rows_seen, seconds=seconds, step=progress["step"])
         progress["history"].append(entry)
         selected = entry.get("validation", {}).get("spearman")
         best = job.validation_tokens is None or _better(selected, progress["best"])

@@ -103,6 +103,7 @@ def build_prompts(data: PairData, options: PromptOptions) -> list[str]:
 def open_generator(
     name: str,
     device: str,
+    *,
     batch_size: int,
     endpoint: str | None = None,
     api_key_env: str = "OPENAI_API_KEY",

@@ -183,7 +183,9 @@ def run(options: TrainOptions, force: bool = False) -> dict:
         device = resolve_device(options.device)
         dtype = half_precision(device, config.precision)
         set_seed(config.seed)
-        job = build_job(config, load_model(config.model, spec).to(device), splits, scale, device, dtype)
+        job = build_job(
+            config, load_model(config.model, spec).to(device), splits=splits, scale=scale, device=device, dtype=dtype
+        )
         resumed = out.begin(force=force)
         progress = start_or_resume(job, out.staging / CHECKPOINT, resumed)
         train_epochs(job, progress, out.staging)

@@ -281,13 +281,13 @@ def make(
     made: list[dict[str, Any]] = []
     spare: list[dict[str, Any]] = []
     for kept in look_alike(fresh_pairs(source, real, seed, 20 * wanted + 1000), real, rng):
-        if not _add(made, kept, quota, qual, conditions, rng):
+        if not _add(made, kept, quota=quota, qual=qual, conditions=conditions, rng=rng):
             spare.append(kept)
         if not any(quota.values()):
             return made
     quota = {"unmentioned": sum(quota.values())}  # too few kept pairs fit the other kinds
     for kept in spare:
-        _add(made, kept, quota, qual, conditions, rng)
+        _add(made, kept, quota=quota, qual=qual, conditions=conditions, rng=rng)
         if not any(quota.values()):
             return made
     raise UserError(
@@ -329,19 +329,21 @@ def look_alike(candidates: list[dict], real: list[dict], rng: np.random.Generato
                 return
 
 
-def _add(made: list, kept: dict, quota: dict[str, int], qual: list, conditions: Conditions, rng) -> bool:
+def _add(made: list, kept: dict, *, quota: dict[str, int], qual: list, conditions: Conditions, rng) -> bool:
     """The first kind with quota left that `kept` fits, as a control pair added to `made`; False when none."""
     for kind in ("qualification", "kind", "unmentioned"):
         rows = _rows(kind, kept, qual, conditions, rng) if quota.get(kind) else None
         if rows is not None:
             quota[kind] -= 1
             for (s1, s2, condition, answer), which in zip(rows, rng.permutation(len(CONDITION_TYPES))):
-                made.append(_task(kept, CONDITION_TYPES[which], s1, s2, condition, answer, kind))
+                made.append(
+                    _task(kept, CONDITION_TYPES[which], s1=s1, s2=s2, condition=condition, answer=answer, kind=kind)
+                )
             return True
     return False
 
 
-def _task(kept: dict, condition_type: str, s1: str, s2: str, condition: str, answer: str | None, kind: str) -> dict:
+def _task(kept: dict, condition_type: str, *, s1: str, s2: str, condition: str, answer: str | None, kind: str) -> dict:
     return {
         "item_id": rating_item_id(kept["pair_id"], condition_type),
         **{name: kept[name] for name in PROVENANCE},

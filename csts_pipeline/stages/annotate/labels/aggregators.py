@@ -178,7 +178,7 @@ class OrdinalModel(Aggregator):
 
 def aggregator_help() -> str:
     """`--aggregate`'s help: every registered policy."""
-    return f"ratings: an item's label, {', '.join(kind.help for kind in REGISTERED.values())}; default mean."
+    return f"ratings: an item's label, {', '.join(kind.help for kind in REGISTERED.values())}."
 
 
 def aggregator_class(how: str) -> type[Aggregator]:

@@ -56,7 +56,7 @@ class Sample:
 
 
 def stratified_sample(
-    pair_ids: np.ndarray, cosine: np.ndarray, iou: np.ndarray, n: int, seed: int, bins: int
+    pair_ids: np.ndarray, cosine: np.ndarray, iou: np.ndarray, *, n: int, seed: int, bins: int
 ) -> Sample:
     """A seeded sample of n rows stratified over quantile bins of image cosine x iou, allocated evenly across the
     non-empty strata; within a stratum the rows with the smallest seeded keys are taken."""

@@ -17,7 +17,7 @@ from csts_pipeline.stages.annotate.layout import AUDIT_JSON
 AUDIT_MD = "audit.md"
 
 
-def run_audit(labels: Path, reference: Path, out: Path, seed: int, force: bool) -> dict[str, Any]:
+def run_audit(labels: Path, reference: Path, out: Path, *, seed: int, force: bool) -> dict[str, Any]:
     """Audit `labels` against `reference` into `out` (a no-op when both files and the seed are unchanged)."""
     inputs = {}
     for name, path in (("labels", labels), ("reference", reference)):

@@ -34,13 +34,15 @@ from csts_pipeline.stages.annotate.layout import (
     bws_tuple_id,
 )
 from csts_pipeline.stages.annotate.steps import qualification
+from csts_pipeline.stages.annotate.steps.options import BwsExportOptions, BwsImportOptions
 
 HIT_FIELDS = ("sentence1", "sentence2", "condition")
 
 
-def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> dict:
+def export_bws(annotate_dir: Path, options: BwsExportOptions = BwsExportOptions(), *, force: bool = False) -> dict:
     """One BWS item per written condition, arranged in seeded 4-tuples (about 2N for N items, each item in
     `appearances` tuples); `hits.csv` shows each tuple's four items without ids or condition types."""
+    seed, appearances = options.seed, options.appearances
     conditions_dir = annotate_dir / CONDITIONS
     upstream = require_current(
         conditions_dir, "annotate import --stage conditions", {"tasks": annotate_dir / CONDITIONS_TASKS}
@@ -73,10 +75,11 @@ def export_bws(annotate_dir: Path, seed: int, appearances: int, force: bool) -> 
 
 
 def import_bws(
-    annotate_dir: Path, results: list[Path], repeats: int, seed: int, force: bool, workers: Path | None = None
+    annotate_dir: Path, results: list[Path], options: BwsImportOptions = BwsImportOptions(), *, force: bool = False
 ) -> dict:
     """Validate best-worst results against the exported tuples; score every item by counting and measure the
     split-half reliability (`repeats` random splits from `seed`). Rows of workers not qualified are left out."""
+    repeats, seed, workers = options.repeats, options.seed, options.workers
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})")
     tasks_dir = annotate_dir / BWS_TASKS

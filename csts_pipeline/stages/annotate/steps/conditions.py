@@ -31,13 +31,21 @@ from csts_pipeline.stages.annotate.layout import (
     rating_item_id,
 )
 from csts_pipeline.stages.annotate.steps import drafts, qualification
+from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, ConditionsImportOptions
 
 # -------------------------------------------------------------------------------------------------------------- export
 
 
-def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int, bins: int, force: bool) -> dict:
+def export_conditions(
+    annotate_dir: Path,
+    source: KeptSource,
+    options: ConditionsExportOptions = ConditionsExportOptions(),
+    *,
+    force: bool = False,
+) -> dict:
     """Sample n kept pairs (seeded, stratified over image cosine x iou) and write the condition-writing tasks:
     `hits.csv` (MTurk batch input, one HIT per pair) and `tasks.jsonl` (ids, provenance, strata)."""
+    n, seed, bins = options.n, options.seed, options.bins
     if n <= 0:
         raise UserError(f"--n must be positive (got {n})")
     if bins <= 0:
@@ -64,7 +72,9 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
             return numeric.column(name).to_numpy()[candidates]
 
         pair_ids, cosine, iou = column("pair_id"), column("image_cosine"), column("iou")
-        sample = stratified_sample(pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n, seed, bins)
+        sample = stratified_sample(
+            pair_ids, cosine.astype(np.float64), iou.astype(np.float64), n=n, seed=seed, bins=bins
+        )
         records = tasks.condition_tasks(source.take(offsets, candidates[sample.rows]), sample.strata[sample.rows], bins)
         columns, repeats = tasks.with_drafts(records, drafts.drafts_for(annotate_dir, records))
         hits = tasks.hits_table(records, columns)
@@ -88,10 +98,17 @@ def export_conditions(annotate_dir: Path, source: KeptSource, n: int, seed: int,
 # -------------------------------------------------------------------------------------------------------------- import
 
 
-def import_conditions(annotate_dir: Path, results: list[Path], force: bool, workers: Path | None = None) -> dict:
+def import_conditions(
+    annotate_dir: Path,
+    results: list[Path],
+    options: ConditionsImportOptions = ConditionsImportOptions(),
+    *,
+    force: bool = False,
+) -> dict:
     """Validate condition-writing results against the exported tasks; write one (s1, s2, c) triplet per accepted
     condition (`conditions.parquet`, high then low for each pair) and the per-row problems (`report.csv`).
     Rows of workers not qualified (`workers`, or the qualification import's workers.csv) are left out."""
+    workers = options.workers
     tasks_dir = annotate_dir / CONDITIONS_TASKS
     upstream = require_record(tasks_dir, "annotate export --stage conditions")
     qualified = qualification.qualified_workers(annotate_dir, workers)

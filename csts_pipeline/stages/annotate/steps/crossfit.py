@@ -18,7 +18,6 @@ already weighed it) is `--force`. A killed run resumes: each finished fold's ans
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,55 +46,19 @@ from csts_pipeline.stages.annotate.layout import (
 from csts_pipeline.stages.annotate.steps import crossfit_folds
 from csts_pipeline.stages.annotate.steps.model_folders import CROSSFIT, learnt_from
 from csts_pipeline.stages.annotate.steps.model_ratings import SCORES
+from csts_pipeline.stages.annotate.steps.options import CrossfitOptions
 from csts_pipeline.stages.annotate.steps.similarity_rater import BINS, ordinal_bins, ratings_rows, short_name
 
 STAGE = "annotate-crossfit"
-MINILM = "packaged:all-MiniLM-L6-v2"
 SCORES_SCHEMA = pa.schema(
     [("item_id", pa.string()), ("score", pa.float64()), ("bin", pa.int8()), ("fold", pa.int16()),
      ("raw_score", pa.float64())]
 )  # fmt: skip
 
 
-@dataclass(frozen=True, kw_only=True)
-class CrossfitOptions:
-    """What `annotate crossfit` trains and how: the base model, the folds and `train`'s settings for each fold."""
-
-    model: str = MINILM
-    folds: int = 5
-    epochs: int = 1
-    seed: int = 0
-    batch_size: int = 16
-    learning_rate: float = 2e-5
-    max_length: int = 128
-    device: str = "auto"
-    force: bool = False
-
-    def check(self) -> None:
-        """Refuse a setting that cannot work, before anything is read or written."""
-        limits = {"--folds": (self.folds, 2), "--epochs": (self.epochs, 1), "--batch-size": (self.batch_size, 1)}
-        limits["--max-length"] = (self.max_length, 1)
-        for flag, (value, least) in limits.items():
-            if value < least:
-                raise UserError(f"{flag} must be at least {least} (got {value})")
-        if not self.learning_rate > 0:
-            raise UserError(f"--lr must be above 0 (got {self.learning_rate})")
-
-    def train_config(self) -> TrainConfig:
-        """Each fold's `train` settings: the last epoch kept (no validation split to choose one by)."""
-        return TrainConfig(
-            model=self.model,
-            epochs=self.epochs,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            max_length=self.max_length,
-            select="last",
-        )
-
-    @property
-    def worker(self) -> str:
-        return f"model:{CROSSFIT}-{short_name(self.model)}"
+def crossfit_worker(options: CrossfitOptions) -> str:
+    """The worker name the crossfit's answers carry: model:crossfit-<base>."""
+    return f"model:{CROSSFIT}-{short_name(options.model)}"
 
 
 def crossfit(annotate_dir: Path, options: CrossfitOptions) -> dict[str, Any]:
@@ -110,7 +73,7 @@ def crossfit(annotate_dir: Path, options: CrossfitOptions) -> dict[str, Any]:
     params = {"model": identity, "bins": BINS, "answer": "quantile bins of out-of-fold scores, one-hot"}
     inputs = {"tasks": export["fingerprint"], "people": learnt["people"]}
     move_older_layout(annotate_dir)
-    folder = model_dir(annotate_dir, options.worker)
+    folder = model_dir(annotate_dir, crossfit_worker(options))
     with OutputFolder(STAGE, folder, params, inputs, reads=(tasks_dir, ratings_dir)) as out:
         if out.up_to_date() and not options.force:
             return out.unchanged()
@@ -119,7 +82,9 @@ def crossfit(annotate_dir: Path, options: CrossfitOptions) -> dict[str, Any]:
         jobs = fold_jobs(items, labels_of(ratings_dir), options, config, out.staging)
         out.begin(force=False)  # a killed run's finished folds stay and are not trained again
         folds = [crossfit_folds.run_fold(job) for job in jobs]
-        return _write(out, items, jobs, folds, identity, learnt | {"labelled_items": labelled(jobs)})
+        return _write(
+            out, items, jobs=jobs, folds=folds, identity=identity, learnt=learnt | {"labelled_items": labelled(jobs)}
+        )
 
 
 def model_identity(options: CrossfitOptions, config: TrainConfig) -> dict[str, Any]:
@@ -181,6 +146,7 @@ def labelled(jobs: list[crossfit_folds.FoldJob]) -> int:
 def _write(
     out: OutputFolder,
     items: list[dict[str, Any]],
+    *,
     jobs: list[crossfit_folds.FoldJob],
     folds: list[dict[str, Any]],
     identity: dict[str, Any],

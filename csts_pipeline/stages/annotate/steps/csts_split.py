@@ -15,7 +15,13 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import require_current
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd.files import write_csv, write_parquet
-from csts_pipeline.stages.annotate.labels.splits import complete_pairs, csts_table, label_description, label_metadata
+from csts_pipeline.stages.annotate.labels.splits import (
+    complete_pairs,
+    csts_table,
+    label_description,
+    label_metadata,
+    parse_ratios,
+)
 from csts_pipeline.stages.annotate.layout import (
     BWS,
     BWS_TASKS,
@@ -28,16 +34,17 @@ from csts_pipeline.stages.annotate.layout import (
     require_current_ratings,
 )
 from csts_pipeline.stages.annotate.steps import model_folders
+from csts_pipeline.stages.annotate.steps.options import SplitOptions
 
 log = logging.getLogger(__name__)
 
 
-def split(
-    annotate_dir: Path, seed: int, ratios: tuple[float, float, float], force: bool, labels: str = "likert"
-) -> dict:
+def split(annotate_dir: Path, options: SplitOptions = SplitOptions(), *, force: bool = False) -> dict:
     """Train/validation/test from the kept labelled items (`labels`: likert ratings, or bws scores mapped to
     1-5): only pairs whose high and low conditions were both kept, grouped by sentence pair; written as C-STS
     Parquet and CSV (docs/schemas.md), the Parquet carrying the label scale and source in its metadata."""
+    seed, labels = options.seed, options.labels
+    ratios = parse_ratios(options.ratios)
     if labels not in LABEL_SOURCES:
         raise UserError(f"--labels must be likert or bws (got {labels!r})")
     ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)

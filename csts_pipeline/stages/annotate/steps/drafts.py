@@ -94,7 +94,7 @@ def draft(
         drafts = []
         for unit, start in enumerate(range(0, len(condition_tasks), UNIT_TASKS)):
             chunk = condition_tasks[start : start + UNIT_TASKS]
-            drafts += _draft_unit(model, prompts, chunk, cache, unit, min_applies)
+            drafts += _draft_unit(model, prompts, chunk=chunk, cache=cache, unit=unit, least=min_applies)
         cache.write()
         write_jsonl(drafts, out.staging / DRAFTS_FILE)
         counts: dict[str, Any] = {"tasks": len(drafts), **cache.counts()}
@@ -125,7 +125,7 @@ def describe_drafts(record: dict[str, Any]) -> str:
 
 
 def _draft_unit(
-    model: LanguageModel, prompts: dict[str, Prompt], chunk: list[dict], cache: AnswerCache, unit: int, least: float
+    model: LanguageModel, prompts: dict[str, Prompt], *, chunk: list[dict], cache: AnswerCache, unit: int, least: float
 ) -> list[dict]:
     """Drafts of one unit of tasks: generated (or cached) text, the page's checks, then P(applies)."""
     new: dict[str, dict[str, Any]] = {}
@@ -147,10 +147,10 @@ def _draft_unit(
         new[keys[ik]] = answer.row()
     if new:
         cache.save_unit(unit, new)
-    return [_draft_row(task, i, texts, keys, cache, least) for i, task in enumerate(chunk)]
+    return [_draft_row(task, i, texts=texts, keys=keys, cache=cache, least=least) for i, task in enumerate(chunk)]
 
 
-def _draft_row(task: dict, i: int, texts: dict, keys: dict, cache: AnswerCache, least: float) -> dict[str, Any]:
+def _draft_row(task: dict, i: int, *, texts: dict, keys: dict, cache: AnswerCache, least: float) -> dict[str, Any]:
     row: dict[str, Any] = {"task_id": task["task_id"]}
     sentences = (task["sentence1"], task["sentence2"])
     for kind in CONDITION_TYPES:

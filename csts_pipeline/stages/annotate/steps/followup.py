@@ -48,6 +48,7 @@ from csts_pipeline.stages.annotate.layout import (
     WORKERS,
     require_current_ratings,
 )
+from csts_pipeline.stages.annotate.steps.options import FollowupExportOptions
 
 log = logging.getLogger(__name__)
 RATINGS_MORE = "ratings_more"
@@ -243,10 +244,13 @@ def unreliable_people(workers: pa.Table) -> pa.Table:
     return unreliable.select(["worker_id", "reliability", "ratings"])
 
 
-def export_more(annotate_dir: Path, force: bool, budget: int | None = None) -> dict[str, Any]:
+def export_more(
+    annotate_dir: Path, options: FollowupExportOptions = FollowupExportOptions(), *, force: bool = False
+) -> dict[str, Any]:
     """Write `ratings_more/`: hits.csv and tasks.jsonl for the items that need more ratings (the most needed
     first; with `budget`, as many as the budget has left after the earlier follow-ups, spent_before),
     exclude_workers.csv, and reasons.csv with each item's reason (counted by reason in the record)."""
+    budget = options.budget
     if budget is not None and budget < 1:
         raise UserError(f"--budget must be at least 1 (got {budget})")
     ratings_dir = annotate_dir / RATINGS

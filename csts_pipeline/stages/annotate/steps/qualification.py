@@ -35,6 +35,7 @@ from csts_pipeline.stages.annotate.crowd.gold_set import (
 from csts_pipeline.stages.annotate.crowd.results import ResultRow, parse_flag, parse_rating
 from csts_pipeline.stages.annotate.labels.agreement import Rating, RatingArrays
 from csts_pipeline.stages.annotate.layout import QUALIFICATION, QUALIFICATION_TASKS, REPORT, TASKS
+from csts_pipeline.stages.annotate.steps.options import QualificationExportOptions, QualificationImportOptions
 
 WORKERS = "workers.csv"
 ANSWERS = "answers.csv"
@@ -50,10 +51,12 @@ def hits_columns(items: list[dict[str, Any]]) -> dict[str, str]:
     return row
 
 
-def export_qualification(annotate_dir: Path, gold: Path | None, force: bool) -> dict:
+def export_qualification(
+    annotate_dir: Path, options: QualificationExportOptions = QualificationExportOptions(), *, force: bool = False
+) -> dict:
     """The qualification test as one HIT (`hits.csv`, one row; MTurk: one assignment per worker tested), its
     gold answers (`tasks.jsonl`) and its page (`template.html`)."""
-    path = gold or default_gold()
+    path = options.gold or default_gold()
     items = read_gold(path)
     with OutputFolder(
         "annotate-export-qualification", annotate_dir / QUALIFICATION_TASKS, {}, {"gold": file_fingerprint(path)}
@@ -70,7 +73,7 @@ def export_qualification(annotate_dir: Path, gold: Path | None, force: bool) -> 
             out.staging, hits, [{"test_id": test_id, "items": items}], QUALIFICATION, counts
         )
         files = {key: str(out.folder / name) for key, name in written.items()}
-        gold_name = "the default gold set" if gold is None else str(gold)
+        gold_name = "the default gold set" if options.gold is None else str(options.gold)
         return out.finish({"write_items": counts["write"], "rate_items": counts["rate"]}, gold=gold_name, files=files)
 
 
@@ -105,9 +108,16 @@ ANSWER_SCHEMA = pa.schema(
 )
 
 
-def import_qualification(annotate_dir: Path, results: list[Path], max_error: float, name: str, force: bool) -> dict:
+def import_qualification(
+    annotate_dir: Path,
+    results: list[Path],
+    options: QualificationImportOptions = QualificationImportOptions(),
+    *,
+    force: bool = False,
+) -> dict:
     """Score each worker's first valid test (rules in the module docstring); write `workers.csv`, every answer
     with its error or problems (`answers.csv`), the MTurk grant file and the per-row report."""
+    max_error, name = options.max_rating_error, options.qualification_name
     if not 0 <= max_error <= FLAG_ERROR:
         raise UserError(f"--max-rating-error must be in [0, {FLAG_ERROR:g}] (got {max_error})")
     if not name.strip() or "," in name:

@@ -5,6 +5,7 @@ stays until all of it is written."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,22 +44,23 @@ from csts_pipeline.stages.annotate.layout import (
     WORKERS,
 )
 from csts_pipeline.stages.annotate.steps import model_folders, qualification
+from csts_pipeline.stages.annotate.steps.options import RatingsExportOptions, RatingsImportOptions
 
 # -------------------------------------------------------------------------------------------------------------- export
 
 
 def export_ratings(
     annotate_dir: Path,
-    seed: int,
-    force: bool,
-    gold_share: float = 0.0,
-    gold: Path | None = None,
+    options: RatingsExportOptions = RatingsExportOptions(),
+    *,
     source: KeptSource | None = None,
+    force: bool = False,
 ) -> dict:
     """One rating task per (s1, s2, c), in a seeded order that separates a pair's two conditions; the HIT CSV
     hides which condition was meant to be high or low. With `gold_share`, hidden control pairs make up that
     share of the rows, made from the kept pairs of `source` outside the batch (stages/annotate/crowd/controls.py;
     `gold`: a gold file whose rate items not in the qualification test are controls too)."""
+    seed, gold_share, gold = options.seed, options.gold_share, options.gold
     hidden_gold.check_share(gold_share)
     controls.require_source(source, gold_share)
     conditions_dir = annotate_dir / CONDITIONS
@@ -108,28 +110,17 @@ def export_ratings(
 def import_ratings(
     annotate_dir: Path,
     results: list[Path],
-    how: str = "mean",
-    not_pertinent_share: float = 0.5,
-    min_ratings: int = 1,
+    options: RatingsImportOptions = RatingsImportOptions(),
+    *,
     force: bool = False,
-    agreement_sample: int | None = None,
-    seed: int = 0,
-    workers: Path | None = None,
-    ambiguity_sd: float | None = None,
-    models: list[str] | None = None,
-    expert: Path | list[Path] | None = None,
 ) -> dict:
-    """Validate rating results; label each item by the aggregator `how` names (labels/aggregators.py); drop items
-    that more than `not_pertinent_share` of their raters flag as not pertinent, or that have fewer than
-    `min_ratings` ratings; report Fleiss' kappa, Krippendorff's alpha and per-worker agreement over the kept items
-    with two or more ratings, and with `agreement_sample` on a seeded sample of that many items with three ratings
-    each (the paper's protocol). Rows of workers not qualified are left out (`workers`, as for the conditions
-    import). `ambiguity_sd` (`--aggregate model` only): the sd of the shared per-item shift the rater model
-    assumes (labels/shift.py), where the user knows it; None: chosen from the people's answers and the prior.
-    `models`: the model workers to weigh (`model:<name>` or `<name>`; None: every one `annotate rate` left), each
-    refused when its answers are stale (model_folders.current_runs). `expert` (`--aggregate model` only): careful
-    labels for a sample of the items, one file or several (labels/expert.py)."""
-    expert = expert_files(expert)
+    """Validate rating results; label each item by the aggregator `options.aggregate` names (labels/aggregators.py),
+    drop the items too few rate or too many flag not pertinent, and report the agreement over the kept items: the
+    options' meaning is in RatingsImportOptions (steps/options.py)."""
+    how, not_pertinent_share, min_ratings = options.aggregate, options.not_pertinent_share, options.min_ratings
+    agreement_sample, seed, workers = options.agreement_sample, options.seed, options.workers
+    ambiguity_sd, expert = options.ambiguity_sd, expert_files(options.expert)
+    models = None if options.models is None else list(options.models)
     _check_rating_options(how, not_pertinent_share, min_ratings, ambiguity_sd, expert)
     if agreement_sample is not None and agreement_sample < 1:
         raise UserError(f"--agreement-sample must be at least 1 (got {agreement_sample})")
@@ -160,8 +151,21 @@ def import_ratings(
             screen, accepted = screening.screen_ratings(tasks_all, results, tasks_dir / TASKS, qualified, gold.blocked)
         if not any(not hidden_gold.is_control(tasks_all[a.item]) for a in accepted):
             raise screen.nothing_valid(results, "ratings")
-        done = label_batch(tasks_all, accepted, by_model.ratings, how, not_pertinent_share, min_ratings, gold,
-                           agreement_sample, seed, ambiguity_sd, by_model.described, expert, test)  # fmt: skip
+        done = label_batch(
+            tasks_all,
+            accepted,
+            by_model.ratings,
+            how,
+            not_pertinent_share=not_pertinent_share,
+            min_ratings=min_ratings,
+            gold=gold,
+            agreement_sample=agreement_sample,
+            seed=seed,
+            ambiguity_sd=ambiguity_sd,
+            described=by_model.described,
+            expert=expert,
+            test=test,
+        )
         return _write_import(out, done, screen, gold, how)
 
 
@@ -221,11 +225,12 @@ def label_batch(
     people: list[screening.Rating],
     models: list[screening.Rating],
     how: str,
-    not_pertinent_share: float = 0.5,
-    min_ratings: int = 1,
+    *,
+    not_pertinent_share: float = RatingsImportOptions.not_pertinent_share,
+    min_ratings: int = RatingsImportOptions.min_ratings,
     gold: hidden_gold.GoldCheck | None = None,
     agreement_sample: int | None = None,
-    seed: int = 0,
+    seed: int = RatingsImportOptions.seed,
     ambiguity_sd: float | None = None,
     described: dict[str, dict[str, str]] | None = None,
     expert: Path | list[Path] | None = None,
@@ -283,7 +288,7 @@ def _test_summary(tested: tuple[RatingArrays, np.ndarray], path: Path | None) ->
             "workers": len(set(ratings.worker.tolist()))}  # fmt: skip
 
 
-def expert_files(expert: Path | list[Path] | None) -> list[Path]:
+def expert_files(expert: Path | Sequence[Path] | None) -> list[Path]:
     """`--expert` as a list of files (it may be given once, several times, or not at all)."""
     return [] if expert is None else [expert] if isinstance(expert, Path) else list(expert)
 
