@@ -42,7 +42,7 @@ from csts_pipeline.stages.annotate.layout import rating_item_id
 from csts_pipeline.stages.annotate.steps import crossfit as crossfit_step
 from csts_pipeline.stages.annotate.steps import crossfit_folds
 from csts_pipeline.stages.train import train as train_stage
-from tests.support.command_path import CONDITIONS, task_ids, write_results
+from csts_pipeline.testing.command_path import CONDITIONS, task_ids, write_results
 
 STSB = SHARED / "data" / "stsb"
 

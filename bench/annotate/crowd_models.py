@@ -2,7 +2,7 @@
 
     python -m bench.annotate.crowd_models --seeds 10
 
-Crowds from tests.support.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
+Crowds from csts_pipeline.testing.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
 careful; 10% of conditions not pertinent). Prints two tables, as Markdown:
 
 1. the 1-5 labels: Spearman with the truth of the ordinal model, the mean and the median, the model's 90%
@@ -27,7 +27,7 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.stages.annotate.labels import ordinal, verdict
 from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
-from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
+from csts_pipeline.testing.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 
 def label_figures(crowd: Crowd) -> dict[str, float]:

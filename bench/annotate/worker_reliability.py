@@ -3,7 +3,7 @@ crowd, each worker's fitted bias against reliability, coloured by the kind of wo
 
     python -m bench.annotate.worker_reliability --out docs/images/worker_reliability.png
 
-The crowd: tests.support.simulate.simulate_crowd defaults (400 items, 3 ratings each, 20 workers: 5 spammers,
+The crowd: csts_pipeline.testing.simulate.simulate_crowd defaults (400 items, 3 ratings each, 20 workers: 5 spammers,
 3 lenient, 3 harsh, 9 careful; seed 0). The same seed gives the same PNG.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 from csts_pipeline.pipeline.shards import write_atomic
 from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
-from tests.support.simulate import KINDS, simulate_crowd
+from csts_pipeline.testing.simulate import KINDS, simulate_crowd
 
 COLOURS = {"careful": "tab:green", "lenient": "tab:orange", "harsh": "tab:blue", "spammer": "tab:red"}
 

@@ -44,8 +44,8 @@ from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.crowd import gold_set, guide, label_studio, pages, screening
 from csts_pipeline.stages.annotate.crowd.results import parse_flag, parse_rating
 from csts_pipeline.stages.annotate.steps.drafts import edit_distance
+from csts_pipeline.testing.smollm2 import gguf_file
 from tests.annotate.test_annotate import kept_table
-from tests.support.smollm2 import gguf_file
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "docs" / "images"

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from csts_pipeline.stages import annotate
 from csts_pipeline.stages.annotate.layout import MODEL_RATINGS
+from csts_pipeline.testing.openai_server import fake_server
 from tests.conftest import REPO
-from tests.support.openai_server import fake_server
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
 MINILM = "packaged:all-MiniLM-L6-v2"

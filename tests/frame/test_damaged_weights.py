@@ -22,8 +22,8 @@ from csts_pipeline.pipeline.failpoints import FAILPOINT
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.pipeline.weights import check_weights
 from csts_pipeline.stages import annotate
+from csts_pipeline.testing.smollm2 import gguf_file
 from tests.conftest import REPO, STSB_SAMPLE
-from tests.support.smollm2 import gguf_file
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
 WEIGHTS = "model.safetensors"

@@ -1,5 +1,5 @@
-"""Simulated language-model raters beside the simulated crowd (tests/support/simulate.py), for the tests, the
-bench (bench/annotate/models_in_loop.py) and the models-in-the-loop figures.
+"""Simulated language-model raters beside the simulated crowd (testing.simulate), for the tests, the
+models-in-the-loop bench and its figures.
 
 A model rater answers every item once, as `annotate rate` does: a distribution q over 1..5 (its ratings given
 the condition pertinent) and P(not pertinent), stored as a row of worker `model:<name>` with `rating` the most
@@ -39,7 +39,7 @@ from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, Rating,
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from csts_pipeline.stages.annotate.steps import followup, model_ratings
 from csts_pipeline.stages.annotate.steps.ratings import Labelled, label_batch
-from tests.support.simulate import Crowd, more_ratings, simulate_crowd
+from csts_pipeline.testing.simulate import Crowd, more_ratings, simulate_crowd
 
 MODEL_KINDS = ("strong", "weak", "confident_wrong", "five_on_colour", "constant")
 HARDER_KINDS = ("correlated", "overconfident", "kind_wrong", "sure_five")
