@@ -183,12 +183,14 @@ def model_table(crowd: Crowd, tasks: list[dict], kind: str, seed: int) -> pa.Tab
     return model_ratings.ratings_table(tasks, answers, MODEL_WORKER + kind)
 
 
-def import_batch(crowd: Crowd, kinds: tuple[str, ...], seed: int, tasks: list[dict] | None = None) -> Labelled:
-    """`annotate import --stage ratings --aggregate model` on the crowd's answers and the models' (the import's
-    own functions on the answers in memory)."""
+def import_batch(
+    crowd: Crowd, kinds: tuple[str, ...], seed: int, tasks: list[dict] | None = None, how: str = "model"
+) -> Labelled:
+    """`annotate import --stage ratings --aggregate how` (model by default) on the crowd's answers and the models'
+    (the import's own functions on the answers in memory)."""
     tasks = tasks or batch_tasks(crowd, seed)
     models = [a for k in kinds for a in model_ratings.answers_of(model_table(crowd, tasks, k, seed), tasks, {}).ratings]
-    return label_batch(tasks, people_answers(crowd), models, "model")
+    return label_batch(tasks, people_answers(crowd), models, how)
 
 
 @dataclass
