@@ -25,8 +25,8 @@ import numpy as np
 from bench.annotate.harder_crowds import SETTINGS, run, simulated
 from bench.annotate.real_text_models import STSB, read_stsb
 from csts_pipeline.stages.annotate.labels import shift
-from tests.support.command_path import Outcome, figures, import_model, prepare_folder
-from tests.support.simulate_models import HARDER_KINDS
+from csts_pipeline.testing.command_path import Outcome, figures, import_model, prepare_folder
+from csts_pipeline.testing.simulate_models import HARDER_KINDS
 
 CROWDS = {"harder": (0.4, 0.3), "plain": (0.0, 0.0)}  # shared shift sd, difficulty log-sd
 BAND = {"harder": (0.85, 0.95), "plain": (0.85, 0.97)}  # coverage wanted (plain: the models tests' bound)

@@ -43,7 +43,7 @@ from csts_pipeline.stages.annotate.steps import crossfit_folds, csts_split
 from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, RatingsImportOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
-from tests.support.command_path import CONDITIONS, task_ids, write_results
+from csts_pipeline.testing.command_path import CONDITIONS, task_ids, write_results
 
 STSB = SHARED / "data" / "stsb"
 

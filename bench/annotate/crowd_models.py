@@ -2,10 +2,12 @@
 
     python -m bench.annotate.crowd_models --seeds 10
 
-Crowds from tests.support.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
-careful; 10% of conditions not pertinent). Prints two tables, as Markdown:
+Crowds from csts_pipeline.testing.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
+careful; 10% of conditions not pertinent). Every label comes from the function `annotate import --stage ratings`
+calls (ratings.label_batch, through testing.simulate_models.import_batch: the crowd's answers in memory, the
+batch's evidence weighed as the import weighs it). Prints three tables, as Markdown:
 
-1. the 1-5 labels: Spearman with the truth of the ordinal model, the mean and the median, the model's 90%
+1. the 1-5 labels: Spearman with the truth of `--aggregate model`, `mean` and `median`, the model's 90%
    interval coverage and width, with 3 and 5 ratings per item;
 2. extra ratings only where needed: the model's Spearman with a fixed number of ratings per item, and with 2
    ratings per item followed by up to 4 follow-up rounds (`annotate export --stage ratings --more`: one more
@@ -25,20 +27,21 @@ import time
 import numpy as np
 from scipy.stats import spearmanr
 
-from csts_pipeline.stages.annotate.labels import ordinal, verdict
-from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
-from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
+from csts_pipeline.stages.annotate.labels import verdict
+from csts_pipeline.testing.simulate import Crowd, follow_up_rounds, simulate_crowd
+from csts_pipeline.testing.simulate_models import batch_tasks, import_batch
 
 
-def label_figures(crowd: Crowd) -> dict[str, float]:
-    """Spearman with the truth of the model, mean and median; the model's interval coverage and width."""
-    r = crowd.ratings
-    rated = r.rated
-    fit = ordinal.fit(r.item[rated], r.worker[rated], r.rating[rated], crowd.n_items)
-    mean = Mean.item_label(r.item[rated], r.rating[rated], crowd.n_items)
-    median = Median.item_label(r.item[rated], r.rating[rated], crowd.n_items)
-    has = np.bincount(r.item[rated], minlength=crowd.n_items) > 0
-    low, high = fit.interval()
+def label_figures(crowd: Crowd, seed: int) -> dict[str, float]:
+    """Spearman with the truth of the import's labels with `--aggregate model`, `mean` and `median`; the model's
+    interval coverage and width (over the items with a rating)."""
+    tasks = batch_tasks(crowd, seed)
+    found = import_batch(crowd, (), seed, tasks)
+    assert found.model is not None
+    mean = import_batch(crowd, (), seed, tasks, how="mean").labels.label
+    median = import_batch(crowd, (), seed, tasks, how="median").labels.label
+    has = found.labels.ratings > 0
+    low, high = found.model.low, found.model.high
     truth = crowd.truth[has]
 
     def rho(label: np.ndarray) -> float:
@@ -46,7 +49,7 @@ def label_figures(crowd: Crowd) -> dict[str, float]:
 
     covered = (low[has] <= truth) & (truth <= high[has])
     return {
-        "model": rho(fit.label),
+        "model": rho(found.labels.label),
         "mean": rho(mean),
         "median": rho(median),
         "coverage": float(covered.mean()),
@@ -81,17 +84,20 @@ def main() -> None:
     print("| ratings per item | model | mean | median | 90% interval coverage | interval width |")
     print("|---:|---:|---:|---:|---:|---:|")
     for per_item in (3, 5):
-        rows = [label_figures(simulate_crowd(per_item=per_item, seed=s)) for s in seeds]
+        rows = [label_figures(simulate_crowd(per_item=per_item, seed=s), s) for s in seeds]
         cells = [show([r[k] for r in rows]) for k in ("model", "mean", "median", "coverage", "width")]
         print(f"| {per_item} | " + " | ".join(cells) + " |")
     print("\n| ratings | ratings per item | model's Spearman with the truth |")
     print("|---|---:|---:|")
     for per_item in (3, 4, 5, 6):
         crowds = [simulate_crowd(per_item=per_item, seed=s) for s in seeds]
-        print(f"| fixed {per_item} | {per_item} | {show([label_figures(c)['model'] for c in crowds])} |")
+        print(
+            f"| fixed {per_item} | {per_item} | {show([label_figures(c, s)['model'] for s, c in zip(seeds, crowds)])} |"
+        )
     grown = [follow_up_rounds(2, 4, seed=s) for s in seeds]
     used = [len(c.ratings.item) / c.n_items for c in grown]
-    print(f"| 2, then --more rounds | {show(used)} | {show([label_figures(c)['model'] for c in grown])} |")
+    spearman = [label_figures(c, s)["model"] for s, c in zip(seeds, grown)]
+    print(f"| 2, then --more rounds | {show(used)} | {show(spearman)} |")
     print("\n| not-pertinent verdict (3 answers per item) | accuracy | F1 (not pertinent) | seconds per fit |")
     print("|---|---:|---:|---:|")
     crowds = [simulate_crowd(per_item=3, seed=s) for s in seeds]

@@ -4,13 +4,13 @@
         [--expert-share 0.05]
 
 Items: STS-B sentence pairs (only as text; their labels are simulated) taken through `annotate export/import
---stage conditions` and `export --stage ratings` (tests/support/command_path.prepare_folder). The truth, the
-people and the models come from tests/support/simulate.py and simulate_models.py with the harder shapes: a shared
+--stage conditions` and `export --stage ratings` (testing.command_path.prepare_folder). The truth, the
+people and the models come from testing.simulate and testing.simulate_models with the harder shapes: a shared
 per-item ambiguity (sd `--ambiguity`) people and models both feel, a per-item difficulty (log-sd `--difficulty`)
 on everyone's noise, and the harder models: correlated (its errors go with people's), overconfident (q too sure
 for its noise), kind_wrong (says 5 with q = 0.99 on a hidden quarter of the items, "colour"), sure_five (5 with
 q = 0.99 everywhere). A model's answers go through `annotate rate` (a model that serves them,
-tests/support/chosen_model.py); people's through results files; every setting imports with `--aggregate model`
+testing.chosen_model); people's through results files; every setting imports with `--aggregate model`
 and follows `export --more` as a user would; `--ambiguity-sd` passes the import's option (the shared shift's sd the
 rater model assumes, as a user who knows the crowd's sets it; default: chosen from the answers); `--expert-share`
 gives every import `--expert`, the truth of a seeded share of the items rounded (the figures are then on the
@@ -38,10 +38,10 @@ import pyarrow.parquet as pq
 
 from bench.annotate.real_text_models import STSB, cell, read_stsb
 from csts_pipeline.stages.annotate.labels import shift
-from tests.support.chosen_model import rate_with
-from tests.support.command_path import Outcome, People, figures, label_with_people, prepare_folder
-from tests.support.simulate import Crowd, simulate_crowd
-from tests.support.simulate_models import HARDER_KINDS, kind_items, model_answers
+from csts_pipeline.testing.chosen_model import rate_with
+from csts_pipeline.testing.command_path import Outcome, People, figures, label_with_people, prepare_folder
+from csts_pipeline.testing.simulate import Crowd, simulate_crowd
+from csts_pipeline.testing.simulate_models import HARDER_KINDS, kind_items, model_answers
 
 ROUNDS = 6
 SETTINGS = {"fixed 2": (2, 0), "--more": (1, ROUNDS)}  # people alone start at 2 with --more

@@ -3,7 +3,7 @@ batches with controls, how many honest workers it blocks and how many random one
 
     python -m bench.annotate.hidden_gold --seeds 20
 
-Each batch: tests.support.simulate.gold_crowd (real items rated 3 times each by 20 workers: 5 spammers, 3
+Each batch: csts_pipeline.testing.simulate.gold_crowd (real items rated 3 times each by 20 workers: 5 spammers, 3
 lenient, 3 harsh, 9 careful), with `--share` controls; one line per batch size.
 """
 
@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from tests.support.simulate import gold_decisions
+from csts_pipeline.testing.simulate import gold_decisions
 
 
 def main() -> None:

@@ -3,9 +3,9 @@
 
     python -m bench.annotate.import_speed --items 20000 200000
 
-Each size is one batch of a simulated crowd of people (tests/support/simulate.py's kinds of worker, noise and
+Each size is one batch of a simulated crowd of people (testing.simulate's kinds of worker, noise and
 flags; 3 distinct raters an item, one worker for every 20 items, so each gives about 60 ratings), its tasks as
-the ratings export writes them and its answers as the import accepts them (tests/support/simulate_models.py),
+the ratings export writes them and its answers as the import accepts them (testing.simulate_models),
 labelled by steps/ratings.label_batch: what the import runs between reading the results and writing its files
 (the rater model, the not-pertinent verdict, agreement, the workers table and the high-against-low check). Each
 size and label policy runs in its own process, so its peak RSS is its own (the batch in memory included). Prints,
@@ -27,8 +27,8 @@ import numpy as np
 
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
-from tests.support.simulate import Crowd, answer, crowd_workers, flags, truth_labels
-from tests.support.simulate_models import batch_tasks, people_answers
+from csts_pipeline.testing.simulate import Crowd, answer, crowd_workers, flags, truth_labels
+from csts_pipeline.testing.simulate_models import batch_tasks, people_answers
 
 ITEMS_PER_WORKER = 20  # workers = items / this (simulate_crowd's default: 400 items, 20 workers)
 PER_ITEM = 3

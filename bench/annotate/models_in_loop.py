@@ -3,8 +3,8 @@ figures).
 
     python -m bench.annotate.models_in_loop --seeds 10
 
-Crowds from tests.support.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
-careful; 10% of conditions not pertinent) and the simulated model raters of tests.support.simulate_models. Every
+Crowds from csts_pipeline.testing.simulate (400 items, 20 workers: 25% spammers, 15% lenient, 15% harsh, the rest
+careful; 10% of conditions not pertinent) and the simulated model raters of csts_pipeline.testing.simulate_models. Every
 figure goes through the command's path: the model's answers as the table `annotate rate` writes, read back as
 the import reads it, labelled by ratings.label_batch (what `annotate import --stage ratings --aggregate model`
 runs), follow-ups picked by followup.select from the items table the import writes. Prints, as Markdown, per way
@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import spearmanr
 
-from tests.support.simulate import Crowd, simulate_crowd
-from tests.support.simulate_models import MODEL_KINDS, condition_kind, import_batch, routed_rounds
+from csts_pipeline.testing.simulate import Crowd, simulate_crowd
+from csts_pipeline.testing.simulate_models import MODEL_KINDS, condition_kind, import_batch, routed_rounds
 
 ROUNDS = 6  # follow-up batches at most
 COLUMNS = ("spearman", "human_per_item", "coverage", "colour_error", "colour_coverage", "p_not_pertinent", "unreliable")

@@ -9,7 +9,7 @@ Items: STS Benchmark pairs (real sentences, real gold scores rescaled to 1-5: 1 
 neutral conditions, "The overall meaning." and "What the sentences say.", both with the pair's gold: STS-B has
 no condition) and `export --stage ratings`. The model: the packaged all-MiniLM-L6-v2 through `annotate rate
 --similarity-model` (its cosine under the condition, binned at the batch's quintiles); its errors are real.
-People: simulated around the gold (tests/support/command_path.People: 20 workers, a quarter spammers, 15%
+People: simulated around the gold (testing.command_path.People: 20 workers, a quarter spammers, 15%
 lenient, 15% harsh) with the harder shape, a shared per-item ambiguity (sd `--ambiguity`) and a per-item
 difficulty (log-sd `--difficulty`). Every setting runs `import --stage ratings --aggregate model` and `export
 --more` rounds on the files, as a user would.
@@ -33,7 +33,7 @@ from scipy.stats import spearmanr
 
 from bench.shared_data import SHARED
 from csts_pipeline.stages.annotate.steps import similarity_rater
-from tests.support.command_path import People, figures, label_with_people, prepare_folder
+from csts_pipeline.testing.command_path import People, figures, label_with_people, prepare_folder
 
 STSB = SHARED / "data" / "stsb" / "sts-test.csv"
 MODEL = "packaged:all-MiniLM-L6-v2"

@@ -9,7 +9,7 @@ The batch is made by the package's own steps. `--batch sample` (the default): th
 a conditions results file in the MTurk format written here (one high and one low condition per pair, chosen
 from CONDITIONS by the task id: every kind of condition of the audit), imported, exported as 120 rating items.
 `--batch example`: docs/examples/annotate's kept pairs and conditions results (16 rating items). Then `annotate
-rate` with the local model, and per seed a simulated crowd (tests/support/simulate.py, 6 workers) of one and of
+rate` with the local model, and per seed a simulated crowd (testing.simulate, 6 workers) of one and of
 two ratings an item, labelled by ratings.label_batch with and without the model's answers. Prints, per crowd:
 the items' mean P(not pertinent) with people alone and with the model, the labels' Spearman with the simulated
 truth both ways, how many verdicts (P(not pertinent) > 0.5) the model changed, its reliability, flag skill,
@@ -42,9 +42,9 @@ from csts_pipeline.stages.annotate.steps.conditions import export_conditions, im
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, label_batch
-from tests.support.simulate import simulate_crowd
-from tests.support.simulate_models import people_answers
-from tests.support.smollm2 import local_model
+from csts_pipeline.testing.simulate import simulate_crowd
+from csts_pipeline.testing.simulate_models import people_answers
+from csts_pipeline.testing.smollm2 import local_model
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "annotate"
 SAMPLE_PAIRS = 60

@@ -35,7 +35,7 @@ from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.steps import model_folders, similarity_rater
 from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings, label_batch
-from tests.support.command_path import task_ids, write_results
+from csts_pipeline.testing.command_path import task_ids, write_results
 
 
 def one_person_an_item(

@@ -8,7 +8,7 @@ Items: USTS (Wang et al., TACL 2023; MIT) pairs, real Chinese sentence pairs wit
 default the USTS-C train file (2,051 pairs, each rated 0-5 by the same 19 people, the position in
 `raw_annotation` being the rater, each with a steady bias of their own), all pairs or a seeded `--pairs` of them,
 taken through `annotate export --stage conditions`, `import --stage conditions` (two neutral conditions a pair, so
-two items a pair, both carrying the pair's ratings) and `export --stage ratings` (tests/support/command_path.py's
+two items a pair, both carrying the pair's ratings) and `export --stage ratings` (testing.command_path's
 prepare_folder). People: each item draws `k` of the pair's raters (seeded, per item) as the batch's people, worker
 id their position (`r07`), so a rater keeps their identity across items; their 0-5 scores become 1-5 answers
 (1 + 0.8 x score, rounded, clipped). The truth of an item is the mean of the raters it did not draw, on the same
@@ -39,7 +39,7 @@ from bench.shared_data import SHARED
 from csts_pipeline.stages.annotate.labels import trust
 from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
-from tests.support.command_path import figures, prepare_folder, task_ids, write_results
+from csts_pipeline.testing.command_path import figures, prepare_folder, task_ids, write_results
 
 USTS = SHARED / "data" / "usts"
 USTS_C = "ustsc_train.json"

@@ -1,9 +1,10 @@
-"""The worker-reliability figure of the label-quality docs: the ordinal model fitted to a simulated
-crowd, each worker's fitted bias against reliability, coloured by the kind of worker the simulator made.
+"""The worker-reliability figure of the label-quality docs: the rater model as `annotate import --stage ratings
+--aggregate model` fits it (ratings.label_batch, through testing.simulate_models.import_batch) to a simulated crowd,
+each worker's fitted bias against reliability, coloured by the kind of worker the simulator made.
 
     python -m bench.annotate.worker_reliability --out docs/images/worker_reliability.png
 
-The crowd: tests.support.simulate.simulate_crowd defaults (400 items, 3 ratings each, 20 workers: 5 spammers,
+The crowd: csts_pipeline.testing.simulate.simulate_crowd defaults (400 items, 3 ratings each, 20 workers: 5 spammers,
 3 lenient, 3 harsh, 9 careful; seed 0). The same seed gives the same PNG.
 """
 
@@ -15,23 +16,25 @@ from pathlib import Path
 import numpy as np
 
 from csts_pipeline.pipeline.shards import write_atomic
-from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
-from tests.support.simulate import KINDS, simulate_crowd
+from csts_pipeline.testing.simulate import KINDS, simulate_crowd
+from csts_pipeline.testing.simulate_models import import_batch
 
 COLOURS = {"careful": "tab:green", "lenient": "tab:orange", "harsh": "tab:blue", "spammer": "tab:red"}
 
 
 def draw(out: Path, seed: int) -> dict[str, list[float]]:
-    """Fit the model to the crowd, save the scatter plot, return each kind's reliabilities."""
+    """Label the crowd as the import does, save the scatter plot of its fitted workers, return each kind's
+    reliabilities."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     crowd = simulate_crowd(seed=seed)
-    r = crowd.ratings
-    fit = ordinal.fit(r.item[r.rated], r.worker[r.rated], r.rating[r.rated], crowd.n_items)
+    found = import_batch(crowd, (), seed)
+    assert found.model is not None
+    fit = found.model.fit
     kinds = np.array([crowd.kind[w] for w in fit.workers])
     figure, axes = plt.subplots(figsize=(6.5, 4), dpi=100)
     for kind in KINDS:

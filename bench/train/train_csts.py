@@ -30,7 +30,7 @@ from csts_pipeline.stages.train.data import read_csts
 from csts_pipeline.stages.train.models import EncoderSpec, load_model, model_pooling
 from csts_pipeline.stages.train.presets import train_config
 from csts_pipeline.stages.train.scoring import half_precision, score_split
-from tests.support.train_sample import write_sample_splits
+from csts_pipeline.testing.train_sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"
 

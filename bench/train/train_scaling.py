@@ -28,7 +28,7 @@ from csts_pipeline.pipeline.shards import write_table
 from csts_pipeline.stages.train import evaluate, train
 from csts_pipeline.stages.train.data import read_csts
 from csts_pipeline.stages.train.presets import train_config
-from tests.support.train_sample import write_sample_splits
+from csts_pipeline.testing.train_sample import write_sample_splits
 
 MODEL = "packaged:all-MiniLM-L6-v2"
 

@@ -20,9 +20,9 @@ from csts_pipeline.stages.annotate.steps.crossfit_folds import sentence_pair_key
 from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
+from csts_pipeline.testing.command_path import prepare_folder, task_ids, write_results
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_similarity_rater import stsb_pairs
-from tests.support.command_path import prepare_folder, task_ids, write_results
 
 MINILM = "packaged:all-MiniLM-L6-v2"
 

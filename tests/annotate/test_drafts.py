@@ -1,4 +1,4 @@
-"""Drafted conditions: SmolLM2 (tests/support/smollm2.py) drafts a high and a low condition for 4 of the documented
+"""Drafted conditions: SmolLM2 (testing.smollm2) drafts a high and a low condition for 4 of the documented
 sample's condition-writing tasks; the drafts pass the page's checks or say why; the conditions export prefills the HIT
 page's fields with them and hands them to Label Studio as predictions; the import records, per condition, whether
 a draft was accepted, edited (with the edit distance) or the condition written. Browser-free: the page is filled
@@ -21,7 +21,7 @@ from csts_pipeline.stages.annotate.steps.condition_check import check_conditions
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.drafts import DRAFTS, draft, edit_distance, origin, page_problem
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
-from tests.support.smollm2 import local_model
+from csts_pipeline.testing.smollm2 import local_model
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "annotate"

@@ -18,11 +18,11 @@ import pytest
 
 from csts_pipeline.stages.annotate.labels import trust
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
+from csts_pipeline.testing.chosen_model import rate_with
+from csts_pipeline.testing.command_path import People, prepare_folder, task_ids, write_results
+from csts_pipeline.testing.simulate_models import kernel
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_bad_inputs_annotate import snapshot
-from tests.support.chosen_model import rate_with
-from tests.support.command_path import People, prepare_folder, task_ids, write_results
-from tests.support.simulate_models import kernel
 
 PAIRS = 60
 IMPORT = ("annotate", "import", "--stage", "ratings", "--aggregate", "model", "--force")

@@ -14,11 +14,11 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.stages.annotate.labels import ordinal, shift
 from csts_pipeline.stages.annotate.steps import followup
+from csts_pipeline.testing.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
 from tests.annotate.test_quality import crowd_rows
-from tests.support.simulate import Crowd, follow_up_rounds, simulate_crowd
 
 FIXED = 5  # the fixed redundancy to beat
 START = 2  # ratings per item before the follow-up rounds

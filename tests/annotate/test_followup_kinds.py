@@ -2,7 +2,7 @@
 errs on (its kind weak, or its mean error there half a point or more), however narrow their posterior, until
 people have rated them KIND_MIN_RATINGS times; the reason is written beside the batch and counted in its record.
 Through the steps the CLI runs: `export --stage ratings`, `annotate rate` with a model answering chosen
-distributions (tests/support/chosen_model.py), people's results files, `import --stage ratings --aggregate
+distributions (testing.chosen_model), people's results files, `import --stage ratings --aggregate
 model`, `export --more`."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 
 from csts_pipeline.stages.annotate.labels import model_workers
 from csts_pipeline.stages.annotate.steps import followup
-from tests.support.chosen_model import rate_with
-from tests.support.command_path import People, first_batch, import_model, prepare_folder
-from tests.support.simulate_models import SURE_FIVE, kernel
+from csts_pipeline.testing.chosen_model import rate_with
+from csts_pipeline.testing.command_path import People, first_batch, import_model, prepare_folder
+from csts_pipeline.testing.simulate_models import SURE_FIVE, kernel
 
 PAIRS = 60
 COLOUR, NUMBER = "The colour of the main object.", "The number of people."  # every pair: high colour, low number

@@ -1,6 +1,6 @@
-"""The harder simulated crowds and models (tests/support/simulate.py, simulate_models.py) are what they say, and
-a simulated model reaches the ratings import through `annotate rate` (tests/support/chosen_model.py), as the
-benches bench/annotate/harder_crowds.py and bench/annotate/real_text_models.py use them."""
+"""The harder simulated crowds and models (testing.simulate, testing.simulate_models) are what they say, and a
+simulated model reaches the ratings import through `annotate rate` (testing.chosen_model), as the harder-crowds and
+real-text benches use them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from scipy.stats import pearsonr
 
 from csts_pipeline.stages.annotate.labels import ordinal, weighing
-from tests.support.chosen_model import rate_with
-from tests.support.command_path import People, first_batch, import_model, prepare_folder
-from tests.support.simulate import simulate_crowd
-from tests.support.simulate_models import HARDER_KINDS, kind_items, model_answers, with_models
+from csts_pipeline.testing.chosen_model import rate_with
+from csts_pipeline.testing.command_path import People, first_batch, import_model, prepare_folder
+from csts_pipeline.testing.simulate import simulate_crowd
+from csts_pipeline.testing.simulate_models import HARDER_KINDS, kind_items, model_answers, with_models
 
 
 def people_error(crowd) -> np.ndarray:
@@ -101,7 +101,7 @@ def test_the_shared_shift_widens_the_intervals_where_every_rater_shares_an_items
     """The rater model's shared shift (labels/shift.py) against the same model with its spread fixed at 0, on
     crowds where every rater of an item feels its shift: the intervals cover more at every number of ratings an
     item, most at five, where more ratings no longer average the shift away. It does not reach 0.85 everywhere
-    (0.79-0.89 over these shapes, bench.annotate.harder_crowds): the spread is weakly identified from the
+    (0.79-0.89 over these shapes, the harder-crowds bench): the spread is weakly identified from the
     answers and the prior keeps it small."""
     for per_item in (2, 3, 5):
         shared, plain = shift_coverage(models, per_item, None), shift_coverage(models, per_item, 0.0)

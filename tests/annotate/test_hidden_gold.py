@@ -20,6 +20,7 @@ from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold
 from csts_pipeline.stages.annotate.crowd.screening import Rating
 from csts_pipeline.stages.annotate.labels import ordinal
 from csts_pipeline.stages.annotate.labels.weighing import anchored_fit
+from csts_pipeline.testing.simulate import gold_decisions
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import (  # noqa: F401
@@ -32,7 +33,6 @@ from tests.annotate.test_annotate import (  # noqa: F401
     read_tasks,
     write_results,
 )
-from tests.support.simulate import gold_decisions
 
 SHARE = 0.05
 ITEM_ID = re.compile(r"^r-[0-9a-f]{16}-(high|low)$")

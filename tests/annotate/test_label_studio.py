@@ -46,8 +46,8 @@ from csts_pipeline.stages.annotate.crowd.results import parse_flag, parse_rating
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.drafts import edit_distance
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
+from csts_pipeline.testing.smollm2 import gguf_file
 from tests.annotate.test_annotate import kept_table
-from tests.support.smollm2 import gguf_file
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "docs" / "images"

@@ -1,6 +1,6 @@
-"""Models in the loop, part A: a real instruct model (SmolLM2-135M from the PyPI wheel, tests/support/smollm2.py)
+"""Models in the loop, part A: a real instruct model (SmolLM2-135M from the PyPI wheel, testing.smollm2)
 rates the documented sample's ratings batch through `--model` and through a real OpenAI-compatible server on
-loopback (tests/support/openai_server.py) alike; the rerun asks nothing; a killed run resumes; the import takes the
+loopback (testing.openai_server) alike; the rerun asks nothing; a killed run resumes; the import takes the
 model as one more worker; an unreachable server or a missing model file is a one-line error."""
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from csts_pipeline.stages.annotate.steps.model_folders import model_runs
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of, rate
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings, label_batch
-from tests.support.simulate import simulate_crowd
-from tests.support.simulate_models import people_answers
-from tests.support.smollm2 import SERVED_NAME, local_model, served
+from csts_pipeline.testing.simulate import simulate_crowd
+from csts_pipeline.testing.simulate_models import people_answers
+from csts_pipeline.testing.smollm2 import SERVED_NAME, local_model, served
 
 pytestmark = pytest.mark.slow  # a real model: loading it and asking ~80 questions takes minutes on 2 shared cores
 REPO = Path(__file__).resolve().parents[2]
@@ -209,7 +209,7 @@ def test_the_prompting_baseline_runs_through_the_same_server(tmp_path: Path) -> 
     parsed by the paper's rule, as the local path does."""
     from csts_pipeline.stages.train.data import read_csts
     from csts_pipeline.stages.train.prompting import PromptOptions, build_prompts, open_generator, parse_answer
-    from tests.support.train_sample import write_sample_csv
+    from csts_pipeline.testing.train_sample import write_sample_csv
 
     url, server = served()
     data = write_sample_csv(tmp_path / "csts_validation.csv", 1)  # one sentence pair: 2 rows

@@ -1,5 +1,5 @@
 """Nothing silent with a language-model server (issue 44): against a loopback server that misbehaves on purpose
-(tests/support/openai_server.py, `fake_server`), a silent server is refused within `--timeout`, every malformed
+(testing.openai_server, `fake_server`), a silent server is refused within `--timeout`, every malformed
 reply is a one-line error naming the URL and the first bytes, an answer is a real distribution or no answer
 (recorded per answer, never a rating), the model's identity comes from what the server says, and a new
 `annotate rate` makes every reader of the ratings import refuse it as stale. No model is loaded: these are fast."""
@@ -34,7 +34,7 @@ from csts_pipeline.stages.annotate.steps.model_folders import current_runs, mode
 from csts_pipeline.stages.annotate.steps.model_ratings import rate
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
-from tests.support.openai_server import fake_server
+from csts_pipeline.testing.openai_server import fake_server
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
@@ -186,7 +186,7 @@ def test_a_model_list_of_another_shape_is_one_line(folder: Path, models: object,
 @pytest.mark.slow  # two `evaluate` processes, each importing torch
 def test_the_prompting_baseline_says_the_same(tmp_path: Path) -> None:
     """`evaluate --encoding prompt --endpoint`: a silent server and a reply without `choices`, one line each."""
-    from tests.support.train_sample import write_sample_csv
+    from csts_pipeline.testing.train_sample import write_sample_csv
 
     data = write_sample_csv(tmp_path / "csts_validation.csv", 1)
     args = ("evaluate", "--encoding", "prompt", "--model", "fake-model", "--data", data, "--metrics-out",

@@ -1,7 +1,7 @@
 """A language model as one more worker (issue 36, part B): its distribution enters the ordinal rater model as a
 soft answer, its reliability is estimated against people, routing with `--more` and `--budget` uses it, the 90%
 intervals stay calibrated, and the import, card and report say what it replaced. The models are simulated
-(tests/support/simulate_models.py): a strong one with repeated errors, a weak near-uniform one and a confident
+(testing.simulate_models): a strong one with repeated errors, a weak near-uniform one and a confident
 wrong one; none has to be real here, the real one (SmolLM2) is part A's."""
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from csts_pipeline.stages.annotate.release.card import _model_share
 from csts_pipeline.stages.annotate.release.soft_labels import pseudonyms
 from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
+from csts_pipeline.testing.simulate import Crowd, simulate_crowd
+from csts_pipeline.testing.simulate_models import MODEL_KINDS, import_batch, routed_rounds, with_models
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
 from tests.annotate.test_quality import crowd_rows
-from tests.support.simulate import Crowd, simulate_crowd
-from tests.support.simulate_models import MODEL_KINDS, import_batch, routed_rounds, with_models
 
 SEEDS = range(4)  # crowds of 400 items; the bench's figures are over 10
 ROUNDS = 6

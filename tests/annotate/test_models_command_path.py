@@ -2,7 +2,7 @@
 server on loopback that answers chosen distributions, then `annotate import --stage ratings --aggregate model`:
 the import weighs each model answer by its distribution, not its most likely digit; `--budget` caps the human
 ratings of all follow-ups together. The simulated crowds here go through the import's own function
-(ratings.label_batch, tests/support/simulate_models.import_batch): a model that says 5 for every item is marked
+(ratings.label_batch, testing.simulate_models.import_batch): a model that says 5 for every item is marked
 unreliable and changes nothing, a model sure of 5 on one kind of condition leaves that kind's labels to the
 people, and a model that flags everything moves no verdict."""
 
@@ -26,11 +26,11 @@ from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
+from csts_pipeline.testing.openai_server import ChosenServer, start
+from csts_pipeline.testing.simulate import gold_crowd, simulate_crowd
+from csts_pipeline.testing.simulate_models import batch_tasks, condition_kind, import_batch, model_table, people_answers
 from tests.annotate.test_annotate import cli, cli_error, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
 from tests.annotate.test_quality import crowd_rows
-from tests.support.openai_server import ChosenServer, start
-from tests.support.simulate import gold_crowd, simulate_crowd
-from tests.support.simulate_models import batch_tasks, condition_kind, import_batch, model_table, people_answers
 
 SHARP = 0.92  # q on the most likely digit of the sure model
 ITEM = re.compile(r"Sentence 1: (.*)\nSentence 2: (.*)\nCondition: (.*)\n")

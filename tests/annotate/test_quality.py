@@ -19,10 +19,10 @@ from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, ve
 from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
 from csts_pipeline.stages.annotate.labels.interval import credible_interval
 from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
+from csts_pipeline.testing.simulate import KINDS, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
 from tests.annotate.test_annotate import cli, kept, kept_dir, rated, read_tasks, write_results  # noqa: F401
-from tests.support.simulate import KINDS, simulate_crowd
 
 SEEDS = (0, 1, 2)
 
@@ -317,13 +317,3 @@ def test_the_model_with_no_ratings_or_one_rating():
     labels, model = model_labels(single, 2, not_pertinent_share=0.5, min_ratings=1)
     assert labels.status.tolist() == ["kept", "unanswered"] and 3.5 < labels.label[0] < 4.5
     assert model.low[0] <= 4 <= model.high[0]
-
-
-@pytest.mark.slow
-def test_the_docs_worker_reliability_figure_is_reproducible(tmp_path: Path):
-    from bench.annotate.worker_reliability import draw
-
-    found = draw(tmp_path / "a.png", seed=0)
-    draw(tmp_path / "b.png", seed=0)
-    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
-    assert max(found["spammer"]) < UNRELIABLE_BELOW < min(found["careful"] + found["lenient"] + found["harsh"])

@@ -19,8 +19,8 @@ from csts_pipeline.stages.annotate.layout import MODEL_RATINGS
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings
+from csts_pipeline.testing.openai_server import fake_server
 from tests.conftest import REPO
-from tests.support.openai_server import fake_server
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
 MINILM = "packaged:all-MiniLM-L6-v2"

@@ -19,11 +19,11 @@ from csts_pipeline.report.annotations import _agreement
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.layout import MODEL_RATINGS, model_dir
 from csts_pipeline.stages.annotate.steps.model_folders import model_runs
+from csts_pipeline.testing.command_path import People, first_batch
+from csts_pipeline.testing.openai_server import ChosenServer, start
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_models_command_path import answers_for
 from tests.annotate.test_similarity_rater import MINILM, folder_of, stsb_pairs
-from tests.support.command_path import People, first_batch
-from tests.support.openai_server import ChosenServer, start
 
 pytestmark = pytest.mark.slow  # MiniLM on the CPU, and several imports
 SIM, LM = "model:all-MiniLM-L6-v2", "model:judge"

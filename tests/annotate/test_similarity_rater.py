@@ -17,9 +17,9 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.similarity_rater import ordinal_bins
+from csts_pipeline.testing.command_path import People, figures, first_batch, follow_up, prepare_folder
 from tests.annotate.test_annotate import cli, cli_error
 from tests.conftest import REPO
-from tests.support.command_path import People, figures, first_batch, follow_up, prepare_folder
 
 MINILM = "packaged:all-MiniLM-L6-v2"
 STSB = REPO / "tests" / "data" / "stsb"

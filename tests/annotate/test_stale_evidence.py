@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from csts_pipeline.stages.annotate.layout import MODEL_RATINGS, model_dir
+from csts_pipeline.testing.chosen_model import rate_with
+from csts_pipeline.testing.command_path import People, first_batch
+from csts_pipeline.testing.simulate_models import kernel
 from tests.annotate.test_annotate import cli, cli_error
 from tests.annotate.test_bad_inputs_annotate import snapshot
 from tests.annotate.test_expert_sample import copy_built
 from tests.annotate.test_trust import folder_with, take_qualification
-from tests.support.chosen_model import rate_with
-from tests.support.command_path import People, first_batch
-from tests.support.simulate_models import kernel
 
 IMPORT = ("annotate", "import", "--stage", "ratings", "--aggregate", "model")
 

@@ -1,7 +1,7 @@
 """Trust from evidence (labels/trust.py, labels/expert.py, labels/score_density.py), through the command line:
 `annotate import --stage ratings --aggregate model` with a model among the raters, with and without
-`--expert`. People answer around a known truth (tests/support/command_path.People, one or two ratings an item),
-the model answers chosen distributions (tests/support/chosen_model.py)."""
+`--expert`. People answer around a known truth (testing.command_path.People, one or two ratings an item),
+the model answers chosen distributions (testing.chosen_model)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
 from csts_pipeline.stages.annotate.labels import expert, interval, score_density
-from tests.support.chosen_model import rate_with
-from tests.support.command_path import People, first_batch, prepare_folder, task_ids
-from tests.support.simulate_models import kernel
+from csts_pipeline.testing.chosen_model import rate_with
+from csts_pipeline.testing.command_path import People, first_batch, prepare_folder, task_ids
+from csts_pipeline.testing.simulate_models import kernel
 
 PAIRS = 150
 runner = CliRunner()

@@ -1,6 +1,7 @@
 """The house as docs/architecture.md draws it, kept so: the package's top is four rooms (cli/, pipeline/, stages/,
-report/) plus `__init__` and `__main__`; imports (module-level and function-level alike) only run downwards (the
-command line imports the stages and nothing imports the command line, the frame imports no stage, annotate's label
+report/) and the simulations beside them (testing/) plus `__init__` and `__main__`; imports (module-level and
+function-level alike) only run downwards (the command line imports the stages and nothing imports the command line,
+nothing of the pipeline imports the simulations, the frame imports no stage, annotate's label
 statistics import no platform or step), no import circle among the installed modules, annotate's top folder holds
 its sub-packages and at most three modules, no module passes 400 lines, and bench/ is grouped by subject with no
 circle between its subjects."""
@@ -16,6 +17,7 @@ from tests.conftest import REPO
 PACKAGE = REPO / "csts_pipeline"
 TOP_NAMES = {"pipeline", "stages", "report"}  # the package's floors; never top-level import names
 ROOMS = {"cli", "pipeline", "stages", "report"}  # the package's top, beside __init__.py and __main__.py
+SIMULATIONS = "testing"  # beside the rooms: what the tests and the benches share (crowds, models, a server)
 BENCH = REPO / "bench"
 BENCH_SUBJECTS = {"pipeline", "embed", "mine", "filter", "train", "annotate", "gpu"}
 BENCH_SHARED = {"shared_data.py"}  # what every subject may import, at bench/'s top
@@ -99,9 +101,23 @@ def test_no_import_circle_and_imports_run_downwards():
 
 
 def test_the_package_top_is_four_rooms():
-    """A newcomer opening csts_pipeline/ meets the rooms, not the command modules side by side."""
+    """A newcomer opening csts_pipeline/ meets the rooms and the simulations, not the command modules side by side."""
     top = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")}
-    assert top == ROOMS | {"__init__.py", "__main__.py"}
+    assert top == ROOMS | {SIMULATIONS, "__init__.py", "__main__.py"}
+
+
+def test_nothing_of_the_pipeline_imports_the_simulations():
+    """csts_pipeline/testing/ serves the tests and the benches: it imports the rooms, none of them imports it."""
+    found = modules()
+    graph = {name: module_imports(path, set(found)) - {name} for name, path in found.items()}
+    inside = f"csts_pipeline.{SIMULATIONS}"
+    into = {
+        n: sorted(i for i in g if i == inside or i.startswith(f"{inside}."))
+        for n, g in graph.items()
+        if not (n == inside or n.startswith(f"{inside}."))
+    }
+    assert {n: i for n, i in into.items() if i} == {}
+    assert any(i.startswith("csts_pipeline.stages") for n, g in graph.items() if n.startswith(inside) for i in g)
 
 
 def test_the_command_line_imports_the_stages_and_nothing_imports_it():
@@ -196,8 +212,10 @@ def bench_modules() -> dict[str, Path]:
 def test_bench_is_grouped_by_subject():
     """Every bench lies in one subject's folder (BENCH_SUBJECTS above: a new bench goes into the folder of the stage
     it measures, or pipeline/ for whole runs and the frame, gpu/ for what needs the GPU lease); only what every
-    subject shares (BENCH_SHARED) stays at bench/'s top, and no subject folder nests another."""
+    subject shares (BENCH_SHARED) and the checks of every bench at once (test_*.py) stay at bench/'s top, and no
+    subject folder nests another. A bench's own tests sit beside it (bench/<subject>/test_<name>.py)."""
     top = sorted(p.name for p in BENCH.iterdir() if p.is_file() and p.suffix in (".py", ".sh"))
+    top = [name for name in top if not name.startswith("test_")]  # the checks of every bench at once
     assert set(top) <= BENCH_SHARED, f"bench/: modules outside a subject folder: {sorted(set(top) - BENCH_SHARED)}"
     folders = {p.name for p in BENCH.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert folders == BENCH_SUBJECTS

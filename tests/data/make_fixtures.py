@@ -21,7 +21,7 @@ COCO_FIRST_IMAGES = 250  # the lowest image ids: tests take the first 60 (filter
 COCO_TRICKY_CAPTIONS = 200  # plus the images of the first captions with an apostrophe or a digit (pair filter)
 STSB_ROWS = {"train": 200, "dev": 200, "test": 200}  # per file, for the tests
 STSB_EXAMPLE_ROWS = 300  # docs/examples/stsb/sts-test-sample.csv, the README's evaluate example
-USTS_C_PAIRS = 40  # tests/bench/test_usts_crowd.py, test_peers.py: their benches on a slice of USTS-C
+USTS_C_PAIRS = 40  # bench/annotate/test_usts_crowd.py, test_peers.py: their benches on a slice of USTS-C
 
 
 def tricky(caption: str) -> bool:

@@ -25,8 +25,8 @@ from csts_pipeline.stages.annotate.crowd.kept import kept_source
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings
+from csts_pipeline.testing.smollm2 import gguf_file
 from tests.conftest import REPO, STSB_SAMPLE
-from tests.support.smollm2 import gguf_file
 
 EXAMPLE = REPO / "docs" / "examples" / "annotate"
 WEIGHTS = "model.safetensors"

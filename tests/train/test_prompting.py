@@ -21,7 +21,7 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train.data import read_csts
 from csts_pipeline.stages.train.prompting import PromptOptions, build_prompts, parse_answer, scores_from_answers
-from tests.support.train_sample import write_sample_splits
+from csts_pipeline.testing.train_sample import write_sample_splits
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from csts_pipeline.stages.train.data import label_scale, quad_pairs, read_csts, 
 from csts_pipeline.stages.train.models import EncoderSpec, load_model
 from csts_pipeline.stages.train.presets import train_config
 from csts_pipeline.stages.train.scoring import correlations, pearson, spearman
-from tests.support.train_sample import sample_rows, write_sample_parquet, write_sample_splits
+from csts_pipeline.testing.train_sample import sample_rows, write_sample_parquet, write_sample_splits
 
 REPO = Path(__file__).resolve().parents[2]
 STSB = REPO / "tests" / "data" / "stsb"  # 200 rows of each STS-B file (tests/data/README.md)

@@ -21,7 +21,7 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train import evaluate as evaluate_stage
 from csts_pipeline.stages.train.scoring import write_submission
-from tests.support.train_sample import sample_rows
+from csts_pipeline.testing.train_sample import sample_rows
 
 OFFICIAL_TEST_ROWS = 4732  # csts_test.csv: the count make_test_submission.py asserts
 

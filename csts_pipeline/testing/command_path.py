@@ -1,7 +1,7 @@
 """Simulated people answering the files the annotate commands write, through the step functions the CLI calls:
 `export --stage ratings`'s tasks, `import --stage ratings --aggregate model`, `export --more` and its exclude
-list, the import again with every results file. For the benches (bench/annotate/real_text_models.py,
-bench/annotate/models_in_loop.py) and the tests; nothing here builds the import's arrays by hand.
+list, the import again with every results file. For the annotate benches (real text with simulated models, models
+in the loop) and the tests; nothing here builds the import's arrays by hand.
 
 `People` holds a known truth per item id (a real number on 1-5) and a crowd of worker kinds (simulate.py's
 careful, lenient, harsh and spammer), with the harder shapes of issue 46: a shared per-item ambiguity (a shift
@@ -28,7 +28,7 @@ from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.stages.annotate.steps.conditions import export_conditions, import_conditions
 from csts_pipeline.stages.annotate.steps.options import ConditionsExportOptions, RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import export_ratings, import_ratings
-from tests.support.simulate import SHIFT, crowd_workers
+from csts_pipeline.testing.simulate import SHIFT, crowd_workers
 
 NOISE = 0.6  # a careful worker's sd, as simulate.py
 

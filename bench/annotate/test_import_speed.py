@@ -1,5 +1,5 @@
-"""bench/annotate/import_speed.py at a tiny size, so the bench keeps working (its figures are not checked here: wall
-time on a shared machine says nothing)."""
+"""The import-speed bench (import_speed.py, beside this file) at a tiny size, so the bench keeps working (its figures
+are not checked here: wall time on a shared machine says nothing)."""
 
 import json
 

@@ -1,5 +1,6 @@
-"""bench/gpu/run.sh --dry-run: every step of the GPU run (embed's decoders, the text encoding, mine's exact baseline and
-torch IVF with held-out recall, COCO-shaped end to end) on the CPU at tiny sizes, with the repository's own data."""
+"""The GPU run (run.sh, beside this file) with --dry-run: every step of it (embed's decoders, the text encoding, mine's
+exact baseline and torch IVF with held-out recall, COCO-shaped end to end) on the CPU at tiny sizes, with the
+repository's own data."""
 
 import json
 import os

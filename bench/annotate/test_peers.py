@@ -1,5 +1,5 @@
-"""bench/annotate/peers.py on the trimmed USTS-C slice (tests/data/usts: 40 pairs, 19 raters each): the project and
-every crowd-kit peer on the same answers, two raters an item, without and with the expert sample."""
+"""The peers bench (peers.py, beside this file) on the trimmed USTS-C slice (tests/data/usts: 40 pairs, 19 raters each):
+the project and every crowd-kit peer on the same answers, two raters an item, without and with the expert sample."""
 
 import math
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 
 from bench.annotate import peers
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "usts"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "usts"
 
 
 def test_the_smallest_set_holds_the_level_with_the_fewest_labels():

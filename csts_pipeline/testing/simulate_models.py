@@ -1,5 +1,5 @@
-"""Simulated language-model raters beside the simulated crowd (tests/support/simulate.py), for the tests, the
-bench (bench/annotate/models_in_loop.py) and the models-in-the-loop figures.
+"""Simulated language-model raters beside the simulated crowd (testing.simulate), for the tests, the
+models-in-the-loop bench and its figures.
 
 A model rater answers every item once, as `annotate rate` does: a distribution q over 1..5 (its ratings given
 the condition pertinent) and P(not pertinent), stored as a row of worker `model:<name>` with `rating` the most
@@ -39,7 +39,7 @@ from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, Rating,
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from csts_pipeline.stages.annotate.steps import followup, model_ratings
 from csts_pipeline.stages.annotate.steps.ratings import Labelled, label_batch
-from tests.support.simulate import Crowd, more_ratings, simulate_crowd
+from csts_pipeline.testing.simulate import Crowd, more_ratings, simulate_crowd
 
 MODEL_KINDS = ("strong", "weak", "confident_wrong", "five_on_colour", "constant")
 HARDER_KINDS = ("correlated", "overconfident", "kind_wrong", "sure_five")
@@ -183,12 +183,14 @@ def model_table(crowd: Crowd, tasks: list[dict], kind: str, seed: int) -> pa.Tab
     return model_ratings.ratings_table(tasks, answers, MODEL_WORKER + kind)
 
 
-def import_batch(crowd: Crowd, kinds: tuple[str, ...], seed: int, tasks: list[dict] | None = None) -> Labelled:
-    """`annotate import --stage ratings --aggregate model` on the crowd's answers and the models' (the import's
-    own functions on the answers in memory)."""
+def import_batch(
+    crowd: Crowd, kinds: tuple[str, ...], seed: int, tasks: list[dict] | None = None, how: str = "model"
+) -> Labelled:
+    """`annotate import --stage ratings --aggregate how` (model by default) on the crowd's answers and the models'
+    (the import's own functions on the answers in memory)."""
     tasks = tasks or batch_tasks(crowd, seed)
     models = [a for k in kinds for a in model_ratings.answers_of(model_table(crowd, tasks, k, seed), tasks, {}).ratings]
-    return label_batch(tasks, people_answers(crowd), models, "model")
+    return label_batch(tasks, people_answers(crowd), models, how)
 
 
 @dataclass

@@ -4,7 +4,7 @@ a transformers causal LM, with `logprobs`/`top_logprobs` of the first answer tok
 Why not `transformers serve`: its chat and completion handlers ignore `logprobs` and `top_logprobs` (listed as
 unused fields in transformers 5.x), so it cannot show the path a logprob-giving server (vLLM, llama.cpp) takes.
 This one answers as those do, from the same weights; `logprobs=False` makes it a server that gives none (the
-sampling fallback). `python tests/support/openai_server.py FOLDER [PORT]` serves a model folder until killed.
+sampling fallback). `python -m csts_pipeline.testing.openai_server FOLDER [PORT]` serves a model folder until killed.
 
 `FakeServer` (`fake_server(mode)`) is the other kind: no model, answers that misbehave on purpose as a user's vLLM,
 llama.cpp or hosted endpoint sometimes does (`FAULTS`: silent, HTML, no `choices`, logprobs out of range, mass off

