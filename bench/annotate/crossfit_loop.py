@@ -3,14 +3,17 @@ from both -> a model trained on them (docs/annotate-models.md, "The batch's own 
 
     python -m bench.annotate.crossfit_loop --pairs 1000 --folds 5 --epochs 1 [--rounds 2] [--final-epochs 1]
     python -m bench.annotate.crossfit_loop --time-fold --pairs 5000   # one fold's seconds at 10,000 items
+    python -m bench.annotate.crossfit_loop --pairs 300 --rounds 1 --final-epochs 3 --with-base
 
 The batch: `--pairs` STS-B train pairs (../shared/data/stsb/sts-train.csv, real sentences and gold rescaled to 1-5),
 two neutral conditions a pair (bench/annotate/real_text_models.prepared: export, conditions, export ratings), rated
 once an item by one of four simulated people at Spearman ~0.5 with the gold (trust_evidence.one_person_an_item).
-Then, through the commands' own step functions: `annotate import --stage ratings --aggregate model` (people only),
-`annotate crossfit` (the packaged MiniLM as the base), the import again (weighing it), with `--rounds 2` the crossfit
-again on those labels (`--force`) and a third import, `annotate split` (all to train), and `train` of one MiniLM
-per label source with the same settings, each scored on STS-B test (one neutral condition, gold 1-5).
+Then, through the commands' own step functions: `annotate import --stage ratings --aggregate model` (people
+only); with `--with-base`, `annotate rate --similarity-model` (the base model's score as a second rater) and the
+import again, so that the crossfit learns from those labels and the import weighing it has three raters an item (the
+triad rule); `annotate crossfit` (the packaged MiniLM as the base), the import again (weighing it), with `--rounds 2`
+the crossfit again on those labels (`--force`) and a third import, `annotate split` (all to train), and `train` of
+one MiniLM per label source with the same settings, each scored on STS-B test (one neutral condition, gold 1-5).
 
 Prints the labels' Spearman with the gold over the batch: the person alone, the import of the people alone, the
 leaky baseline (a MiniLM trained on the person's labels scoring the same items in sample), the out-of-fold score,
@@ -39,7 +42,7 @@ from csts_pipeline.pipeline.manifest import TrainConfig
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
 from csts_pipeline.stages.annotate.layout import rating_item_id
 from csts_pipeline.stages.annotate.steps import crossfit as crossfit_step
-from csts_pipeline.stages.annotate.steps import crossfit_folds, csts_split
+from csts_pipeline.stages.annotate.steps import crossfit_folds, csts_split, similarity_rater
 from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, RatingsImportOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
@@ -179,6 +182,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-leaky", action="store_true", help="skip the leaky baseline's training")
+    parser.add_argument(
+        "--with-base",
+        action="store_true",
+        help="rate the batch with the base model (annotate rate --similarity-model) before the crossfit, so the "
+        "import weighs the person, the base model and the crossfit: three raters (the triad rule)",
+    )
     parser.add_argument("--time-fold", action="store_true", help="time one fold at this size, then stop")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, every core)")
     args = parser.parse_args()
@@ -212,6 +221,14 @@ def loop(work: Path, args: argparse.Namespace) -> None:
     figures = {"_person": person, "person alone": rho(person, truth)}
     figures["import, people only"] = rho(labels_of(folder), truth)
     say(f"person alone {figures['person alone']:.3f}; people's import {figures['import, people only']:.3f}")
+    if args.with_base:
+        record = similarity_rater.rate_similarity(folder, MODEL, batch_size=32, device="cpu")
+        base = {r["item_id"]: r["score"] for r in pq.read_table(record["files"]["scores"]).to_pylist()}
+        figures["the base model score"] = rho(base, truth)
+        import_people(folder, results)
+        figures["import, person and base model"] = rho(labels_of(folder), truth)
+        say(f"base score {figures['the base model score']:.3f}; import with it "
+            f"{figures['import, person and base model']:.3f}")  # fmt: skip
     rebuilt = rounds(folder, results, options, truth, args, figures)
     items = read_jsonl(folder / "ratings_tasks" / "tasks.jsonl")
     if not args.no_leaky:
