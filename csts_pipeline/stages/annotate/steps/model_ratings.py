@@ -58,7 +58,7 @@ def worker_id(model: LanguageModel) -> str:
     return f"model:{model.name}"
 
 
-def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = False) -> dict[str, Any]:
+def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, *, force: bool = False) -> dict[str, Any]:
     """Rate every row of the ratings export with the model (`spec`, or a model already open); a no-op when
     model, prompts and items are unchanged, and answers already in the folder's cache are never asked again."""
     tasks_dir = annotate_dir / RATINGS_TASKS
