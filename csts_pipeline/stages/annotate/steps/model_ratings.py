@@ -220,5 +220,16 @@ def answers_of(
         flagged = p_not is not None and p_not > 0.5  # p_not null: not asked (a similarity model)
         digit = None if flagged else int(np.argmax(q)) + 1
         p = None if p_not is None else float(p_not)
-        found.ratings.append(Rating(item, row["worker_id"], "", digit, flagged, tuple(q), p, score.get(row["item_id"])))
+        found.ratings.append(
+            Rating(
+                item=item,
+                worker=row["worker_id"],
+                assignment="",
+                rating=digit,
+                not_pertinent=flagged,
+                distribution=tuple(q),
+                p_not_pertinent=p,
+                score=score.get(row["item_id"]),
+            )
+        )
     return found
