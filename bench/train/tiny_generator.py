@@ -1,8 +1,8 @@
 """Write a tiny random-init GPT-2 (causal LM) to a folder, for trying `evaluate --encoding prompt` offline.
 
     python bench/train/tiny_generator.py runs/tiny-gpt2
-    python bench/train/tiny_generator.py runs/taught-gpt2 --width 128 --teach csts_train.csv   # fitted to the answers
-    csts-pipeline evaluate --encoding prompt --model runs/tiny-gpt2 --data csts_validation.csv
+    python bench/train/tiny_generator.py runs/taught-gpt2 --width 128 --teach runs/csts-gen/csts_train.csv  # fitted
+    csts-pipeline evaluate --encoding prompt --model runs/tiny-gpt2 --data runs/csts-gen/csts_validation.csv
 
 No pretrained generative model can be fetched without the hub, so this one is built from a config, with the
 packaged all-MiniLM-L6-v2 tokenizer (no download). Its weights are random: its answers are mostly not numbers

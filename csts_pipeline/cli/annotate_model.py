@@ -4,8 +4,10 @@ in the loop). The commands join `annotate_app` when cli/__init__.py imports this
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -21,8 +23,11 @@ from csts_pipeline.cli.options import (
     given_options,
     say_up_to_date,
     user_errors,
+    with_options,
 )
 from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.model_spec import ModelSpec
+from csts_pipeline.stages.annotate.steps.options import ConditionCheckOptions, DraftOptions
 
 LmModelOpt = Annotated[
     str | None,
@@ -53,6 +58,31 @@ ReadOpt = Annotated[
         help="Endpoint: how answers are read: logprobs, samples, or auto (logprobs; samples for a reply without).",
     ),
 ]
+
+# the options that choose the model, one per ModelSpec field the command line sets
+MODEL_OPTIONS = {
+    "model": LmModelOpt,
+    "endpoint": EndpointOpt,
+    "api_key_env": ApiKeyEnvOpt,
+    "batch_size": LmBatchOpt,
+    "device": ModelDeviceOpt,
+    "timeout": TimeoutOpt,
+    "run_timeout": RunTimeoutOpt,
+    "read": ReadOpt,
+}
+
+
+def with_model_options(after: str) -> Any:
+    """Give a command taking `**model_options` the options that choose its model, after its option `after`, each
+    with ModelSpec's default: declared once for rate, draft and check-conditions."""
+    defaults = {field.name: field.default for field in fields(ModelSpec)}
+    return with_options(
+        after,
+        [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name], annotation=option)
+            for name, option in MODEL_OPTIONS.items()
+        ],
+    )
 
 
 # what each kind of model takes besides the folder's options (--dataset, --manifest, --out, --force)
@@ -90,96 +120,81 @@ def refuse_for_language_model(
         refuse_what_does_not_apply(ctx, "--model" if endpoint is None else "--endpoint", own)
 
 
-def _model_spec(model: str | None, endpoint: str | None, api_key_env: str, batch_size: int, device: str, **how):
-    """The model to ask; `how`: timeout, run_timeout, read (an endpoint's)."""
-    from csts_pipeline.pipeline.language_model import ModelSpec
-
-    spec = ModelSpec(model, endpoint, api_key_env, batch_size, device=device, **how)
+def _model_spec(model_options: dict[str, Any]) -> ModelSpec:
+    """The model to ask, from the options that choose it."""
+    spec = ModelSpec(**model_options)
     spec.check()
     return spec
 
 
 @annotate_app.command("rate")
+@with_model_options(after="manifest")
 @user_errors
 def annotate_rate(
     ctx: typer.Context,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
-    model: LmModelOpt = None,
-    endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: LmBatchOpt = 8,
-    device: ModelDeviceOpt = "auto",
     similarity_model: SimilarityModelOpt = None,
-    timeout: TimeoutOpt = 60.0,
-    run_timeout: RunTimeoutOpt = None,
-    read: ReadOpt = "auto",
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
+    **model_options: Any,
 ) -> None:
     """A language model (or, with --similarity-model, a similarity model) rates every item of the ratings export
     as one more worker, model:<name> (<annotate>/model_ratings/); the ratings import takes its rows with the
     people's. An option the kind of model ignores is refused (--timeout with --similarity-model)."""
     if similarity_model is not None:
-        if model is not None or endpoint is not None:
+        if model_options["model"] is not None or model_options["endpoint"] is not None:
             raise UserError("--similarity-model replaces --model and --endpoint; give one kind of model")
         refuse_what_does_not_apply(ctx, "--similarity-model")
+        folder, _ = annotate_folder(dataset, manifest, out)
         _rate_similarity(
-            name=similarity_model,
-            dataset=dataset,
-            manifest=manifest,
-            batch_size=batch_size,
-            device=device,
-            out=out,
+            folder,
+            similarity_model,
+            batch_size=model_options["batch_size"],
+            device=model_options["device"],
             force=force,
         )
         return
     from csts_pipeline.stages.annotate.steps.model_ratings import describe_rate, rate
 
-    refuse_for_language_model(ctx, model, endpoint, ())
-    spec = _model_spec(
-        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
-    )
+    refuse_for_language_model(ctx, model_options["model"], model_options["endpoint"], ())
+    spec = _model_spec(model_options)
     folder, _ = annotate_folder(dataset, manifest, out)
-    record = rate(folder, spec, force)
+    record = rate(folder, spec, force=force)
     if not say_up_to_date(record):
         typer.echo(describe_rate(record))
 
 
-def _rate_similarity(*, name: str, dataset, manifest, batch_size: int, device: str, out, force: bool) -> None:
+def _rate_similarity(folder: Path, name: str, *, batch_size: int, device: str, force: bool) -> None:
     from csts_pipeline.stages.annotate.steps import similarity_rater
 
-    folder, _ = annotate_folder(dataset, manifest, out)
-    record = similarity_rater.rate_similarity(folder, name, force, batch_size, device)
+    record = similarity_rater.rate_similarity(folder, name, force=force, batch_size=batch_size, device=device)
     if not say_up_to_date(record):
         typer.echo(similarity_rater.describe_similarity(record))
 
 
+MinAppliesOpt = Annotated[
+    float,
+    typer.Option(
+        "--min-applies",
+        help="Keep a draft only when the model's P(it applies to both sentences) is at least this (0: keep every "
+        "draft that passes the page's checks).",
+    ),
+]
+
+
 @annotate_app.command("draft")
+@with_model_options(after="manifest")
 @user_errors
 def annotate_draft(
     ctx: typer.Context,
     stage: AnnotateStageOpt,
     dataset: DatasetOpt = None,
     manifest: ManifestOpt = None,
-    model: LmModelOpt = None,
-    endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: LmBatchOpt = 8,
-    device: ModelDeviceOpt = "auto",
-    timeout: TimeoutOpt = 60.0,
-    run_timeout: RunTimeoutOpt = None,
-    read: ReadOpt = "auto",
-    min_applies: Annotated[
-        float,
-        typer.Option(
-            "--min-applies",
-            help="Keep a draft only when the model's P(it applies to both sentences) is at least this (0: keep "
-            "every draft that passes the page's checks).",
-        ),
-    ] = 0.5,
+    min_applies: MinAppliesOpt = DraftOptions.min_applies,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
+    **model_options: Any,
 ) -> None:
     """A language model drafts a high and a low condition per exported condition-writing task
     (<annotate>/condition_drafts/); export conditions again to prefill the page with those that pass the checks.
@@ -188,48 +203,41 @@ def annotate_draft(
 
     if stage != "conditions":
         raise UserError(f"--stage {stage!r}: only conditions can be drafted")
-    refuse_for_language_model(ctx, model, endpoint, ("stage", "min_applies"))
-    spec = _model_spec(
-        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
-    )
+    refuse_for_language_model(ctx, model_options["model"], model_options["endpoint"], ("stage", "min_applies"))
+    spec = _model_spec(model_options)
     folder, _ = annotate_folder(dataset, manifest, out)
-    record = draft(folder, spec, force, min_applies)
+    record = draft(folder, spec, force=force, min_applies=min_applies)
     if not say_up_to_date(record):
         typer.echo(describe_drafts(record))
 
 
+CheckedFileArg = Annotated[
+    Path, typer.Argument(help="A C-STS file or conditions.parquet: sentence1, sentence2, condition columns.")
+]
+BelowOpt = Annotated[float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")]
+CheckOutOpt = Annotated[
+    Path | None, typer.Option("--out", help="Folder for doubtful.csv and checked.parquet (default: FILE_check/).")
+]
+
+
 @annotate_app.command("check-conditions")
+@with_model_options(after="file")
 @user_errors
 def annotate_check_conditions(
     ctx: typer.Context,
-    file: Annotated[
-        Path, typer.Argument(help="A C-STS file or conditions.parquet: sentence1, sentence2, condition columns.")
-    ],
-    model: LmModelOpt = None,
-    endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    batch_size: LmBatchOpt = 8,
-    device: ModelDeviceOpt = "auto",
-    timeout: TimeoutOpt = 60.0,
-    run_timeout: RunTimeoutOpt = None,
-    read: ReadOpt = "auto",
-    below: Annotated[
-        float, typer.Option("--below", help="Doubtful when P(yes) to either question is below this.")
-    ] = 0.5,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Folder for doubtful.csv and checked.parquet (default: FILE_check/).")
-    ] = None,
+    file: CheckedFileArg,
+    below: BelowOpt = ConditionCheckOptions.below,
+    out: CheckOutOpt = None,
     force: ForceOpt = False,
+    **model_options: Any,
 ) -> None:
     """Ask the model whether each condition applies to both sentences and names an attribute, not a value; the
     doubtful ones go to doubtful.csv for a manual verdict. An option the kind of model ignores is refused."""
     from csts_pipeline.stages.annotate.steps.condition_check import check_conditions, describe_check
 
-    refuse_for_language_model(ctx, model, endpoint, ("file", "below"))
-    spec = _model_spec(
-        model, endpoint, api_key_env, batch_size, device, timeout=timeout, run_timeout=run_timeout, read=read
-    )
+    refuse_for_language_model(ctx, model_options["model"], model_options["endpoint"], ("file", "below"))
+    spec = _model_spec(model_options)
     folder = out if out is not None else file.with_name(f"{file.stem}_check")
-    record = check_conditions(file, folder, spec, below, force)
+    record = check_conditions(file, folder, spec, below=below, force=force)
     if not say_up_to_date(record):
         typer.echo(describe_check(record))

@@ -5,6 +5,7 @@ one and none imports another for an option."""
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any
@@ -57,6 +58,26 @@ TimeoutOpt = Annotated[
         "is a one-line error.",
     ),
 ]
+
+
+def with_options(after: str, options: list[inspect.Parameter]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command taking `**options` these options, placed after its option `after`: a block of options that
+    several commands take (train's hyperparameters, the model's of annotate rate, draft and check-conditions) is
+    declared once, with the defaults of the object it fills."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command, eval_str=True)
+        params = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in signature.parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        at = [p.name for p in params].index(after) + 1
+        params[at:at] = options
+        command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        return command
+
+    return decorate
 
 
 def given_options(ctx: typer.Context) -> dict[str, str]:

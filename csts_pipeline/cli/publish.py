@@ -47,7 +47,7 @@ def export(
         loaded = open_manifest(dataset, manifest)
         work_dir, label = loaded.work_dir, loaded.name
         annotate_dir = annotate_dir or work_dir / "annotate"
-    result = export_hf(annotate_dir, work_dir, out, name or label, license_, force)
+    result = export_hf(annotate_dir, work_dir, out, name=name or label, license=license_, force=force)
     rows = ", ".join(f"{split} {n}" for split, n in result["rows"].items())
     typer.echo(f"{result['out']}: {rows} rows\n  card: {result['card']}\n  plot: {result['histogram']}")
 

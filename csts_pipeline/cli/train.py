@@ -23,9 +23,11 @@ from csts_pipeline.cli.options import (
     TimeoutOpt,
     say_up_to_date,
     user_errors,
+    with_options,
 )
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import TrainConfig, open_manifest
+from csts_pipeline.pipeline.model_spec import ModelSpec
 from csts_pipeline.pipeline.records import read_record
 from csts_pipeline.pipeline.storage import output_cache
 from csts_pipeline.pipeline.urls import is_url
@@ -62,20 +64,7 @@ def _config_option(name: str, field: FieldInfo) -> inspect.Parameter:
 
 def with_config_options(after: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command taking `**hyperparameters` one option per TrainConfig field, placed after option `after`."""
-
-    def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        signature = inspect.signature(command, eval_str=True)
-        params = [
-            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-            for p in signature.parameters.values()
-            if p.kind is not inspect.Parameter.VAR_KEYWORD
-        ]
-        at = [p.name for p in params].index(after) + 1
-        params[at:at] = [_config_option(name, field) for name, field in TrainConfig.model_fields.items()]
-        command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        return command
-
-    return decorate
+    return with_options(after, [_config_option(name, field) for name, field in TrainConfig.model_fields.items()])
 
 
 def _manifest_train_section(dataset: str | None, manifest: str | None) -> dict[str, Any] | None:
@@ -215,8 +204,8 @@ def evaluate(
     examples: ExamplesOpt = None,
     seed: PromptSeedOpt = 42,
     endpoint: EndpointOpt = None,
-    api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
-    timeout: TimeoutOpt = 60.0,
+    api_key_env: ApiKeyEnvOpt = ModelSpec.api_key_env,
+    timeout: TimeoutOpt = ModelSpec.timeout,
 ) -> None:
     """Spearman and Pearson (x100) of a model's similarity scores against the labels."""
     from csts_pipeline.stages.train import evaluate as stage

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageSpec:
     """What the command line and the executor know of a data stage without loading it: its name, the stage whose
     output it reads (`above`, the upstream's own spec: each stage package declares its `SPEC` by importing its

@@ -136,7 +136,7 @@ def model_rows(crowd: Crowd, kind: str, seed: int) -> RatingArrays:
     n = crowd.n_items
     rating = (np.argmax(q, axis=1) + 1).astype(np.float64)
     worker = np.full(n, MODEL_WORKER + kind)
-    return RatingArrays(np.arange(n), worker, rating, p_flag > 0.5, q, p_flag)
+    return RatingArrays(np.arange(n), worker, rating, p_flag > 0.5, distribution=q, p_flag=p_flag)
 
 
 def with_models(crowd: Crowd, kinds: tuple[str, ...], seed: int) -> Crowd:

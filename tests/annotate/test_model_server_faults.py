@@ -359,7 +359,7 @@ def test_a_new_rate_makes_every_reader_of_the_ratings_import_refuse_it(folder: P
     for step in (
         lambda: csts_split.split(folder, force=True),
         lambda: export_more(folder),
-        lambda: export_hf(folder, None, tmp_path / "hub", "x", "cc-by-4.0", False),
+        lambda: export_hf(folder, None, tmp_path / "hub", name="x", license="cc-by-4.0"),
         lambda: annotation_summary(folder, tmp_path),
     ):
         with pytest.raises(UserError, match=stale):

@@ -1,6 +1,7 @@
-"""Each annotate option's default is declared once, in its step's options (stages/annotate/steps/options.py): the
-command line takes it from there and typer shows it as `[default: X]`, so no help text spells a default by hand
-where it could drift from the one the step uses."""
+"""Each annotate option's default is declared once, in its step's options (stages/annotate/steps/options.py, and
+pipeline/model_spec.py for the options that choose a language model): the command line takes it from there and
+typer shows it as `[default: X]`, so no help text spells a default by hand where it could drift from the one the
+step uses."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ import typer
 from csts_pipeline.cli import app
 from csts_pipeline.cli.annotate import EXPORT_OPTIONS
 from csts_pipeline.cli.annotate_import import IMPORT_OPTIONS
-from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, SplitOptions
+from csts_pipeline.pipeline.model_spec import ModelSpec
+from csts_pipeline.stages.annotate.steps.options import (
+    ConditionCheckOptions,
+    CrossfitOptions,
+    DraftOptions,
+    SplitOptions,
+)
 
 # each annotate command and the options objects its options fill
 OPTIONS_OF: dict[str, list[type]] = {
@@ -23,6 +30,9 @@ OPTIONS_OF: dict[str, list[type]] = {
     "import": list(IMPORT_OPTIONS.values()),
     "split": [SplitOptions],
     "crossfit": [CrossfitOptions],
+    "rate": [ModelSpec],
+    "draft": [ModelSpec, DraftOptions],
+    "check-conditions": [ModelSpec, ConditionCheckOptions],
 }
 FIELD_OF = {"lr": "learning_rate"}  # crossfit's --lr fills CrossfitOptions.learning_rate
 # "default 1.0", "default: 4", "(default 'C-STS annotator')", "; default mean.": a default written by hand

@@ -28,7 +28,8 @@ def test_the_budget_picks_the_most_accurate_index_that_fits():
     tight = plan_index(config, 10_000_000, 512)
     assert (tight.kind, tight.pq_m, tight.candidates) == ("ivf_pq", 256, 8 * 64)
     assert tight.factory == "IVF12649,PQ256x4fsr"
-    assert tight.estimate["total"] <= 8 * GIB < estimate("ivf_sq8", 10_000_000, 512, 12649, None, config)["total"]
+    sq8 = estimate("ivf_sq8", 10_000_000, 512, lists=12649, pq_m=None, config=config)
+    assert tight.estimate["total"] <= 8 * GIB < sq8["total"]
     assert "ivf_sq8" in tight.reason and "does not fit" in tight.reason
     smaller = plan_index(config.model_copy(update={"memory_budget": 5}), 10_000_000, 512)
     assert smaller.kind == "ivf_pq" and smaller.pq_m < 256

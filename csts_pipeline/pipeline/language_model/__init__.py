@@ -13,13 +13,13 @@ from csts_pipeline.pipeline.language_model.base import (
     Answer,
     Cost,
     LanguageModel,
-    ModelSpec,
     Unfinished,
     option_distribution,
 )
 from csts_pipeline.pipeline.language_model.cache import AnswerCache
 from csts_pipeline.pipeline.language_model.open import open_model
 from csts_pipeline.pipeline.language_model.prompts import Prompt, load_prompt
+from csts_pipeline.pipeline.model_spec import ModelSpec
 
 __all__ = [
     "Answer",

@@ -1,12 +1,12 @@
-"""What every language model offers (`LanguageModel`), how it is chosen (`ModelSpec`), what it cost (`Cost`), and
-the rules that read an answer (`Answer`): from next-token probabilities (`read_logprobs`, applied alike to a local
-model's logits and to a server's `top_logprobs`, so both give the same distribution) or from sampled replies
-(`read_samples`). An answer is a real distribution or no answer: too little mass on the options, logprobs that are
-not log-probabilities, or too few readable samples give `probs=None`, never a made-up distribution."""
+"""What every language model offers (`LanguageModel`), what it cost (`Cost`), and the rules that read an answer
+(`Answer`): from next-token probabilities (`read_logprobs`, applied alike to a local model's logits and to a
+server's `top_logprobs`, so both give the same distribution) or from sampled replies (`read_samples`). An answer
+is a real distribution or no answer: too little mass on the options, logprobs that are not log-probabilities, or
+too few readable samples give `probs=None`, never a made-up distribution. How a model is chosen is
+pipeline/model_spec.py (`ModelSpec`)."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from abc import ABC, abstractmethod
@@ -22,41 +22,7 @@ TOP_K = 20  # next tokens read for the options: the most an OpenAI-compatible AP
 MIN_OPTION_MASS = 0.1  # logprobs: less of the next token's probability than this on the options: no answer
 MIN_READABLE_SHARE = 0.5  # samples: fewer readable replies than this share of those asked for, no answer
 LOGPROB_SLACK = 1e-6  # a logprob above this, or top-20 probabilities summing above 1 + this, is out of range
-READ_MODES = ("auto", "logprobs", "samples")
 Messages = list[dict[str, str]]  # a chat: [{"role": "system"|"user"|"assistant", "content": ...}]
-
-
-@dataclass
-class ModelSpec:
-    """The command line's choice: a local model (`model`: hub name, folder or .gguf file) or a server (`endpoint`,
-    with `model` naming the served model, default the first it lists). The API key is read from the environment
-    variable `api_key_env` and never recorded."""
-
-    model: str | None = None
-    endpoint: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    batch_size: int = 8
-    samples: int = 10  # an endpoint without logprobs: answers sampled per question
-    device: str = "auto"
-    connect_timeout: float = 5.0
-    timeout: float = 60.0  # an endpoint: the most one request may take, all its tries and waits together
-    run_timeout: float | None = None  # an endpoint: the most all requests of one run may take (None: no limit)
-    read: str = "auto"  # an endpoint: logprobs, samples, or auto (logprobs; samples for a reply without them)
-
-    def check(self) -> None:
-        if self.model is None and self.endpoint is None:
-            raise UserError("give --model NAME_OR_PATH (a local model) or --endpoint URL (an OpenAI-compatible server)")
-        if self.batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1 (got {self.batch_size})")
-        if self.samples < 1:
-            raise UserError(f"--samples must be at least 1 (got {self.samples})")
-        if not self.timeout > 0 or (self.run_timeout is not None and not self.run_timeout > 0):
-            raise UserError(f"--timeout and --run-timeout must be positive (got {self.timeout}, {self.run_timeout})")
-        if self.read not in READ_MODES:
-            raise UserError(f"--read must be one of {', '.join(READ_MODES)} (got {self.read!r})")
-
-    def api_key(self) -> str | None:
-        return os.environ.get(self.api_key_env) or None
 
 
 class Unfinished(UserError):

@@ -17,13 +17,13 @@ from csts_pipeline.pipeline.language_model.base import (
     Cost,
     LanguageModel,
     Messages,
-    ModelSpec,
     Unfinished,
     read_logprobs,
     read_samples,
     reading,
 )
 from csts_pipeline.pipeline.language_model.endpoint_http import ServerConnection, served_models
+from csts_pipeline.pipeline.model_spec import ModelSpec
 
 SAMPLE_TOKENS = 8  # a sampled reply: enough for "Rating: 4"
 RECENT_S = 300  # a `created` this close to now is the time of the request (vLLM, llama.cpp), not the model's

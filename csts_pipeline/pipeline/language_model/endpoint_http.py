@@ -20,7 +20,8 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.language_model.base import ModelSpec, Unfinished
+from csts_pipeline.pipeline.language_model.base import Unfinished
+from csts_pipeline.pipeline.model_spec import ModelSpec
 
 log = logging.getLogger(__name__)
 RETRIES = 4  # after the first try

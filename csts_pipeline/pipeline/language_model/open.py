@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.language_model.base import LanguageModel, ModelSpec
+from csts_pipeline.pipeline.language_model.base import LanguageModel
+from csts_pipeline.pipeline.model_spec import ModelSpec
 
 
 def open_model(spec: ModelSpec) -> LanguageModel:

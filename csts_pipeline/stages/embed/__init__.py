@@ -3,10 +3,10 @@
 from csts_pipeline.pipeline.stage import StageSpec
 
 SPEC = StageSpec(
-    "embed",
-    None,
-    ("data.captions", "data.images"),
-    "Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/).",
-    "csts_pipeline.stages.embed.stage:EmbedStage",
-    "csts_pipeline.stages.embed.stage:summary_lines",
+    name="embed",
+    above=None,
+    inputs=("data.captions", "data.images"),
+    help="Encode every image with the manifest's open_clip model into Parquet shards (<out>/embed/).",
+    entry="csts_pipeline.stages.embed.stage:EmbedStage",
+    summary="csts_pipeline.stages.embed.stage:summary_lines",
 )

@@ -4,10 +4,10 @@ from csts_pipeline.pipeline.stage import StageSpec
 from csts_pipeline.stages.mine import SPEC as MINE
 
 SPEC = StageSpec(
-    "filter",
-    MINE,
-    ("mine/candidates", "mine/captions"),
-    "Keep the candidate pairs meeting the C-STS criteria (<out>/filter/), print the funnel; or score --pairs.",
-    "csts_pipeline.stages.filter.stage:FilterStage",
-    "csts_pipeline.stages.filter.stage:summary_lines",
+    name="filter",
+    above=MINE,
+    inputs=("mine/candidates", "mine/captions"),
+    help="Keep the candidate pairs meeting the C-STS criteria (<out>/filter/), print the funnel; or score --pairs.",
+    entry="csts_pipeline.stages.filter.stage:FilterStage",
+    summary="csts_pipeline.stages.filter.stage:summary_lines",
 )

@@ -84,9 +84,10 @@ class NumbaPairMetrics:
         embeddings = self.embeddings if self.embeddings is not None and cosine_mode else _NO_EMBEDDINGS
         f = self.features
         kernels.fused_kernel(
-            np.asarray(first, np.int64), np.asarray(second, np.int64), f.token_offsets, f.token_ids,
-            self.vocabulary, f.words, f.chars, embeddings, np.asarray(low, np.float64),
-            np.asarray(high, np.float64), cosine_mode, _EDGES, _BINS, iou, ratio, length, cosine, bits, counts,
+            first=np.asarray(first, np.int64), second=np.asarray(second, np.int64), offsets=f.token_offsets,
+            ids=f.token_ids, vocabulary=self.vocabulary, words=f.words, chars=f.chars, embeddings=embeddings,
+            low=np.asarray(low, np.float64), high=np.asarray(high, np.float64), cosine_mode=cosine_mode,
+            edges=_EDGES, bins=_BINS, iou=iou, ratio=ratio, length=length, cosine=cosine, bits=bits, counts=counts,
         )  # fmt: skip
         total = counts.sum(axis=0)
         histograms = {name: total[code, :, : _BINS[code]] for code, name in enumerate(CRITERIA)}

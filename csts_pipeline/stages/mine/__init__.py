@@ -4,9 +4,9 @@ from csts_pipeline.pipeline.stage import StageSpec
 from csts_pipeline.stages.embed import SPEC as EMBED
 
 SPEC = StageSpec(
-    "mine",
-    EMBED,
-    ("embed/embeddings", "embed/captions"),
-    "Top-k image neighbours (exact, or approximate with measured recall) expanded to caption pairs (<out>/mine/).",
-    "csts_pipeline.stages.mine.stage:MineStage",
+    name="mine",
+    above=EMBED,
+    inputs=("embed/embeddings", "embed/captions"),
+    help="Top-k image neighbours (exact, or approximate with measured recall) expanded to caption pairs (<out>/mine/).",
+    entry="csts_pipeline.stages.mine.stage:MineStage",
 )

@@ -49,7 +49,7 @@ PIECE_ROWS = 1 << 16  # mine.knn=torch joins shards into pieces of this many row
 TRAIN_CAP = 262_144  # training points: 64 a list up to this cap, then 32 a list (FAISS warns below 39; k-means cost)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IndexPlan:
     """The index mine builds, its parameters and why: what goes into the stage record under `search.budget`."""
 
@@ -135,7 +135,7 @@ def index_bytes(
 
 
 def estimate(
-    kind: str, n: int, dim: int, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
+    kind: str, n: int, dim: int, *, lists: int, pq_m: int | None, config: MineConfig, gpu: bool = False
 ) -> dict[str, int]:
     """Peak bytes of the mine process by part, with `total` (host memory: an exact base on a GPU is not in it)."""
     k, batch = config.k, config.query_batch
@@ -242,7 +242,7 @@ def plan_index(
     for kind, backend in _candidates(config, n, accelerator):
         on_device = backend != "faiss" or (gpu and kind == "exact")
         for pq_m in pq_splits(dim) if kind == "ivf_pq" else [None]:
-            parts = estimate(kind, n, dim, lists, pq_m, config, on_device)
+            parts = estimate(kind, n, dim, lists=lists, pq_m=pq_m, config=config, gpu=on_device)
             name = f"{kind} (PQ{pq_m})" if pq_m else kind
             name += " (base on the GPU)" if gpu and kind == "exact" else ""
             name += f" (on the GPU, {backend})" if backend != "faiss" else ""
@@ -254,7 +254,16 @@ def plan_index(
                 reason = f"{name}: estimated {parts['total'] / GIB:.2f} GiB of {config.memory_budget:g} GiB"
                 reason += device_note + "".join(f"; {other} does not fit" for other in tried)
                 candidates = config.rerank * config.k if kind in COMPRESSED else 0
-                return IndexPlan(kind, lists, pq_m, candidates, parts, reason, backend, device)
+                return IndexPlan(
+                    kind=kind,
+                    lists=lists,
+                    pq_m=pq_m,
+                    candidates=candidates,
+                    estimate=parts,
+                    reason=reason,
+                    backend=backend,
+                    gpu_estimate=device,
+                )
             tried.append(f"{name} ({parts['total'] / GIB:.2f} GiB{device_note})")
     raise UserError(
         f"mine.memory_budget={config.memory_budget:g} GiB is too small for {n:,} images of {dim} dimensions: "

@@ -138,7 +138,7 @@ def candidate_scores(queries: np.ndarray, found: np.ndarray, stored: StoredRows)
         half = block.dtype == np.float16  # widened bit by bit in the kernel: numba has no float16
         bits = block.view(np.uint16) if half else np.empty((0, 0), np.uint16)
         wide = np.empty((0, 0), np.float32) if half else np.ascontiguousarray(block, np.float32)
-        _row_dots(bits, wide, bounds[lo : hi + 1], order, queries, found.shape[1], exact)
+        _row_dots(bits, wide, bounds[lo : hi + 1], order, queries, width=found.shape[1], out=exact)
     return exact.reshape(found.shape)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from csts_pipeline.pipeline.device import resolve_device
 from csts_pipeline.pipeline.errors import UserError
+from csts_pipeline.pipeline.model_spec import ModelSpec
 from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.train.data import PairData, read_pairs
 from csts_pipeline.stages.train.models import EncoderSpec, is_trained_model, load_model, model_pooling
@@ -47,8 +48,8 @@ class EvaluateOptions:
     metrics_out: Path = Path("runs/evaluate/metrics.json")
     prompt: PromptOptions | None = None  # --encoding prompt: the prompting baseline's settings
     endpoint: str | None = None  # --encoding prompt: an OpenAI-compatible server serving `model`
-    api_key_env: str = "OPENAI_API_KEY"  # the variable holding the endpoint's key
-    timeout: float = 60.0  # --endpoint: seconds one request may take, all its tries together
+    api_key_env: str = ModelSpec.api_key_env  # the variable holding the endpoint's key
+    timeout: float = ModelSpec.timeout  # --endpoint: seconds one request may take, all its tries together
 
 
 def load_splits(options: EvaluateOptions) -> dict[str, PairData]:

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.pipeline.language_model import LanguageModel, ModelSpec, open_model
+from csts_pipeline.pipeline.language_model import LanguageModel, open_model
+from csts_pipeline.pipeline.model_spec import ModelSpec
 from csts_pipeline.stages.train.data import PairData, quad_pairs
 
 SHORT_INSTRUCTIONS = (
@@ -106,8 +107,8 @@ def open_generator(
     *,
     batch_size: int,
     endpoint: str | None = None,
-    api_key_env: str = "OPENAI_API_KEY",
-    timeout: float = 60.0,
+    api_key_env: str = ModelSpec.api_key_env,
+    timeout: float = ModelSpec.timeout,
 ) -> LanguageModel:
     """The model through pipeline.language_model: a local causal or sequence-to-sequence model (hub name, folder or
     .gguf file), or with `endpoint` an OpenAI-compatible server serving `name` (its /v1/completions)."""

@@ -128,7 +128,7 @@ def score_best(folder: Path, splits: Splits, device: torch.device, config: Train
 
 
 def finish(
-    out: OutputFolder, options: TrainOptions, splits: Splits, job: TrainJob, progress: dict, resumed: bool
+    out: OutputFolder, options: TrainOptions, splits: Splits, job: TrainJob, *, progress: dict, resumed: bool
 ) -> dict:
     """Score the best epoch; write metrics.json, the predictions and the stage record; drop the checkpoint."""
     device, dtype = job.device, job.dtype
@@ -189,4 +189,4 @@ def run(options: TrainOptions, force: bool = False) -> dict:
         resumed = out.begin(force=force)
         progress = start_or_resume(job, out.staging / CHECKPOINT, resumed)
         train_epochs(job, progress, out.staging)
-        return finish(out, options, splits, job, progress, resumed)
+        return finish(out, options, splits, job, progress=progress, resumed=resumed)

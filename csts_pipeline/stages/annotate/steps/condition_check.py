@@ -19,6 +19,7 @@ from csts_pipeline.pipeline.records import file_fingerprint
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd.files import write_csv, write_parquet
 from csts_pipeline.stages.annotate.steps.model_ratings import YES_NO
+from csts_pipeline.stages.annotate.steps.options import ConditionCheckOptions
 
 DOUBTFUL = "doubtful.csv"
 CHECKED = "checked.parquet"
@@ -50,7 +51,12 @@ def read_conditions(path: Path) -> pa.Table:
 
 
 def check_conditions(
-    path: Path, out_dir: Path, spec: ModelSpec | LanguageModel, below: float = 0.5, force: bool = False
+    path: Path,
+    out_dir: Path,
+    spec: ModelSpec | LanguageModel,
+    *,
+    below: float = ConditionCheckOptions.below,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Both questions for every row; a row is doubtful when either answer's P(yes) is below `below`."""
     if not 0 < below < 1:

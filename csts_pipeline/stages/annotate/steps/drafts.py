@@ -26,12 +26,12 @@ from csts_pipeline.pipeline.records import fingerprint, read_record, require_rec
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_jsonl
 from csts_pipeline.stages.annotate.layout import CONDITION_TYPES, CONDITIONS_TASKS, TASKS
 from csts_pipeline.stages.annotate.steps.model_ratings import YES_NO
+from csts_pipeline.stages.annotate.steps.options import DraftOptions
 
 DRAFTS = "condition_drafts"  # <annotate>/condition_drafts/: what `annotate draft --stage conditions` wrote
 DRAFTS_FILE = "drafts.jsonl"
 MAX_CONDITION_CHARS = 80  # as the page's check (templates/_hit.js)
 MAX_TOKENS = 16
-APPLIES_AT_LEAST = 0.5  # P(the condition applies to both sentences) a draft needs
 UNIT_TASKS = 8
 ORIGINS = ("drafted_accepted", "drafted_edited", "written")
 _SENTENCE = re.compile(r"\bsentences?\b")
@@ -68,7 +68,11 @@ def clean(answer: str) -> str:
 
 
 def draft(
-    annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = False, min_applies: float = APPLIES_AT_LEAST
+    annotate_dir: Path,
+    spec: ModelSpec | LanguageModel,
+    *,
+    force: bool = False,
+    min_applies: float = DraftOptions.min_applies,
 ) -> dict[str, Any]:
     """Drafts for every exported condition-writing task; a no-op when model, prompts and tasks are unchanged. A
     draft needs P(it applies to both sentences) of at least `min_applies` (0: the model's yes/no is not asked for

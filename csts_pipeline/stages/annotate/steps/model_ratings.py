@@ -58,7 +58,7 @@ def worker_id(model: LanguageModel) -> str:
     return f"model:{model.name}"
 
 
-def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, force: bool = False) -> dict[str, Any]:
+def rate(annotate_dir: Path, spec: ModelSpec | LanguageModel, *, force: bool = False) -> dict[str, Any]:
     """Rate every row of the ratings export with the model (`spec`, or a model already open); a no-op when
     model, prompts and items are unchanged, and answers already in the folder's cache are never asked again."""
     tasks_dir = annotate_dir / RATINGS_TASKS
@@ -220,5 +220,16 @@ def answers_of(
         flagged = p_not is not None and p_not > 0.5  # p_not null: not asked (a similarity model)
         digit = None if flagged else int(np.argmax(q)) + 1
         p = None if p_not is None else float(p_not)
-        found.ratings.append(Rating(item, row["worker_id"], "", digit, flagged, tuple(q), p, score.get(row["item_id"])))
+        found.ratings.append(
+            Rating(
+                item=item,
+                worker=row["worker_id"],
+                assignment="",
+                rating=digit,
+                not_pertinent=flagged,
+                distribution=tuple(q),
+                p_not_pertinent=p,
+                score=score.get(row["item_id"]),
+            )
+        )
     return found

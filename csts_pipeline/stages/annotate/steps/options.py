@@ -148,6 +148,26 @@ class BwsImportOptions:
     workers: Path | None = None
 
 
+# ------------------------------------------------------------------------------------------------ language model
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraftOptions:
+    """`annotate draft`: a draft is kept when the model's P(it applies to both sentences) is at least
+    `min_applies` (0: every draft that passes the page's checks; for a model whose yes/no is biased). The model
+    itself is pipeline/model_spec.py's `ModelSpec`, like every command's that asks one."""
+
+    min_applies: float = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionCheckOptions:
+    """`annotate check-conditions`: a condition is doubtful when the model's P(yes) to either question is below
+    `below`."""
+
+    below: float = 0.5
+
+
 @dataclass(frozen=True, kw_only=True)
 class SplitOptions:
     """`annotate split`: the train:validation:test proportions, their seed and the labels split (likert or bws)."""

@@ -50,7 +50,9 @@ def shard_path(split: str) -> str:
     return f"{DATA}/{split}-00000-of-00001.parquet"
 
 
-def export_hf(annotate_dir: Path, work_dir: Path | None, out: Path, name: str, license: str, force: bool) -> dict:
+def export_hf(
+    annotate_dir: Path, work_dir: Path | None, out: Path, *, name: str, license: str, force: bool = False
+) -> dict:
     """Write the dataset folder `out` from `<annotate_dir>/csts/` (and the filter record under `work_dir`),
     committed whole (pipeline.commit): a failed export leaves the previous one, and whatever else the folder holds
     (a checkout's `.git`, notes) stays."""

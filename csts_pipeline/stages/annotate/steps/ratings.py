@@ -87,7 +87,9 @@ def export_ratings(
         key = hash64(triplets.column("pair_id").to_numpy() * 2 + is_low, seed)
         triplets = triplets.take(pa.array(np.argsort(key, kind="stable")))
         real = tasks.rating_tasks(triplets)
-        made = controls.make(source, annotate_dir, real, gold, hidden_gold.gold_count(len(real), gold_share), seed)
+        made = controls.make(
+            source, annotate_dir, real, gold=gold, n=hidden_gold.gold_count(len(real), gold_share), seed=seed
+        )
         records, n_gold = controls.mix(real, made, seed), len(made)
 
         out.begin(force=True)
@@ -199,7 +201,7 @@ def _write_import(
     return out.finish(counts, problems=screen.summary(), label_policy=how, **figures, files=files)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Labelled:
     """What the ratings import computes from the tasks and the accepted answers, before anything is written."""
 
@@ -266,10 +268,7 @@ def label_batch(
     checks = quality.high_low(items, labels, model)
     scored = hidden_gold.GoldCheck.of(tasks_all, models).workers if gold is not None else {}
     workers = quality.workers_table(model, ratings, (gold.workers | scored) if gold else None, described)
-    for found in (model.models or {}).get("models", []) if model else []:  # a model's gold, as a person's
-        found |= {"gold_answers": scored[found["worker_id"]].answers if found["worker_id"] in scored else 0}
-        found["gold_accuracy"] = scored[found["worker_id"]].accuracy if found["gold_answers"] else None
-        found |= described.get(found["worker_id"], {})
+    _describe_models(model, scored, described)
     agreement |= {
         "models": list(described.values()),
         "high_low": checks.summary,
@@ -278,7 +277,20 @@ def label_batch(
         "expert": None if careful is None else careful.summary(labels.answers),
         "qualification_test": None if tested is None else _test_summary(tested, test),
     }
-    return Labelled(items, accepted, labels, model, workers, agreement, checks)
+    return Labelled(
+        items=items, accepted=accepted, labels=labels, model=model, workers=workers, agreement=agreement, checks=checks
+    )
+
+
+def _describe_models(
+    model: quality.ModelResult | None, scored: dict[str, Any], described: dict[str, dict[str, str]]
+) -> None:
+    """Each model worker of the rater model's summary gets its gold answers and accuracy, as a person's, and what
+    it is (`described`)."""
+    for found in (model.models or {}).get("models", []) if model else []:
+        found |= {"gold_answers": scored[found["worker_id"]].answers if found["worker_id"] in scored else 0}
+        found["gold_accuracy"] = scored[found["worker_id"]].accuracy if found["gold_answers"] else None
+        found |= described.get(found["worker_id"], {})
 
 
 def _test_summary(tested: tuple[RatingArrays, np.ndarray], path: Path | None) -> dict[str, Any]:
