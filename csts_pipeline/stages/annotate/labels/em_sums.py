@@ -4,12 +4,36 @@ products arranged once per batch (Layout), not a sort or a gather every EM itera
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache, cached_property, wraps
+from typing import Any, TypeVar
 
+import numba
 import numpy as np
 from scipy import sparse
+from threadpoolctl import ThreadpoolController
+
+T = TypeVar("T")
 
 SCALE = np.arange(1, 6, dtype=np.float64)  # the answers' scale, 1..5 (ordinal.SCALE)
+
+
+def one_blas_thread(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn` with numpy's BLAS on one thread: EM's products are small, a few milliseconds each, and two BLAS threads
+    on a busy machine made each up to ten times as slow as one (a thread waits on the other's core)."""
+
+    @wraps(fn)
+    def limited(*args: Any, **kwargs: Any) -> T:
+        with _threads().limit(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return limited
+
+
+@cache
+def _threads() -> ThreadpoolController:
+    return ThreadpoolController()
 
 
 def joint_posterior(
@@ -29,14 +53,77 @@ def joint_posterior(
     columns = len(SCALE) * len(weights)
     cells = tables.transpose(1, 3, 2, 0).reshape(-1, columns)  # [worker * y, t * g]: a hard answer's likelihoods
     like = np.concatenate([cells, _soft_likelihood(answers[layout.soft], tables, code[layout.soft])])
-    post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
-    post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
-    top = post.max(axis=(1, 2), keepdims=True)
-    post -= top  # in place from here: [items, t, g] arrays are the E-step's memory traffic
-    np.exp(post, out=post)
-    total = post.sum(axis=(1, 2), keepdims=True)
-    post /= total
-    return post, (np.log(total) + top).reshape(-1)
+    by_item = layout.by_item
+    log_like = np.log(np.maximum(like, 1e-300))
+    post, top = _item_log_posteriors(by_item.indptr, by_item.indices, by_item.data, log_like, np.log(prior), np.log(weights))
+    np.exp(post, out=post)  # numpy's exp over the whole array: a scalar exp a cell in the loop took 4 times as long
+    evidence = _normalised(post, top)
+    return post.reshape(n_items, len(SCALE), len(weights)), evidence
+
+
+@numba.njit(cache=True, nogil=True)
+def _item_log_posteriors(indptr, indices, data, log_like, log_prior, log_weights):  # pragma: no cover (compiled)
+    """joint_posterior's sums in one pass an item: its answers' log-likelihoods [t * g] added in the answers'
+    order (as the sparse product by_item @ log_like adds them), then the prior's and the nodes' log masses; each
+    row less its largest value, which comes back too."""
+    labels, nodes = log_prior.shape[0], log_weights.shape[0]
+    post = np.zeros((indptr.shape[0] - 1, labels * nodes))
+    top = np.empty(indptr.shape[0] - 1)
+    for i in range(indptr.shape[0] - 1):
+        row = post[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            value, cell = data[k], log_like[indices[k]]
+            for c in range(labels * nodes):
+                row[c] += value * cell[c]
+        largest = -np.inf
+        for t in range(labels):
+            for g in range(nodes):
+                row[t * nodes + g] = (row[t * nodes + g] + log_prior[t]) + log_weights[g]
+                largest = max(largest, row[t * nodes + g])
+        for c in range(labels * nodes):
+            row[c] -= largest
+        top[i] = largest
+    return post, top
+
+
+@numba.njit(cache=True, nogil=True)
+def _normalised(post, top):  # pragma: no cover (compiled)
+    """Each row of `post` over its total, in place; per row the log of its total plus `top` (the item's
+    log-likelihood)."""
+    evidence = np.empty(post.shape[0])
+    for i in range(post.shape[0]):
+        total = 0.0
+        for c in range(post.shape[1]):
+            total += post[i, c]
+        for c in range(post.shape[1]):
+            post[i, c] /= total
+        evidence[i] = np.log(total) + top[i]
+    return evidence
+
+
+def restrict(joint: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """The joint posterior [items, t, g] kept to each item's allowed true labels (allowed[items, t], 0 or 1: a
+    known label allows one) and normalised again, in place; returns the posterior over t, [items, t]."""
+    posterior = np.empty(joint.shape[:2])
+    _restrict(joint, np.ascontiguousarray(allowed, np.float64), posterior)
+    return posterior
+
+
+@numba.njit(cache=True, nogil=True)
+def _restrict(joint, allowed, posterior):  # pragma: no cover (compiled)
+    """restrict's pass: per item, each cell times its label's allowance, the row over its total, the sums by t."""
+    for i in range(joint.shape[0]):
+        total = 0.0
+        for t in range(joint.shape[1]):
+            for g in range(joint.shape[2]):
+                joint[i, t, g] *= allowed[i, t]
+                total += joint[i, t, g]
+        for t in range(joint.shape[1]):
+            mass = 0.0
+            for g in range(joint.shape[2]):
+                joint[i, t, g] /= total
+                mass += joint[i, t, g]
+            posterior[i, t] = mass
 
 
 def _soft_likelihood(answers: np.ndarray, tables: np.ndarray, code: np.ndarray) -> np.ndarray:
@@ -69,8 +156,23 @@ def worker_counts(
     spread over the (true label, shift node) pairs by its item's joint posterior [items, t, g]. `layout`:
     Layout.of these answers (Answers.count_layout keeps it across iterations)."""
     layout = layout or Layout.of(item, code, answers, n, len(joint))
-    cells = layout.by_cell @ joint.reshape(len(joint), -1)  # [worker * y, t * g]
+    by_item = layout.cells_by_item
+    cells = _cell_sums(by_item.indptr, by_item.indices, by_item.data, joint.reshape(len(joint), -1), by_item.shape[0])
     return cells.reshape(n, len(SCALE), len(SCALE), joint.shape[2]).transpose(0, 3, 2, 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _cell_sums(indptr, indices, data, joint, n_cells):  # pragma: no cover (compiled)
+    """worker_counts' sum, [worker * y, t * g]: each item's posterior row read once, in order, and added to the
+    cells of its answers (times q(y)), rather than gathered by cell from all over the posterior."""
+    out = np.zeros((n_cells, joint.shape[1]))
+    for i in range(joint.shape[0]):
+        row = joint[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            target, value = out[indices[k]], data[k]
+            for c in range(joint.shape[1]):
+                target[c] += value * row[c]
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,6 +192,11 @@ class Layout:
     by_item: sparse.csr_matrix
     by_cell: sparse.csr_matrix
     soft: np.ndarray  # the answers that are not one digit, in their order
+
+    @cached_property
+    def cells_by_item(self) -> sparse.csc_matrix:
+        """by_cell by item (its columns): per item the (worker, y) cells of its answers, for worker_counts."""
+        return self.by_cell.tocsc()
 
     @staticmethod
     def of(item: np.ndarray, code: np.ndarray, answers: np.ndarray, n_workers: int, n_items: int) -> Layout:

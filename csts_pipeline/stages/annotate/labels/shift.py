@@ -13,6 +13,7 @@ items are read alike a point off (sd 0.4) moves it from three ratings an item on
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 SHIFT_NODES = 5  # Gauss-Hermite points of the shift
@@ -56,15 +57,27 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     labels = counts.shape[2]
     felt = np.clip(np.arange(labels)[None, :] + shifts[:, None], 0, labels - 1)  # [g, t]
     low = np.minimum(np.floor(felt).astype(np.int64), labels - 2)
-    frac = (felt - low)[None, :, :, None]  # [1, g, t, 1]
-    below = (1 - frac) * table[:, low]  # [worker, g, t, y]
-    above = frac * table[:, low + 1]
-    share = below / np.maximum(below + above, 1e-300)
-    rows = np.arange(labels)
-    onto_low = (low[:, :, None] == rows).astype(np.float64).reshape(-1, labels)  # [g * t, t']
-    onto_high = (low[:, :, None] + 1 == rows).astype(np.float64).reshape(-1, labels)
-    flat = (len(counts), counts.shape[1] * labels, counts.shape[3])  # [worker, g * t, y]: a product per worker
-    return onto_low.T @ (share * counts).reshape(flat) + onto_high.T @ ((1 - share) * counts).reshape(flat)
+    return _unshifted(np.ascontiguousarray(counts), np.ascontiguousarray(table), low, felt - low)
+
+
+@numba.njit(cache=True, nogil=True)
+def _unshifted(counts, table, low, frac):  # pragma: no cover (compiled)
+    """unshifted_counts per worker: each count [g, t, y] split between the rows low and low + 1 of the worker's
+    table by how likely each makes the answer, the shares onto the low rows and onto the high rows summed apart
+    and then added."""
+    workers, nodes, labels, answers = counts.shape
+    onto_low = np.zeros((workers, labels, answers))
+    onto_high = np.zeros((workers, labels, answers))
+    for w in range(workers):
+        for g in range(nodes):
+            for t in range(labels):
+                lo, f = low[g, t], frac[g, t]
+                for y in range(answers):
+                    below = (1 - f) * table[w, lo, y]
+                    share = below / max(below + f * table[w, lo + 1, y], 1e-300)
+                    onto_low[w, lo, y] += share * counts[w, g, t, y]
+                    onto_high[w, lo + 1, y] += (1 - share) * counts[w, g, t, y]
+    return onto_low + onto_high
 
 
 def relative_log_likelihoods(log_likelihoods: dict[float, float]) -> dict[str, float] | None:
