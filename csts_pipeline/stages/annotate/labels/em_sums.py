@@ -45,45 +45,53 @@ def joint_posterior(
     weights: np.ndarray,
     n_items: int,
     layout: Layout | None = None,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """E-step: per item, the posterior [items, t, g] over its true label and the shared shift's node g, given its
     answers, and the log-likelihood of its answers; tables[g, worker, t, y] holds P(y | t + shift_g), `weights`
-    the nodes' prior mass. `layout`: Layout.of these answers (Answers.layout keeps it across iterations)."""
+    the nodes' prior mass. `layout`: Layout.of these answers (Answers.layout keeps it across iterations); `out`:
+    a C-ordered float64 array of [items, t, g] to write the posterior into (EM reuses two: a fresh array of
+    200,000 x 25 was page faults every iteration)."""
     layout = layout or Layout.of(item, code, answers, tables.shape[1], n_items)
     columns = len(SCALE) * len(weights)
     cells = tables.transpose(1, 3, 2, 0).reshape(-1, columns)  # [worker * y, t * g]: a hard answer's likelihoods
     like = np.concatenate([cells, _soft_likelihood(answers[layout.soft], tables, code[layout.soft])])
     by_item = layout.by_item
     log_like = np.log(np.maximum(like, 1e-300))
-    post, top = _item_log_posteriors(by_item.indptr, by_item.indices, by_item.data, log_like, np.log(prior), np.log(weights))
+    post = np.empty((n_items, columns)) if out is None else out.reshape(n_items, columns)
+    top = np.empty(n_items)
+    _item_log_posteriors(by_item.indptr, by_item.indices, by_item.data, log_like, np.log(prior), np.log(weights),
+                         post, top)  # fmt: skip
     np.exp(post, out=post)  # numpy's exp over the whole array: a scalar exp a cell in the loop took 4 times as long
     evidence = _normalised(post, top)
     return post.reshape(n_items, len(SCALE), len(weights)), evidence
 
 
 @numba.njit(cache=True, nogil=True)
-def _item_log_posteriors(indptr, indices, data, log_like, log_prior, log_weights):  # pragma: no cover (compiled)
-    """joint_posterior's sums in one pass an item: its answers' log-likelihoods [t * g] added in the answers'
-    order (as the sparse product by_item @ log_like adds them), then the prior's and the nodes' log masses; each
-    row less its largest value, which comes back too."""
+def _item_log_posteriors(indptr, indices, data, log_like, log_prior, log_weights, post, top):  # pragma: no cover
+    """joint_posterior's sums in one pass an item, into `post` [items, t * g] and `top` [items]: its answers'
+    log-likelihoods added in the answers' order (as the sparse product by_item @ log_like adds them), then the
+    prior's and the nodes' log masses; each row less its largest value, which goes to `top`. Indexed flat, not
+    through row views (a view a row cost as much as the sums)."""
     labels, nodes = log_prior.shape[0], log_weights.shape[0]
-    post = np.zeros((indptr.shape[0] - 1, labels * nodes))
-    top = np.empty(indptr.shape[0] - 1)
+    width = labels * nodes
+    cells, rows = log_like.ravel(), post.ravel()
     for i in range(indptr.shape[0] - 1):
-        row = post[i]
+        at = i * width
+        for c in range(width):
+            rows[at + c] = 0.0
         for k in range(indptr[i], indptr[i + 1]):
-            value, cell = data[k], log_like[indices[k]]
-            for c in range(labels * nodes):
-                row[c] += value * cell[c]
+            value, cell = data[k], np.int64(indices[k]) * width
+            for c in range(width):
+                rows[at + c] += value * cells[cell + c]
         largest = -np.inf
         for t in range(labels):
             for g in range(nodes):
-                row[t * nodes + g] = (row[t * nodes + g] + log_prior[t]) + log_weights[g]
-                largest = max(largest, row[t * nodes + g])
-        for c in range(labels * nodes):
-            row[c] -= largest
+                rows[at + t * nodes + g] = (rows[at + t * nodes + g] + log_prior[t]) + log_weights[g]
+                largest = max(largest, rows[at + t * nodes + g])
+        for c in range(width):
+            rows[at + c] -= largest
         top[i] = largest
-    return post, top
 
 
 @numba.njit(cache=True, nogil=True)
@@ -167,11 +175,10 @@ def _cell_sums(indptr, indices, data, joint, n_cells):  # pragma: no cover (comp
     cells of its answers (times q(y)), rather than gathered by cell from all over the posterior."""
     out = np.zeros((n_cells, joint.shape[1]))
     for i in range(joint.shape[0]):
-        row = joint[i]
         for k in range(indptr[i], indptr[i + 1]):
-            target, value = out[indices[k]], data[k]
+            target, value = indices[k], data[k]
             for c in range(joint.shape[1]):
-                target[c] += value * row[c]
+                out[target, c] += value * joint[i, c]
     return out
 
 

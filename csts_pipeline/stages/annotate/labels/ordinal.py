@@ -314,8 +314,10 @@ def expectation_maximisation(
     groups, group = np.unique(data.family[data.code[scored]], return_inverse=True)
     measured = known_items(data)[data.item[scored]] if data.density_on_known else np.ones(len(scored), bool)
     density = state.density if state.density is not None else score_density.start(len(groups))
+    buffers = [np.empty((data.n_items, len(SCALE), len(shifts))) for _ in range(2)]  # this iteration's, the last's
     for iterations in range(1, max_iter + 1):
-        joint, evidence = e_step(data, State(prior, choice, table, before, density, strength=strength), group, spread)
+        now = State(prior, choice, table, before, density, strength=strength)
+        joint, evidence = e_step(data, now, group, spread, buffers[iterations % 2])
         posterior = restrict(joint, data.allowed)  # in place: each item's known label, normalised again
         if data.label_prior is None:
             prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
@@ -342,13 +344,16 @@ def expectation_maximisation(
     return done
 
 
-def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tuple[np.ndarray, np.ndarray]:
+def e_step(
+    data: Answers, state: State, group: np.ndarray, spread: float, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The items' joint posterior [items, t, g] from their answers under `state`'s parameters, the known labels
-    not yet applied, and each item's log-likelihood; `group`: each scored row's family among the scored ones."""
+    not yet applied, and each item's log-likelihood; `group`: each scored row's family among the scored ones;
+    `out`: an array to write the posterior into (joint_posterior)."""
     shifts, weights = shift.nodes(spread)
     tables = worker_tables(data, state, shifts)
     joint, evidence = joint_posterior(
-        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout
+        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout, out
     )
     if len(data.scored) and state.density is not None:
         extra = score_density.log_likelihood(data.z[data.scored], group, state.density, shifts)
