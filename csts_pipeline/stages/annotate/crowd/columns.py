@@ -97,10 +97,10 @@ def csv_columns(path: Path, lines: Iterable[str], plan: Callable[[list[str]], tu
         keep = np.array([any(v.strip() for v in values) for values in records], bool)
         records = [(values + [""] * width)[:width] for values in records]
     by_column: list[np.ndarray] = []
-    if records and width:  # the records' values in one arrow array, then cut into columns (zip(*records) was slower)
-        flat = pa.array([value for values in records for value in values], pa.string())
-        keep = _not_blank(records, flat, width) if keep is None else keep
-        table = flat.to_numpy(zero_copy_only=False).reshape(len(records), width)
+    if records and width:  # the records' values in one list, then cut into columns (zip(*records) was slower)
+        values = [value for values in records for value in values]
+        keep = _not_blank(records, pa.array(values, pa.string()), width) if keep is None else keep
+        table = objects(values, len(values)).reshape(len(records), width)
         by_column = [np.ascontiguousarray(table[:, i]) for i in range(width)]
     elif keep is None:
         keep = np.zeros(len(records), bool)

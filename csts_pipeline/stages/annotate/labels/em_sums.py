@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, cached_property, wraps
+from types import ModuleType
 from typing import Any, TypeVar
 
-import numba
 import numpy as np
 from scipy import sparse
 from threadpoolctl import ThreadpoolController
@@ -36,6 +36,13 @@ def _threads() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+def _kernels() -> ModuleType:
+    """labels/em_kernels.py, imported where EM runs: numba is not loaded by an import without the rater model."""
+    from csts_pipeline.stages.annotate.labels import em_kernels
+
+    return em_kernels
+
+
 def joint_posterior(
     item: np.ndarray,
     code: np.ndarray,
@@ -60,78 +67,21 @@ def joint_posterior(
     log_like = np.log(np.maximum(like, 1e-300))
     post = np.empty((n_items, columns)) if out is None else out.reshape(n_items, columns)
     top = np.empty(n_items)
-    _item_log_posteriors(by_item.indptr, by_item.indices, by_item.data, log_like, np.log(prior), np.log(weights),
-                         post, top)  # fmt: skip
+    kernels = _kernels()
+    kernels.item_log_posteriors(
+        by_item.indptr, by_item.indices, by_item.data, log_like, np.log(prior), np.log(weights), post, top
+    )
     np.exp(post, out=post)  # numpy's exp over the whole array: a scalar exp a cell in the loop took 4 times as long
-    evidence = _normalised(post, top)
+    evidence = kernels.normalised(post, top)
     return post.reshape(n_items, len(SCALE), len(weights)), evidence
-
-
-@numba.njit(cache=True, nogil=True)
-def _item_log_posteriors(indptr, indices, data, log_like, log_prior, log_weights, post, top):  # pragma: no cover
-    """joint_posterior's sums in one pass an item, into `post` [items, t * g] and `top` [items]: its answers'
-    log-likelihoods added in the answers' order (as the sparse product by_item @ log_like adds them), then the
-    prior's and the nodes' log masses; each row less its largest value, which goes to `top`. Indexed flat, not
-    through row views (a view a row cost as much as the sums)."""
-    labels, nodes = log_prior.shape[0], log_weights.shape[0]
-    width = labels * nodes
-    cells, rows = log_like.ravel(), post.ravel()
-    for i in range(indptr.shape[0] - 1):
-        at = i * width
-        for c in range(width):
-            rows[at + c] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            value, cell = data[k], np.int64(indices[k]) * width
-            for c in range(width):
-                rows[at + c] += value * cells[cell + c]
-        largest = -np.inf
-        for t in range(labels):
-            for g in range(nodes):
-                rows[at + t * nodes + g] = (rows[at + t * nodes + g] + log_prior[t]) + log_weights[g]
-                largest = max(largest, rows[at + t * nodes + g])
-        for c in range(width):
-            rows[at + c] -= largest
-        top[i] = largest
-
-
-@numba.njit(cache=True, nogil=True)
-def _normalised(post, top):  # pragma: no cover (compiled)
-    """Each row of `post` over its total, in place; per row the log of its total plus `top` (the item's
-    log-likelihood)."""
-    evidence = np.empty(post.shape[0])
-    for i in range(post.shape[0]):
-        total = 0.0
-        for c in range(post.shape[1]):
-            total += post[i, c]
-        for c in range(post.shape[1]):
-            post[i, c] /= total
-        evidence[i] = np.log(total) + top[i]
-    return evidence
 
 
 def restrict(joint: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """The joint posterior [items, t, g] kept to each item's allowed true labels (allowed[items, t], 0 or 1: a
     known label allows one) and normalised again, in place; returns the posterior over t, [items, t]."""
     posterior = np.empty(joint.shape[:2])
-    _restrict(joint, np.ascontiguousarray(allowed, np.float64), posterior)
+    _kernels().restrict(joint, np.ascontiguousarray(allowed, np.float64), posterior)
     return posterior
-
-
-@numba.njit(cache=True, nogil=True)
-def _restrict(joint, allowed, posterior):  # pragma: no cover (compiled)
-    """restrict's pass: per item, each cell times its label's allowance, the row over its total, the sums by t."""
-    for i in range(joint.shape[0]):
-        total = 0.0
-        for t in range(joint.shape[1]):
-            for g in range(joint.shape[2]):
-                joint[i, t, g] *= allowed[i, t]
-                total += joint[i, t, g]
-        for t in range(joint.shape[1]):
-            mass = 0.0
-            for g in range(joint.shape[2]):
-                joint[i, t, g] /= total
-                mass += joint[i, t, g]
-            posterior[i, t] = mass
 
 
 def _soft_likelihood(answers: np.ndarray, tables: np.ndarray, code: np.ndarray) -> np.ndarray:
@@ -165,21 +115,9 @@ def worker_counts(
     Layout.of these answers (Answers.count_layout keeps it across iterations)."""
     layout = layout or Layout.of(item, code, answers, n, len(joint))
     by_item = layout.cells_by_item
-    cells = _cell_sums(by_item.indptr, by_item.indices, by_item.data, joint.reshape(len(joint), -1), by_item.shape[0])
+    flat = joint.reshape(len(joint), -1)
+    cells = _kernels().cell_sums(by_item.indptr, by_item.indices, by_item.data, flat, by_item.shape[0])
     return cells.reshape(n, len(SCALE), len(SCALE), joint.shape[2]).transpose(0, 3, 2, 1)
-
-
-@numba.njit(cache=True, nogil=True)
-def _cell_sums(indptr, indices, data, joint, n_cells):  # pragma: no cover (compiled)
-    """worker_counts' sum, [worker * y, t * g]: each item's posterior row read once, in order, and added to the
-    cells of its answers (times q(y)), rather than gathered by cell from all over the posterior."""
-    out = np.zeros((n_cells, joint.shape[1]))
-    for i in range(joint.shape[0]):
-        for k in range(indptr[i], indptr[i + 1]):
-            target, value = indices[k], data[k]
-            for c in range(joint.shape[1]):
-                out[target, c] += value * joint[i, c]
-    return out
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ items are read alike a point off (sd 0.4) moves it from three ratings an item on
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 SHIFT_NODES = 5  # Gauss-Hermite points of the shift
@@ -57,27 +56,9 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     labels = counts.shape[2]
     felt = np.clip(np.arange(labels)[None, :] + shifts[:, None], 0, labels - 1)  # [g, t]
     low = np.minimum(np.floor(felt).astype(np.int64), labels - 2)
-    return _unshifted(np.ascontiguousarray(counts), np.ascontiguousarray(table), low, felt - low)
+    from csts_pipeline.stages.annotate.labels import em_kernels  # numba: imported where EM runs
 
-
-@numba.njit(cache=True, nogil=True)
-def _unshifted(counts, table, low, frac):  # pragma: no cover (compiled)
-    """unshifted_counts per worker: each count [g, t, y] split between the rows low and low + 1 of the worker's
-    table by how likely each makes the answer, the shares onto the low rows and onto the high rows summed apart
-    and then added."""
-    workers, nodes, labels, answers = counts.shape
-    onto_low = np.zeros((workers, labels, answers))
-    onto_high = np.zeros((workers, labels, answers))
-    for w in range(workers):
-        for g in range(nodes):
-            for t in range(labels):
-                lo, f = low[g, t], frac[g, t]
-                for y in range(answers):
-                    below = (1 - f) * table[w, lo, y]
-                    share = below / max(below + f * table[w, lo + 1, y], 1e-300)
-                    onto_low[w, lo, y] += share * counts[w, g, t, y]
-                    onto_high[w, lo + 1, y] += (1 - share) * counts[w, g, t, y]
-    return onto_low + onto_high
+    return em_kernels.unshifted(np.ascontiguousarray(counts), np.ascontiguousarray(table), low, felt - low)
 
 
 def relative_log_likelihoods(log_likelihoods: dict[float, float]) -> dict[str, float] | None:
