@@ -171,7 +171,8 @@ def _run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
         cells = [n_items, (model or mean)["ratings"], (model or mean)["workers"]]
         cells += [model[key] if model else "" for key in ("seconds", "cpu_seconds", "items_per_s", "peak_mib")]
         cells += [mean[key] if mean else "" for key in ("seconds", "cpu_seconds", "peak_mib")]
-        ratio = (model["seconds"] / mean["seconds"], model["cpu_seconds"] / mean["cpu_seconds"]) if model and mean else ()
+        both = model is not None and mean is not None
+        ratio = [model[key] / mean[key] for key in ("seconds", "cpu_seconds")] if both else []
         cells += [", ".join(f"{r:.1f}" for r in ratio)]
         print("| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in cells) + " |", flush=True)
     return rows

@@ -34,6 +34,7 @@ def item_log_posteriors(indptr, indices, data, log_like, log_prior, log_weights,
             rows[at + c] -= largest
         top[i] = largest
 
+
 @numba.njit(cache=True, nogil=True)
 def normalised(post, top):  # pragma: no cover (compiled)
     """Each row of `post` over its total, in place; per row the log of its total plus `top` (the item's
@@ -47,6 +48,7 @@ def normalised(post, top):  # pragma: no cover (compiled)
             post[i, c] /= total
         evidence[i] = np.log(total) + top[i]
     return evidence
+
 
 @numba.njit(cache=True, nogil=True)
 def restrict(joint, allowed, posterior):  # pragma: no cover (compiled)
@@ -64,6 +66,7 @@ def restrict(joint, allowed, posterior):  # pragma: no cover (compiled)
                 mass += joint[i, t, g]
             posterior[i, t] = mass
 
+
 @numba.njit(cache=True, nogil=True)
 def cell_sums(indptr, indices, data, joint, n_cells):  # pragma: no cover (compiled)
     """worker_counts' sum, [worker * y, t * g]: each item's posterior row read once, in order, and added to the
@@ -75,6 +78,7 @@ def cell_sums(indptr, indices, data, joint, n_cells):  # pragma: no cover (compi
             for c in range(joint.shape[1]):
                 out[target, c] += value * joint[i, c]
     return out
+
 
 @numba.njit(cache=True, nogil=True)
 def unshifted(counts, table, low, frac):  # pragma: no cover (compiled)
