@@ -32,7 +32,11 @@ def log_prior(ambiguity: float) -> float:
 
 
 def nodes(ambiguity: float) -> tuple[np.ndarray, np.ndarray]:
-    """The shared shift's quadrature: SHIFT_NODES points of N(0, ambiguity^2) and their masses (Gauss-Hermite)."""
+    """The shared shift's quadrature: SHIFT_NODES points of N(0, ambiguity^2) and their masses (Gauss-Hermite);
+    one point of mass 1 at no spread, where the SHIFT_NODES points would all be 0 and EM would compute every
+    posterior, count and table SHIFT_NODES times alike."""
+    if ambiguity == 0:
+        return np.zeros(1), np.ones(1)
     points, weights = np.polynomial.hermite_e.hermegauss(SHIFT_NODES)
     return ambiguity * points, weights / weights.sum()
 
