@@ -1,17 +1,22 @@
-"""How fast `annotate import --stage ratings --aggregate model` labels a large batch (200,000 items in
-120 s or less on 2 cores, within 3 GiB), through the command's own function on answers made in memory.
+"""How fast `annotate import --stage ratings` runs on a large batch, `--aggregate model` and `--aggregate mean`
+(200,000 items: the rater model in 30 s or less, the mean in 10 s or less, on 2 cores within 3 GiB), through the
+command's own function on an annotate folder and a results file, as the user runs it.
 
-    python -m bench.annotate.import_speed --items 20000 200000
+    python -m bench.annotate.import_speed --items 20000 200000 [--work DIR]
 
 Each size is one batch of a simulated crowd of people (testing.simulate's kinds of worker, noise and
-flags; 3 distinct raters an item, one worker for every 20 items, so each gives about 60 ratings), its tasks as
-the ratings export writes them and its answers as the import accepts them (testing.simulate_models),
-labelled by steps/ratings.label_batch: what the import runs between reading the results and writing its files
-(the rater model, the not-pertinent verdict, agreement, the workers table and the high-against-low check). Each
-size and label policy runs in its own process, so its peak RSS is its own (the batch in memory included). Prints,
-per size: the seconds (wall and CPU), items/s and peak RSS of `--aggregate model`, and the same for `--aggregate
-mean` on the same batch in the same run (the yardstick: the import's work without the rater model), with the ratio
-of the two wall times. On a shared machine the CPU seconds are the steadier figure."""
+flags; 3 distinct raters an item, one worker for every 20 items, so each gives about 60 ratings). Its annotate
+folder is made as the user's is (testing.command_path's prepare_folder: `export --stage conditions`, a
+conditions results file, `import --stage conditions`, `export --stage ratings`; a pair's two conditions are its
+high and low items) and its answers written as one plain results CSV (item_id, worker_id, assignment_id, rating,
+not_pertinent). With `--work` the folders are kept there and reused by a later run of the same size and seed.
+
+What is timed is `steps.ratings.import_ratings`, the function `annotate import --stage ratings --aggregate HOW
+--force` calls: fingerprints, reading and screening the results, the labels
+(the rater model or the mean), the not-pertinent verdict, agreement, the workers table, the high-against-low check
+and writing the folder's files. Each label policy runs in its own process (`--child`), so its peak RSS is its own.
+Prints, per size: wall seconds, CPU seconds (user and system), items/s and peak RSS of each policy, and the ratio of
+model to mean in wall and CPU seconds. On a shared machine the CPU seconds are the steadier figure."""
 
 from __future__ import annotations
 
@@ -20,21 +25,28 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
-from csts_pipeline.stages.annotate.steps.ratings import label_batch
+from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
+from csts_pipeline.stages.annotate.steps.ratings import import_ratings
+from csts_pipeline.testing.command_path import prepare_folder
 from csts_pipeline.testing.simulate import Crowd, answer, crowd_workers, flags, truth_labels
-from csts_pipeline.testing.simulate_models import batch_tasks, people_answers
 
 ITEMS_PER_WORKER = 20  # workers = items / this (simulate_crowd's default: 400 items, 20 workers)
 PER_ITEM = 3
+POLICIES = ("model", "mean")
 HEADER = (
-    "| items | ratings | workers | model s | model CPU s | model items/s | model peak MiB | mean s | mean peak MiB"
-    " | model / mean |"
+    "| items | ratings | workers | model s | model CPU s | model items/s | model peak MiB"
+    " | mean s | mean CPU s | mean peak MiB | model / mean (wall, CPU) |"
 )
 
 
@@ -63,24 +75,58 @@ def large_crowd(n_items: int, per_item: int = PER_ITEM, seed: int = 0) -> Crowd:
     return Crowd(RatingArrays(item, worker, rating, flagged), truth, bad, kind)
 
 
-def measure(n_items: int, how: str = "model", seed: int = 0) -> dict[str, Any]:
-    """One batch of `n_items` labelled by label_batch under the label policy `how`: seconds, items/s, peak RSS
-    of this process so far (MiB), and the labels' mean (a check that it labelled)."""
+def prepare(n_items: int, work: Path, seed: int = 0) -> Path:
+    """The annotate folder of a batch of `n_items` (made under `work`, or reused when made before with the same
+    size and seed) with its results file beside it; returns the folder of the size (annotate/ and results.csv)."""
+    where = work / f"items-{n_items}-seed-{seed}"
+    made = where / "prepared.json"
+    if made.is_file():
+        return where
     crowd = large_crowd(n_items, seed=seed)
-    tasks, people = batch_tasks(crowd, seed), people_answers(crowd)
+    pairs = [(f"A scene {p}.", f"Another scene {p}.") for p in range(n_items // 2)]
+    items = prepare_folder(pairs, where / "annotate")
+    by_item = {(pair, kind): item for item, (pair, kind) in items.items()}
+    ids = np.array([by_item[i // 2, "high" if i % 2 == 0 else "low"] for i in range(n_items)], object)
+    write_results(where / "results.csv", crowd.ratings, ids)
+    made.write_text(json.dumps({"items": n_items, "seed": seed, "ratings": len(crowd.ratings.item),
+                                "workers": len(crowd.kind)}))  # fmt: skip
+    return where
+
+
+def write_results(path: Path, ratings: RatingArrays, ids: np.ndarray) -> Path:
+    """The people's answers as a plain results CSV: a flagged answer has no rating and not_pertinent true."""
+    n = len(ratings.item)
+    rating = np.where(ratings.flagged, "", ratings.rating.astype(np.int64).astype(str))
+    table = pa.table(
+        {
+            "item_id": ids[ratings.item].astype(str),
+            "worker_id": ratings.worker.astype(str),
+            "assignment_id": np.char.add("a-", np.arange(n).astype(str)),
+            "rating": rating,
+            "not_pertinent": np.where(ratings.flagged, "true", "false"),
+        }
+    )
+    pacsv.write_csv(table, path)
+    return path
+
+
+def measure(where: Path, how: str) -> dict[str, Any]:
+    """`annotate import --stage ratings --aggregate how --force` on the prepared folder `where`: wall and CPU
+    seconds, items/s, this process's peak RSS (MiB) and the labels' mean (a check that it labelled)."""
+    prepared = json.loads((where / "prepared.json").read_text())
+    folder, results = where / "annotate", [where / "results.csv"]
     start, cpu = time.perf_counter(), _cpu_seconds()
-    done = label_batch(tasks, people, [], how)
+    import_ratings(folder, results, RatingsImportOptions(aggregate=how), force=True)
     seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+    label = pq.read_table(folder / "ratings" / "items.parquet", columns=["label"]).column("label")
     return {
-        "items": n_items,
+        **prepared,
         "how": how,
-        "ratings": len(people),
-        "workers": len(crowd.kind),
         "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu, 3),
-        "items_per_s": round(n_items / seconds, 1),
+        "items_per_s": round(prepared["items"] / seconds, 1),
         "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "mean_label": float(np.nanmean(done.labels.label)),
+        "mean_label": float(np.nanmean(label.to_numpy(zero_copy_only=False).astype(float))),
     }
 
 
@@ -90,10 +136,10 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def in_child(n_items: int, how: str, seed: int) -> dict[str, Any]:
-    """measure() in a fresh process, so the peak RSS is this batch's alone."""
-    command = [sys.executable, "-m", "bench.annotate.import_speed", "--child", how, "--items", str(n_items)]
-    done = subprocess.run([*command, "--seed", str(seed)], capture_output=True, text=True, check=True)
+def in_child(where: Path, how: str) -> dict[str, Any]:
+    """measure() in a fresh process, so the peak RSS is this policy's alone."""
+    command = [sys.executable, "-m", "bench.annotate.import_speed", "--child", how, "--folder", str(where)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -101,21 +147,34 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, nargs="+", default=[20000, 200000])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--child", choices=("model", "mean"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help="keep the prepared folders here (default: a temporary folder)")
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--child", choices=POLICIES, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        found = measure(args.items[0], args.child, args.seed)
+        found = measure(args.folder, args.child)
         print(json.dumps(found))
         return [found]
+    with tempfile.TemporaryDirectory() as scratch:
+        return _run(args, args.work or Path(scratch))
+
+
+def _run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     rows = []
     print(HEADER)
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     for n_items in args.items:
-        model, mean = in_child(n_items, "model", args.seed), in_child(n_items, "mean", args.seed)
-        rows += [model, mean]
-        cells = [n_items, model["ratings"], model["workers"], model["seconds"], model["cpu_seconds"]]
-        cells += [model["items_per_s"]]
-        cells += [model["peak_mib"], mean["seconds"], mean["peak_mib"], round(model["seconds"] / mean["seconds"], 1)]
+        where = prepare(n_items, work, args.seed)
+        found = {how: in_child(where, how) for how in args.policies}
+        rows += found.values()
+        model, mean = found.get("model"), found.get("mean")
+        cells = [n_items, (model or mean)["ratings"], (model or mean)["workers"]]
+        cells += [model[key] if model else "" for key in ("seconds", "cpu_seconds", "items_per_s", "peak_mib")]
+        cells += [mean[key] if mean else "" for key in ("seconds", "cpu_seconds", "peak_mib")]
+        both = model is not None and mean is not None
+        ratio = [model[key] / mean[key] for key in ("seconds", "cpu_seconds")] if both else []
+        cells += [", ".join(f"{r:.1f}" for r in ratio)]
         print("| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in cells) + " |", flush=True)
     return rows
 

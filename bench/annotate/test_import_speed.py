@@ -19,9 +19,20 @@ def test_the_large_crowd_gives_each_item_distinct_raters_of_every_kind():
     assert r.flagged.any() and set(np.unique(r.rating[~r.flagged])) <= {1.0, 2.0, 3.0, 4.0, 5.0}
 
 
+def test_the_prepared_folder_holds_the_crowd_as_a_results_file(tmp_path):
+    where = import_speed.prepare(200, tmp_path, seed=1)
+    prepared = json.loads((where / "prepared.json").read_text())
+    assert prepared == {"items": 200, "seed": 1, "ratings": 600, "workers": 10}
+    rows = (where / "results.csv").read_text().splitlines()
+    assert len(rows) == 601 and rows[0].replace('"', "") == "item_id,worker_id,assignment_id,rating,not_pertinent"
+    assert import_speed.prepare(200, tmp_path, seed=1) == where  # made once, then reused
+
+
 @pytest.mark.parametrize("how", ["model", "mean"])
-def test_the_bench_entry_labels_a_tiny_batch(how: str, capsys: pytest.CaptureFixture[str]):
-    (found,) = import_speed.main(["--child", how, "--items", "200"])
+def test_the_bench_entry_imports_a_tiny_batch(how: str, tmp_path, capsys: pytest.CaptureFixture[str]):
+    where = import_speed.prepare(200, tmp_path)
+    (found,) = import_speed.main(["--child", how, "--folder", str(where)])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == found
     assert found["items"] == 200 and found["ratings"] == 600 and found["how"] == how
     assert found["items_per_s"] > 0 and found["peak_mib"] > 0 and 1 <= found["mean_label"] <= 5
+    assert (where / "annotate" / "ratings" / "items.parquet").is_file()

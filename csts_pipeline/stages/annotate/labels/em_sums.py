@@ -4,12 +4,43 @@ products arranged once per batch (Layout), not a sort or a gather every EM itera
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache, cached_property, wraps
+from types import ModuleType
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import sparse
+from threadpoolctl import ThreadpoolController
+
+T = TypeVar("T")
 
 SCALE = np.arange(1, 6, dtype=np.float64)  # the answers' scale, 1..5 (ordinal.SCALE)
+
+
+def one_blas_thread(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn` with numpy's BLAS on one thread: EM's products are small, a few milliseconds each, and two BLAS threads
+    on a busy machine made each up to ten times as slow as one (a thread waits on the other's core)."""
+
+    @wraps(fn)
+    def limited(*args: Any, **kwargs: Any) -> T:
+        with _threads().limit(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return limited
+
+
+@cache
+def _threads() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+def _kernels() -> ModuleType:
+    """labels/em_kernels.py, imported where EM runs: numba is not loaded by an import without the rater model."""
+    from csts_pipeline.stages.annotate.labels import em_kernels
+
+    return em_kernels
 
 
 def joint_posterior(
@@ -21,22 +52,37 @@ def joint_posterior(
     weights: np.ndarray,
     n_items: int,
     layout: Layout | None = None,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """E-step: per item, the posterior [items, t, g] over its true label and the shared shift's node g, given its
     answers, and the log-likelihood of its answers; tables[g, worker, t, y] holds P(y | t + shift_g), `weights`
-    the nodes' prior mass. `layout`: Layout.of these answers (Answers.layout keeps it across iterations)."""
+    the nodes' prior mass. `layout`: Layout.of these answers (Answers.layout keeps it across iterations); `out`:
+    a C-ordered float64 array of [items, t, g] to write the posterior into (EM reuses two: a fresh array of
+    200,000 x 25 was page faults every iteration)."""
     layout = layout or Layout.of(item, code, answers, tables.shape[1], n_items)
     columns = len(SCALE) * len(weights)
     cells = tables.transpose(1, 3, 2, 0).reshape(-1, columns)  # [worker * y, t * g]: a hard answer's likelihoods
     like = np.concatenate([cells, _soft_likelihood(answers[layout.soft], tables, code[layout.soft])])
-    post = (layout.by_item @ np.log(np.maximum(like, 1e-300))).reshape(n_items, len(SCALE), len(weights))
-    post += np.log(prior)[None, :, None] + np.log(weights)[None, None, :]
-    top = post.max(axis=(1, 2), keepdims=True)
-    post -= top  # in place from here: [items, t, g] arrays are the E-step's memory traffic
-    np.exp(post, out=post)
-    total = post.sum(axis=(1, 2), keepdims=True)
-    post /= total
-    return post, (np.log(total) + top).reshape(-1)
+    by_item = layout.by_item
+    log_like = np.log(np.maximum(like, 1e-300))
+    post = np.empty((n_items, columns)) if out is None else out.reshape(n_items, columns)
+    top = np.empty(n_items)
+    kernels = _kernels()
+    kernels.item_log_posteriors(
+        indptr=by_item.indptr, indices=by_item.indices, data=by_item.data, log_like=log_like,
+        log_prior=np.log(prior), log_weights=np.log(weights), post=post, top=top,
+    )  # fmt: skip
+    np.exp(post, out=post)  # numpy's exp over the whole array: a scalar exp a cell in the loop took 4 times as long
+    evidence = kernels.normalised(post, top)
+    return post.reshape(n_items, len(SCALE), len(weights)), evidence
+
+
+def restrict(joint: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """The joint posterior [items, t, g] kept to each item's allowed true labels (allowed[items, t], 0 or 1: a
+    known label allows one) and normalised again, in place; returns the posterior over t, [items, t]."""
+    posterior = np.empty(joint.shape[:2])
+    _kernels().restrict(joint, np.ascontiguousarray(allowed, np.float64), posterior)
+    return posterior
 
 
 def _soft_likelihood(answers: np.ndarray, tables: np.ndarray, code: np.ndarray) -> np.ndarray:
@@ -69,7 +115,9 @@ def worker_counts(
     spread over the (true label, shift node) pairs by its item's joint posterior [items, t, g]. `layout`:
     Layout.of these answers (Answers.count_layout keeps it across iterations)."""
     layout = layout or Layout.of(item, code, answers, n, len(joint))
-    cells = layout.by_cell @ joint.reshape(len(joint), -1)  # [worker * y, t * g]
+    by_item = layout.cells_by_item
+    flat = joint.reshape(len(joint), -1)
+    cells = _kernels().cell_sums(by_item.indptr, by_item.indices, by_item.data, flat, by_item.shape[0])
     return cells.reshape(n, len(SCALE), len(SCALE), joint.shape[2]).transpose(0, 3, 2, 1)
 
 
@@ -90,6 +138,11 @@ class Layout:
     by_item: sparse.csr_matrix
     by_cell: sparse.csr_matrix
     soft: np.ndarray  # the answers that are not one digit, in their order
+
+    @cached_property
+    def cells_by_item(self) -> sparse.csc_matrix:
+        """by_cell by item (its columns): per item the (worker, y) cells of its answers, for worker_counts."""
+        return self.by_cell.tocsc()
 
     @staticmethod
     def of(item: np.ndarray, code: np.ndarray, answers: np.ndarray, n_workers: int, n_items: int) -> Layout:

@@ -65,7 +65,20 @@ def by_kind(ratings: RatingArrays, kinds: np.ndarray | None) -> RatingArrays:
 
 def model_name(worker: np.ndarray) -> np.ndarray:
     """The model behind each (possibly per-kind) worker id; people's ids unchanged."""
-    return np.array([str(w).partition(KIND_SEP)[0] for w in np.asarray(worker)], dtype=str).reshape(-1)
+    return _parts(worker)[0]
+
+
+def _parts(worker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each worker id split at KIND_SEP: the model (the whole id where it has none) and the kind ("" where none),
+    the ids with a KIND_SEP found in one vectorised pass and only those split in Python."""
+    names = np.asarray(worker).astype(str).reshape(-1)
+    split = np.flatnonzero(np.char.find(names, KIND_SEP) >= 0)
+    if len(split) == 0:
+        return names, np.full(len(names), "", dtype=str)
+    parts = [name.partition(KIND_SEP) for name in names[split].tolist()]
+    owner, kind = names.astype(object), np.full(len(names), "", dtype=object)
+    owner[split], kind[split] = [p[0] for p in parts], [p[2] for p in parts]
+    return np.array(owner.tolist(), dtype=str), np.array(kind.tolist(), dtype=str)
 
 
 @dataclass
@@ -169,7 +182,7 @@ def dropped_rows(split: RatingArrays, plan: TrustPlan) -> np.ndarray:
     """Per row of `split` (by_kind): a model's answer the plan leaves out (trust.py: the model carries no
     information, or answers this kind of condition without it)."""
     names = split.worker.astype(str)
-    owner, kind = model_name(names), np.array([n.partition(KIND_SEP)[2] for n in names], dtype=str)
+    owner, kind = _parts(names)
     out = np.isin(owner, plan.left_out)
     for name, seen in plan.models.items():
         out |= (owner == name) & np.isin(kind, seen.dropped)

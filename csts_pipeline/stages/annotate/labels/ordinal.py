@@ -38,7 +38,14 @@ import numpy as np
 
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
 from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, MIN_EVIDENCE, Answers, answers_of, known_items
-from csts_pipeline.stages.annotate.labels.em_sums import SCALE, joint_posterior, sum_by_index, worker_counts
+from csts_pipeline.stages.annotate.labels.em_sums import (
+    SCALE,
+    joint_posterior,
+    one_blas_thread,
+    restrict,
+    sum_by_index,
+    worker_counts,
+)
 from csts_pipeline.stages.annotate.labels.interval import (
     calibrated_mass,
     credible_interval,
@@ -47,7 +54,7 @@ from csts_pipeline.stages.annotate.labels.kernel import (
     TYPICAL,
     best_parameters,
     grid,
-    kernel_tables,
+    grid_tables,
     reliability,
 )
 
@@ -228,8 +235,7 @@ def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
 def worker_tables(data: Answers, state: State, shifts: np.ndarray) -> np.ndarray:
     """[g, worker, t, y]: each worker's P(y | t + shift_g): the kernel moved by the shift, or the worker's own
     table (a model's confusion, a grown person's) read at t + shift."""
-    bias_grid, noise_grid, _, _ = grid()
-    tables = kernel_tables(bias_grid[state.choice], noise_grid[state.choice], shifts)
+    tables = grid_tables(state.choice, shifts)
     own = data.free | grown_people(data, state.strength)
     tables[:, own] = shift.shifted_rows(state.table[own], shifts)
     return tables
@@ -307,6 +313,7 @@ def start_state(data: Answers) -> State:
     return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
 
 
+@one_blas_thread
 def expectation_maximisation(
     data: Answers, state: State, spread: float, max_iter: int, tol: float, grow: bool = True
 ) -> State:
@@ -321,19 +328,20 @@ def expectation_maximisation(
     groups, group = np.unique(data.family[data.code[scored]], return_inverse=True)
     measured = known_items(data)[data.item[scored]] if data.density_on_known else np.ones(len(scored), bool)
     density = state.density if state.density is not None else score_density.start(len(groups))
+    buffers = [np.empty((data.n_items, len(SCALE), len(shifts))) for _ in range(2)]  # this iteration's, the last's
     for iterations in range(1, max_iter + 1):
-        joint, evidence = e_step(data, State(prior, choice, table, before, density, strength=strength), group, spread)
-        joint *= data.allowed[:, :, None]
-        joint /= joint.sum(axis=(1, 2), keepdims=True)
-        posterior = joint.sum(axis=2)
+        now = State(prior, choice, table, before, density, strength=strength)
+        joint, evidence = e_step(data, now, group, spread, buffers[iterations % 2])
+        posterior = restrict(joint, data.allowed)  # in place: each item's known label, normalised again
         if data.label_prior is None:
             prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
         counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers), data.count_layout)
         choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-        unshifted = shift.unshifted_counts(counts, shifts, table)
-        table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
         people = grown_people(data, 1.0) & grow
+        # the counts moved onto the tables' rows: what a model's or a grown person's table is estimated from
+        unshifted = shift.unshifted_counts(counts, shifts, table) if data.free.any() or people.any() else counts
+        table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
         if people.any() and iterations <= STRENGTH_ITER:  # then held: a choice re-made every iteration flipped
             strength = model_tables.growth_strength(unshifted[people], kernel[people])  # between neighbours
         table = model_tables.grown_tables(table, unshifted, kernel, people, strength)
@@ -350,13 +358,16 @@ def expectation_maximisation(
     return done
 
 
-def e_step(data: Answers, state: State, group: np.ndarray, spread: float) -> tuple[np.ndarray, np.ndarray]:
+def e_step(
+    data: Answers, state: State, group: np.ndarray, spread: float, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The items' joint posterior [items, t, g] from their answers under `state`'s parameters, the known labels
-    not yet applied, and each item's log-likelihood; `group`: each scored row's family among the scored ones."""
+    not yet applied, and each item's log-likelihood; `group`: each scored row's family among the scored ones;
+    `out`: an array to write the posterior into (joint_posterior)."""
     shifts, weights = shift.nodes(spread)
     tables = worker_tables(data, state, shifts)
     joint, evidence = joint_posterior(
-        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout
+        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout, out
     )
     if len(data.scored) and state.density is not None:
         extra = score_density.log_likelihood(data.z[data.scored], group, state.density, shifts)

@@ -218,8 +218,19 @@ def item_columns(model: ModelResult | None, n_ratings: np.ndarray) -> dict[str, 
     }
 
 
-def _rounded(values: np.ndarray, digits: int) -> list[float]:
-    return [round(v, digits) for v in values.tolist()]
+def _rounded(values: np.ndarray, digits: int) -> np.ndarray:
+    """Python's round(v, digits) of each value, as an array: numpy's rint(v * 10^digits) / 10^digits where the
+    scaled value is clearly away from a half (the same multiple of 10^-digits, divided once: the same float), and
+    Python's round where it is near one (or not finite), whose decimal result numpy's does not always give."""
+    values = np.asarray(values, np.float64)
+    scale = 10.0**digits
+    with np.errstate(invalid="ignore", over="ignore"):  # inf and nan: Python's round below
+        scaled = values * scale
+        found = np.rint(scaled) / scale
+        near = ~(np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) > 1e-6) | ~(np.abs(scaled) < 2.0**40)
+    at = np.flatnonzero(near)
+    found[at] = [round(v, digits) for v in values[at].tolist()]
+    return found
 
 
 def _rounded_or_null(values: np.ndarray, digits: int) -> pa.Array:

@@ -32,7 +32,11 @@ def log_prior(ambiguity: float) -> float:
 
 
 def nodes(ambiguity: float) -> tuple[np.ndarray, np.ndarray]:
-    """The shared shift's quadrature: SHIFT_NODES points of N(0, ambiguity^2) and their masses (Gauss-Hermite)."""
+    """The shared shift's quadrature: SHIFT_NODES points of N(0, ambiguity^2) and their masses (Gauss-Hermite);
+    one point of mass 1 at no spread, where the SHIFT_NODES points would all be 0 and EM would compute every
+    posterior, count and table SHIFT_NODES times alike."""
+    if ambiguity == 0:
+        return np.zeros(1), np.ones(1)
     points, weights = np.polynomial.hermite_e.hermegauss(SHIFT_NODES)
     return ambiguity * points, weights / weights.sum()
 
@@ -56,15 +60,9 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     labels = counts.shape[2]
     felt = np.clip(np.arange(labels)[None, :] + shifts[:, None], 0, labels - 1)  # [g, t]
     low = np.minimum(np.floor(felt).astype(np.int64), labels - 2)
-    frac = (felt - low)[None, :, :, None]  # [1, g, t, 1]
-    below = (1 - frac) * table[:, low]  # [worker, g, t, y]
-    above = frac * table[:, low + 1]
-    share = below / np.maximum(below + above, 1e-300)
-    rows = np.arange(labels)
-    onto_low = (low[:, :, None] == rows).astype(np.float64).reshape(-1, labels)  # [g * t, t']
-    onto_high = (low[:, :, None] + 1 == rows).astype(np.float64).reshape(-1, labels)
-    flat = (len(counts), counts.shape[1] * labels, counts.shape[3])  # [worker, g * t, y]: a product per worker
-    return onto_low.T @ (share * counts).reshape(flat) + onto_high.T @ ((1 - share) * counts).reshape(flat)
+    from csts_pipeline.stages.annotate.labels import em_kernels  # numba: imported where EM runs
+
+    return em_kernels.unshifted(np.ascontiguousarray(counts), np.ascontiguousarray(table), low, felt - low)
 
 
 def relative_log_likelihoods(log_likelihoods: dict[float, float]) -> dict[str, float] | None:

@@ -212,6 +212,7 @@ class Labelled:
     workers: pa.Table
     agreement: dict[str, Any]
     checks: quality.HighLow
+    ratings: RatingArrays | None = None  # `accepted` as columns (RatingArrays.of), made once for the labels
 
     def item_table(self) -> pa.Table:
         """`items.parquet`."""
@@ -219,7 +220,7 @@ class Labelled:
 
     def rating_table(self) -> pa.Table:
         """`ratings.parquet`."""
-        return _individual_table(self.items, self.accepted)
+        return _individual_table(self.items, self.accepted, self.ratings)
 
 
 def label_batch(
@@ -277,9 +278,8 @@ def label_batch(
         "expert": None if careful is None else careful.summary(labels.answers),
         "qualification_test": None if tested is None else _test_summary(tested, test),
     }
-    return Labelled(
-        items=items, accepted=accepted, labels=labels, model=model, workers=workers, agreement=agreement, checks=checks
-    )
+    return Labelled(items=items, accepted=accepted, labels=labels, model=model, workers=workers,
+                    agreement=agreement, checks=checks, ratings=ratings)  # fmt: skip
 
 
 def _describe_models(
@@ -352,17 +352,42 @@ def _item_table(items: list[dict], labels: ItemLabels, extra: dict[str, pa.Array
     return _table(columns, ITEM_SCHEMA)
 
 
-def _individual_table(items: list[dict], accepted: list[screening.Rating]) -> pa.Table:
+def _individual_table(
+    items: list[dict], accepted: list[screening.Rating], arrays: RatingArrays | None = None
+) -> pa.Table:
     """`ratings.parquet`: every accepted answer, so labels and agreement can be recomputed; a model worker's rows
-    also carry its distribution and P(not pertinent). Built a column at a time from the answers transposed."""
+    also carry its distribution and P(not pertinent). Built a column at a time from the answers transposed, or,
+    where no answer carries a distribution or a P(not pertinent) (people alone), from `arrays` (the answers as
+    RatingArrays.of made them: a rating of 0 is one not given) with the assignment ids read off the answers."""
     if not accepted:
         return RATING_SCHEMA.empty_table()
+    people = arrays is not None and arrays.distribution is None and len(arrays.item) == len(accepted)
+    if people and not any(a.p_not_pertinent is not None for a in accepted):
+        return _people_table(items, accepted, arrays)
     item, worker, assignment, rating, flag, distribution, p_flag = list(zip(*accepted))[:7]
     ids = np.array([task["item_id"] for task in items], object)[np.asarray(item, np.int64)]
     given = pa.array(assignment, pa.string())
     blank = pc.fill_null(pc.equal(given, ""), True).to_numpy(zero_copy_only=False)
     columns = {"item_id": ids, "worker_id": worker, "assignment_id": pa.array(assignment, pa.string(), mask=blank)}
     columns |= {"rating": rating, "not_pertinent": flag, "distribution": distribution, "p_not_pertinent": p_flag}
+    return _table(columns, RATING_SCHEMA)
+
+
+def _people_table(items: list[dict], accepted: list[screening.Rating], arrays: RatingArrays) -> pa.Table:
+    """_individual_table's columns from the answers as arrays: no distribution, no P(not pertinent)."""
+    n = len(accepted)
+    ids = np.array([task["item_id"] for task in items], object)[arrays.item]
+    assignment = [a.assignment for a in accepted]
+    blank = pc.fill_null(pc.equal(pa.array(assignment, pa.string()), ""), True).to_numpy(zero_copy_only=False)
+    rating = pa.array(arrays.rating.astype(np.int64), pa.int64(), mask=arrays.rating == 0)
+    columns = {
+        "item_id": ids,
+        "worker_id": arrays.worker,
+        "assignment_id": pa.array(assignment, pa.string(), mask=blank),
+    }
+    columns |= {"rating": rating, "not_pertinent": arrays.flagged}
+    distribution = RATING_SCHEMA.field("distribution").type
+    columns |= {"distribution": pa.nulls(n, distribution), "p_not_pertinent": pa.nulls(n, pa.float64())}
     return _table(columns, RATING_SCHEMA)
 
 
