@@ -156,6 +156,14 @@ def rounds(folder: Path, results: Path, options, truth: dict, args: argparse.Nam
     return first
 
 
+def spread_as(labels: dict[str, float], like: dict[str, float]) -> dict[str, float]:
+    """`labels`' order with `like`'s values: the i-th smallest label gets the i-th smallest of `like` (posterior
+    means sit nearer the middle of the scale than the answers they came from)."""
+    ids = sorted(labels, key=labels.__getitem__)
+    values = np.sort(np.array([like[i] for i in ids if i in like], float))
+    return dict(zip(ids, np.interp(np.linspace(0, 1, len(ids)), np.linspace(0, 1, len(values)), values).tolist()))
+
+
 def models(items: list[dict], labels: dict[str, dict], test: Path, work: Path, args) -> dict[str, float]:
     """One MiniLM per label source, the same settings and rows (those the split kept), scored on STS-B test."""
     split = pq.read_table(work / "annotate" / "csts" / "train.parquet").to_pylist()
@@ -189,6 +197,11 @@ def main() -> None:
         "import weighs the person, the base model and the crossfit: three raters (the triad rule)",
     )
     parser.add_argument("--time-fold", action="store_true", help="time one fold at this size, then stop")
+    parser.add_argument(
+        "--spread-as-person",
+        action="store_true",
+        help="also train on the rebuilt labels' order with the person's answers' values (quantile-matched)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, every core)")
     args = parser.parse_args()
     if args.threads:
@@ -235,7 +248,11 @@ def loop(work: Path, args: argparse.Namespace) -> None:
         figures["leaky baseline (in sample)"] = rho(leaky(items, person, work, config(args, args.epochs)), truth)
         say(f"  leaky baseline {figures['leaky baseline (in sample)']:.3f}")
     test = stsb_test(args.stsb / "sts-test.csv", work / "stsb-test.parquet")
-    scored = models(items, {"rebuilt": rebuilt, "person": person, "gold": truth}, test, work, args)
+    sources = {"rebuilt": rebuilt, "person": person, "gold": truth}
+    say("labels' sd: " + ", ".join(f"{name} {np.std(list(v.values())):.2f}" for name, v in sources.items()))
+    if args.spread_as_person:
+        sources = {"rebuilt, spread as the person's answers": spread_as(rebuilt, person)} | sources
+    scored = models(items, sources, test, work, args)
     say("\n| labels of the batch | Spearman with the gold |\n|---|---:|")
     for name, value in figures.items():
         if not name.startswith("_"):
