@@ -96,7 +96,7 @@ def approximate(vectors: np.ndarray, held_out: np.ndarray, args, device: torch.d
     _sync(device)
     out["build_seconds"] = round(time.perf_counter() - started, 2)
     out |= tune(ivf, vectors, args)
-    out |= search_all(ivf, order, k=args, batch=device)
+    out |= search_all(ivf, order, args, device)
     truth = ivf.exact_search(held_out, args.k)[1]
     out["held_out_recall"] = round(recall_at_k(ivf.search(held_out, args.k)[1], truth), 4)
     out["held_out_queries"] = len(held_out)
