@@ -88,11 +88,12 @@ class Answers:
         kept = np.flatnonzero(np.bincount(self.code[rows], minlength=len(self.workers)) > 0)
         code = np.searchsorted(kept, self.code[rows])
         heard = np.bincount(self.item[rows], minlength=self.n_items) > 0
-        return Answers(self.item[rows], code, self.workers[kept], self.answers[rows], self.digits[rows],
-                       self.free[kept], self.allowed, heard & self.answered, heard, self.family[kept],
-                       None if self.pinned is None else self.pinned[kept], self.z[rows] if len(self.z) else self.z,
-                       self.label_prior,
-                       self.density_on_known)  # fmt: skip
+        return Answers(item=self.item[rows], code=code, workers=self.workers[kept], answers=self.answers[rows],
+                       digits=self.digits[rows], free=self.free[kept], allowed=self.allowed,
+                       answered=heard & self.answered, heard=heard, family=self.family[kept],
+                       pinned=None if self.pinned is None else self.pinned[kept],
+                       z=self.z[rows] if len(self.z) else self.z, label_prior=self.label_prior,
+                       density_on_known=self.density_on_known)  # fmt: skip
 
 
 def answers_of(
@@ -100,6 +101,7 @@ def answers_of(
     worker: np.ndarray,
     rating: np.ndarray,
     n_items: int,
+    *,
     known: np.ndarray | None,
     soft: np.ndarray | None,
     score: np.ndarray | None = None,

@@ -119,7 +119,7 @@ def item_posterior(
 ) -> np.ndarray:
     """E-step without a shared shift: per item, the posterior over 1..5 given its answers ([answers, y],
     answer_matrix); table[worker, t, y] holds P(y | t)."""
-    return joint_posterior(item, code, answers, table[None], prior, np.ones(1), n_items)[0].sum(axis=2)
+    return joint_posterior(item, code, answers, table[None], prior, weights=np.ones(1), n_items=n_items)[0].sum(axis=2)
 
 
 @dataclass
@@ -166,7 +166,7 @@ def fit(
     `label_prior`: the prior over 1..5 held, not learned (an expert sample of the batch measured it);
     `density_on_known`: a scored model's density measured on the items of known label alone, not against the
     posterior (where those items measure the people too: trust.KNOWN)."""
-    data = answers_of(item, worker, rating, n_items, known, soft, score)
+    data = answers_of(item, worker, rating, n_items, known=known, soft=soft, score=score)
     data.hold(people_noise)
     data.label_prior = label_prior if label_prior is not None else answers_prior(data)
     data.density_on_known = density_on_known
@@ -178,6 +178,11 @@ def fit(
     else:
         spread, state = ambiguity, start_state(data)
     state = expectation_maximisation(data, state, spread, max_iter, tol)
+    return fitted(data, state, spread, scores)
+
+
+def fitted(data: Answers, state: State, spread: float, scores: dict[float, float]) -> OrdinalFit:
+    """What EM reached, as the fit's results: labels on the crowd's scale, intervals calibrated on the known items."""
     bias_grid, noise_grid, _, _ = grid()
     values = label_values(data, state, spread)
     calibration, offset = known_calibration(data, state, spread, values)
@@ -310,7 +315,7 @@ def start_state(data: Answers) -> State:
         choice = np.where(data.free | np.isnan(data.pinned), choice, held)
     table = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
     prior = np.full(len(SCALE), 1 / len(SCALE)) if data.label_prior is None else data.label_prior
-    return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
+    return State(prior=prior, choice=choice, table=table, posterior=np.tile(prior[None, :, None], (data.n_items, 1, 1)))
 
 
 @one_blas_thread
@@ -330,12 +335,12 @@ def expectation_maximisation(
     density = state.density if state.density is not None else score_density.start(len(groups))
     buffers = [np.empty((data.n_items, len(SCALE), len(shifts))) for _ in range(2)]  # this iteration's, the last's
     for iterations in range(1, max_iter + 1):
-        now = State(prior, choice, table, before, density, strength=strength)
+        now = State(prior=prior, choice=choice, table=table, posterior=before, density=density, strength=strength)
         joint, evidence = e_step(data, now, group, spread, buffers[iterations % 2])
         posterior = restrict(joint, data.allowed)  # in place: each item's known label, normalised again
         if data.label_prior is None:
             prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
-        counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers), data.count_layout)
+        counts = worker_counts(joint, data.item, data.code, data.digits, n=len(data.workers), layout=data.count_layout)
         choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
         people = grown_people(data, 1.0) & grow
@@ -352,7 +357,8 @@ def expectation_maximisation(
         change = float(np.abs((posterior - before) @ SCALE).max()) if data.n_items else 0.0
         before = posterior
         heard = float(evidence[data.heard].sum())
-        done = State(prior, choice, table, joint, density, heard, iterations, change < tol, strength)
+        done = State(prior=prior, choice=choice, table=table, posterior=joint, density=density, log_likelihood=heard,
+                     iterations=iterations, converged=change < tol, strength=strength)  # fmt: skip
         if done.converged:
             break
     return done
@@ -367,8 +373,9 @@ def e_step(
     shifts, weights = shift.nodes(spread)
     tables = worker_tables(data, state, shifts)
     joint, evidence = joint_posterior(
-        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout, out
-    )
+        data.item, data.code, data.answers, tables, state.prior, weights=weights, n_items=data.n_items,
+        layout=data.layout, out=out,
+    )  # fmt: skip
     if len(data.scored) and state.density is not None:
         extra = score_density.log_likelihood(data.z[data.scored], group, state.density, shifts)
         per_item = sum_by_index(data.item[data.scored], extra.reshape(len(data.scored), -1), data.n_items)
