@@ -154,3 +154,16 @@ def families(workers: np.ndarray, free: np.ndarray) -> np.ndarray:
 def known_items(data: Answers) -> np.ndarray:
     """Items whose true label is fixed (the expert sample, the gold) and that people answered."""
     return (data.allowed.sum(axis=1) == 1) & data.heard
+
+
+def answers_prior(data: Answers) -> np.ndarray | None:
+    """The people's answers' own distribution over 1..5 (plus one per label), held as the label prior where fewer
+    than MIN_EVIDENCE items have two answers (people's or models'): one answer an item cannot tell how widely the
+    true labels spread from how noisy the people are, and the prior EM learnt there collapsed onto two labels
+    (USTS-C, one rating an item: an answer of 5 read as a 3 at 0.91; the answers' own distribution covered 0.93 of
+    the items). None where the items measure it, or no person answered."""
+    people = ~data.free[data.code]
+    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= MIN_EVIDENCE or not people.any():
+        return None
+    counts = data.answers[people].sum(axis=0)
+    return (counts + 1) / (counts.sum() + len(SCALE))

@@ -37,7 +37,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
-from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, MIN_EVIDENCE, Answers, answers_of, known_items
+from csts_pipeline.stages.annotate.labels.em_answers import (
+    FAMILY_SEP,
+    MIN_EVIDENCE,
+    Answers,
+    answers_of,
+    answers_prior,
+    known_items,
+)
 from csts_pipeline.stages.annotate.labels.em_sums import (
     SCALE,
     joint_posterior,
@@ -209,19 +216,6 @@ def fitted(data: Answers, state: State, spread: float, scores: dict[float, float
     )
 
 
-def answers_prior(data: Answers) -> np.ndarray | None:
-    """The people's answers' own distribution over 1..5 (plus one per label), held as the label prior where fewer
-    than MIN_EVIDENCE items have two answers (people's or models'): one answer an item cannot tell how widely the
-    true labels spread from how noisy the people are, and the prior EM learnt there collapsed onto two labels
-    (USTS-C, one rating an item: an answer of 5 read as a 3 at 0.91; the answers' own distribution covered 0.93 of
-    the items). None where the items measure it, or no person answered."""
-    people = ~data.free[data.code]
-    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= MIN_EVIDENCE or not people.any():
-        return None
-    counts = data.answers[people].sum(axis=0)
-    return (counts + 1) / (counts.sum() + len(SCALE))
-
-
 def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
     """[t, g]: the label a true label t read with shift node g stands for: the crowd's mean answer there (the
     batch's people's tables, each weighed by their answers times their reliability squared, so that a spammer's
@@ -241,16 +235,9 @@ def worker_tables(data: Answers, state: State, shifts: np.ndarray) -> np.ndarray
     """[g, worker, t, y]: each worker's P(y | t + shift_g): the kernel moved by the shift, or the worker's own
     table (a model's confusion, a grown person's) read at t + shift."""
     tables = grid_tables(state.choice, shifts)
-    own = data.free | grown_people(data, state.strength)
+    own = data.free | model_tables.grown_people(data, state.strength)
     tables[:, own] = shift.shifted_rows(state.table[own], shifts)
     return tables
-
-
-def grown_people(data: Answers, strength: float) -> np.ndarray:
-    """The people whose table grows from their own answers: all but those the trust plan holds (none where the
-    strength is infinite, the kernel alone)."""
-    held = np.zeros(len(data.workers), bool) if data.pinned is None else ~np.isnan(data.pinned)
-    return ~data.free & ~held & np.isfinite(strength)
 
 
 def densities(data: Answers, state: State) -> dict[str, np.ndarray]:
@@ -343,7 +330,7 @@ def expectation_maximisation(
         counts = worker_counts(joint, data.item, data.code, data.digits, n=len(data.workers), layout=data.count_layout)
         choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-        people = grown_people(data, 1.0) & grow
+        people = model_tables.grown_people(data, 1.0) & grow
         # the counts moved onto the tables' rows: what a model's or a grown person's table is estimated from
         unshifted = shift.unshifted_counts(counts, shifts, table) if data.free.any() or people.any() else counts
         table = model_tables.free_tables(unshifted, kernel, data.free, data.family)

@@ -67,10 +67,8 @@ def model_labels(
     given = evidence or Evidence()
     anchor, kinds, known, test = given.anchor, given.kinds, given.known, given.test
     on_items = None if kinds is None else kinds[:n_items]
-    plan = trust.plan(
-        ratings, n_items, known=known, anchor=None if anchor is None else anchor[0], kinds=on_items,
-        test=None if test is None else test[0],
-    )  # fmt: skip
+    on_gold_and_test = {"anchor": None if anchor is None else anchor[0], "test": None if test is None else test[0]}
+    plan = trust.plan(ratings, n_items, known=known, kinds=on_items, **on_gold_and_test)
     split = model_workers.by_kind(ratings, on_items)
     split = split.subset(~model_workers.dropped_rows(split, plan))
     gold = None
@@ -92,9 +90,8 @@ def model_labels(
     low, high = fit.interval()
     share = model_share(fit, split, fits) if fits else None
     ratio = model_log10_ratio(fit, split, n_items) if fits else None
-    result = ModelResult(
-        fit=fit, verdict=found, low=low, high=high, models=share, log10_ratio=ratio, model_fits=fits, plan=plan
-    )
+    result = ModelResult(fit=fit, verdict=found, low=low, high=high, models=share, log10_ratio=ratio,
+                         model_fits=fits, plan=plan)  # fmt: skip
     return ItemLabels(label, n_ratings, answers, flags, status), result
 
 
