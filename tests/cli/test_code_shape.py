@@ -17,26 +17,6 @@ MAX_POSITIONAL = 5
 LOG_METHODS = {"debug", "info", "warning", "error", "exception", "critical"}
 VARIADIC = {"zip", "print", "min", "max", "map"}
 
-# labels/* and crowd/*: being reworked (for speed) on another branch, which owns these files; remove each entry
-# when its file is reworked (test_no_allowed_entry_is_fixed_already says when). (file, "def" or "call", name): count
-BEING_REWORKED: dict[tuple[str, str, str], int] = {
-    ("stages/annotate/labels/ordinal.py", "def", "fit"): 1,
-    ("stages/annotate/labels/ordinal.py", "call", "State"): 1,
-    ("stages/annotate/labels/ordinal.py", "call", "answers_of"): 1,
-    ("stages/annotate/labels/ordinal.py", "call", "joint_posterior"): 2,
-    ("stages/annotate/labels/ordinal.py", "call", "worker_counts"): 1,
-    ("stages/annotate/labels/em_answers.py", "call", "Answers"): 1,
-    ("stages/annotate/labels/model_workers.py", "call", "RatingArrays"): 1,
-    ("stages/annotate/labels/quality.py", "call", "ModelResult"): 1,
-    ("stages/annotate/labels/quality.py", "call", "trust.plan"): 1,
-    ("stages/annotate/labels/quality.py", "call", "weighing.weighed_fit"): 1,
-    ("stages/annotate/labels/weighing.py", "call", "anchored_fit"): 3,
-    ("stages/annotate/labels/agreement.py", "call", "RatingArrays"): 2,
-    ("stages/annotate/labels/agreement.py", "call", "cls"): 1,
-    ("stages/annotate/labels/sampling.py", "call", "Sample"): 1,
-    ("stages/annotate/crowd/hidden_gold.py", "call", "Separated"): 2,
-}
-
 
 def _positional(call: ast.Call) -> int:
     return sum(not isinstance(arg, ast.Starred) for arg in call.args)
@@ -68,15 +48,8 @@ def too_big() -> Counter[tuple[str, str, str]]:
 
 
 def test_no_long_function_and_no_call_with_more_than_five_positional_arguments():
-    found = too_big()
-    over = {key: n - BEING_REWORKED.get(key, 0) for key, n in found.items() if n > BEING_REWORKED.get(key, 0)}
+    over = dict(too_big())
     assert not over, (
         f"functions over {MAX_LINES} lines ('def') and calls passing more than {MAX_POSITIONAL} arguments by "
         f"position ('call'): split the function; make the callee's options keyword-only (`*`) and name them: {over}"
     )
-
-
-def test_no_allowed_entry_is_fixed_already():
-    found = too_big()
-    fixed = {key: n - found[key] for key, n in BEING_REWORKED.items() if found[key] < n}
-    assert not fixed, f"fixed since: lower or remove these entries of BEING_REWORKED: {fixed}"

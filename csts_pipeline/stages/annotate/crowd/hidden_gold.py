@@ -190,7 +190,7 @@ def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
     control = [g or bool(t.get("control")) for g, t in zip(gold, tasks)]
     if not any(control):
         empty = np.zeros(0, np.int64)
-        return Separated(list(tasks), list(accepted), [], empty, [], [], empty)
+        return Separated(items=list(tasks), accepted=list(accepted), anchor=[], anchor_truth=empty)
     real_at = {i: n for n, i in enumerate(i for i, c in enumerate(control) if not c)}
     scored = [i for i, g in enumerate(gold) if g]
     numeric = [i for i in scored if parse_rating(tasks[i]["gold_answer"]) is not None]
@@ -203,7 +203,8 @@ def separate(tasks: list[dict[str, Any]], accepted: list[Rating]) -> Separated:
     controls = _reindexed(accepted, scored_at)
     flag = np.array([tasks[i]["gold_answer"] == gold_set.NOT_PERTINENT for i in scored], np.int64)
     items = [t for t, c in zip(tasks, control) if not c]
-    return Separated(items, real, anchor, truth, conditions, controls, flag)
+    return Separated(items=items, accepted=real, anchor=anchor, anchor_truth=truth, anchor_conditions=conditions,
+                     controls=controls, controls_flag=flag)  # fmt: skip
 
 
 def _reindexed(accepted: list[Rating], at: dict[int, int]) -> list[Rating]:

@@ -99,11 +99,11 @@ class RatingArrays:
             np.array([a.worker for a in accepted]),
             np.array([a.rating if a.rating is not None else 0 for a in accepted], np.float64),
             np.array([a.not_pertinent for a in accepted], bool),
-            np.array([[np.nan] * 5 if d is None else list(d) for d in soft], np.float64).reshape(-1, 5)
+            distribution=np.array([[np.nan] * 5 if d is None else list(d) for d in soft], np.float64).reshape(-1, 5)
             if has
             else None,
-            np.array([np.nan if p is None else p for p in p_flag], np.float64) if has else None,
-            np.array([np.nan if a.score is None else a.score for a in accepted], np.float64)
+            p_flag=np.array([np.nan if p is None else p for p in p_flag], np.float64) if has else None,
+            score=np.array([np.nan if a.score is None else a.score for a in accepted], np.float64)
             if any(a.score is not None for a in accepted)
             else None,
         )
@@ -131,8 +131,9 @@ class RatingArrays:
         flag = None if self.p_flag is None else self.p_flag[rows]
         score = None if self.score is None else self.score[rows]
         return RatingArrays(
-            self.item[rows], self.worker[rows], self.rating[rows], self.flagged[rows], pick, flag, score
-        )
+            self.item[rows], self.worker[rows], self.rating[rows], self.flagged[rows], distribution=pick, p_flag=flag,
+            score=score,
+        )  # fmt: skip
 
     @staticmethod
     def concat(parts: list[RatingArrays]) -> RatingArrays:
@@ -150,9 +151,9 @@ class RatingArrays:
             np.concatenate([p.worker.astype(str) for p in parts]),
             np.concatenate([p.rating for p in parts]),
             np.concatenate([p.flagged for p in parts]),
-            np.concatenate([dist(p) for p in parts]) if soft else None,
-            np.concatenate([flag(p) for p in parts]) if soft else None,
-            np.concatenate([np.full(len(p.item), np.nan) if p.score is None else p.score for p in parts])
+            distribution=np.concatenate([dist(p) for p in parts]) if soft else None,
+            p_flag=np.concatenate([flag(p) for p in parts]) if soft else None,
+            score=np.concatenate([np.full(len(p.item), np.nan) if p.score is None else p.score for p in parts])
             if any(p.score is not None for p in parts)
             else None,
         )

@@ -88,11 +88,12 @@ class Answers:
         kept = np.flatnonzero(np.bincount(self.code[rows], minlength=len(self.workers)) > 0)
         code = np.searchsorted(kept, self.code[rows])
         heard = np.bincount(self.item[rows], minlength=self.n_items) > 0
-        return Answers(self.item[rows], code, self.workers[kept], self.answers[rows], self.digits[rows],
-                       self.free[kept], self.allowed, heard & self.answered, heard, self.family[kept],
-                       None if self.pinned is None else self.pinned[kept], self.z[rows] if len(self.z) else self.z,
-                       self.label_prior,
-                       self.density_on_known)  # fmt: skip
+        return Answers(item=self.item[rows], code=code, workers=self.workers[kept], answers=self.answers[rows],
+                       digits=self.digits[rows], free=self.free[kept], allowed=self.allowed,
+                       answered=heard & self.answered, heard=heard, family=self.family[kept],
+                       pinned=None if self.pinned is None else self.pinned[kept],
+                       z=self.z[rows] if len(self.z) else self.z, label_prior=self.label_prior,
+                       density_on_known=self.density_on_known)  # fmt: skip
 
 
 def answers_of(
@@ -100,6 +101,7 @@ def answers_of(
     worker: np.ndarray,
     rating: np.ndarray,
     n_items: int,
+    *,
     known: np.ndarray | None,
     soft: np.ndarray | None,
     score: np.ndarray | None = None,
@@ -152,3 +154,16 @@ def families(workers: np.ndarray, free: np.ndarray) -> np.ndarray:
 def known_items(data: Answers) -> np.ndarray:
     """Items whose true label is fixed (the expert sample, the gold) and that people answered."""
     return (data.allowed.sum(axis=1) == 1) & data.heard
+
+
+def answers_prior(data: Answers) -> np.ndarray | None:
+    """The people's answers' own distribution over 1..5 (plus one per label), held as the label prior where fewer
+    than MIN_EVIDENCE items have two answers (people's or models'): one answer an item cannot tell how widely the
+    true labels spread from how noisy the people are, and the prior EM learnt there collapsed onto two labels
+    (USTS-C, one rating an item: an answer of 5 read as a 3 at 0.91; the answers' own distribution covered 0.93 of
+    the items). None where the items measure it, or no person answered."""
+    people = ~data.free[data.code]
+    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= MIN_EVIDENCE or not people.any():
+        return None
+    counts = data.answers[people].sum(axis=0)
+    return (counts + 1) / (counts.sum() + len(SCALE))

@@ -49,6 +49,7 @@ def joint_posterior(
     answers: np.ndarray,
     tables: np.ndarray,
     prior: np.ndarray,
+    *,
     weights: np.ndarray,
     n_items: int,
     layout: Layout | None = None,
@@ -108,6 +109,7 @@ def worker_counts(
     item: np.ndarray,
     code: np.ndarray,
     answers: np.ndarray,
+    *,
     n: int,
     layout: Layout | None = None,
 ) -> np.ndarray:

@@ -84,3 +84,10 @@ def growth_strength(counts: np.ndarray, kernel: np.ndarray) -> float:
         for a in GROWTH_STRENGTHS
     ]
     return float(GROWTH_STRENGTHS[int(np.argmax(scores))])
+
+
+def grown_people(data: Answers, strength: float) -> np.ndarray:
+    """The people whose table grows from their own answers: all but those the trust plan holds (none where the
+    strength is infinite, the kernel alone)."""
+    held = np.zeros(len(data.workers), bool) if data.pinned is None else ~np.isnan(data.pinned)
+    return ~data.free & ~held & np.isfinite(strength)

@@ -59,8 +59,8 @@ def by_kind(ratings: RatingArrays, kinds: np.ndarray | None) -> RatingArrays:
     model = ~ratings.human
     worker = ratings.worker.astype(object)
     worker[model] = np.char.add(np.char.add(ratings.worker[model].astype(str), KIND_SEP), kinds[ratings.item[model]])
-    return RatingArrays(ratings.item, worker.astype(str), ratings.rating, ratings.flagged, ratings.distribution,
-                        ratings.p_flag, ratings.score)  # fmt: skip
+    return RatingArrays(ratings.item, worker.astype(str), ratings.rating, ratings.flagged,
+                        distribution=ratings.distribution, p_flag=ratings.p_flag, score=ratings.score)  # fmt: skip
 
 
 def model_name(worker: np.ndarray) -> np.ndarray:

@@ -37,7 +37,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
-from csts_pipeline.stages.annotate.labels.em_answers import FAMILY_SEP, MIN_EVIDENCE, Answers, answers_of, known_items
+from csts_pipeline.stages.annotate.labels.em_answers import (
+    FAMILY_SEP,
+    MIN_EVIDENCE,
+    Answers,
+    answers_of,
+    answers_prior,
+    known_items,
+)
 from csts_pipeline.stages.annotate.labels.em_sums import (
     SCALE,
     joint_posterior,
@@ -119,7 +126,7 @@ def item_posterior(
 ) -> np.ndarray:
     """E-step without a shared shift: per item, the posterior over 1..5 given its answers ([answers, y],
     answer_matrix); table[worker, t, y] holds P(y | t)."""
-    return joint_posterior(item, code, answers, table[None], prior, np.ones(1), n_items)[0].sum(axis=2)
+    return joint_posterior(item, code, answers, table[None], prior, weights=np.ones(1), n_items=n_items)[0].sum(axis=2)
 
 
 @dataclass
@@ -166,7 +173,7 @@ def fit(
     `label_prior`: the prior over 1..5 held, not learned (an expert sample of the batch measured it);
     `density_on_known`: a scored model's density measured on the items of known label alone, not against the
     posterior (where those items measure the people too: trust.KNOWN)."""
-    data = answers_of(item, worker, rating, n_items, known, soft, score)
+    data = answers_of(item, worker, rating, n_items, known=known, soft=soft, score=score)
     data.hold(people_noise)
     data.label_prior = label_prior if label_prior is not None else answers_prior(data)
     data.density_on_known = density_on_known
@@ -178,6 +185,11 @@ def fit(
     else:
         spread, state = ambiguity, start_state(data)
     state = expectation_maximisation(data, state, spread, max_iter, tol)
+    return fitted(data, state, spread, scores)
+
+
+def fitted(data: Answers, state: State, spread: float, scores: dict[float, float]) -> OrdinalFit:
+    """What EM reached, as the fit's results: labels on the crowd's scale, intervals calibrated on the known items."""
     bias_grid, noise_grid, _, _ = grid()
     values = label_values(data, state, spread)
     calibration, offset = known_calibration(data, state, spread, values)
@@ -204,19 +216,6 @@ def fit(
     )
 
 
-def answers_prior(data: Answers) -> np.ndarray | None:
-    """The people's answers' own distribution over 1..5 (plus one per label), held as the label prior where fewer
-    than MIN_EVIDENCE items have two answers (people's or models'): one answer an item cannot tell how widely the
-    true labels spread from how noisy the people are, and the prior EM learnt there collapsed onto two labels
-    (USTS-C, one rating an item: an answer of 5 read as a 3 at 0.91; the answers' own distribution covered 0.93 of
-    the items). None where the items measure it, or no person answered."""
-    people = ~data.free[data.code]
-    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= MIN_EVIDENCE or not people.any():
-        return None
-    counts = data.answers[people].sum(axis=0)
-    return (counts + 1) / (counts.sum() + len(SCALE))
-
-
 def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
     """[t, g]: the label a true label t read with shift node g stands for: the crowd's mean answer there (the
     batch's people's tables, each weighed by their answers times their reliability squared, so that a spammer's
@@ -236,16 +235,9 @@ def worker_tables(data: Answers, state: State, shifts: np.ndarray) -> np.ndarray
     """[g, worker, t, y]: each worker's P(y | t + shift_g): the kernel moved by the shift, or the worker's own
     table (a model's confusion, a grown person's) read at t + shift."""
     tables = grid_tables(state.choice, shifts)
-    own = data.free | grown_people(data, state.strength)
+    own = data.free | model_tables.grown_people(data, state.strength)
     tables[:, own] = shift.shifted_rows(state.table[own], shifts)
     return tables
-
-
-def grown_people(data: Answers, strength: float) -> np.ndarray:
-    """The people whose table grows from their own answers: all but those the trust plan holds (none where the
-    strength is infinite, the kernel alone)."""
-    held = np.zeros(len(data.workers), bool) if data.pinned is None else ~np.isnan(data.pinned)
-    return ~data.free & ~held & np.isfinite(strength)
 
 
 def densities(data: Answers, state: State) -> dict[str, np.ndarray]:
@@ -310,7 +302,7 @@ def start_state(data: Answers) -> State:
         choice = np.where(data.free | np.isnan(data.pinned), choice, held)
     table = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
     prior = np.full(len(SCALE), 1 / len(SCALE)) if data.label_prior is None else data.label_prior
-    return State(prior, choice, table, np.tile(prior[None, :, None], (data.n_items, 1, 1)))
+    return State(prior=prior, choice=choice, table=table, posterior=np.tile(prior[None, :, None], (data.n_items, 1, 1)))
 
 
 @one_blas_thread
@@ -330,15 +322,15 @@ def expectation_maximisation(
     density = state.density if state.density is not None else score_density.start(len(groups))
     buffers = [np.empty((data.n_items, len(SCALE), len(shifts))) for _ in range(2)]  # this iteration's, the last's
     for iterations in range(1, max_iter + 1):
-        now = State(prior, choice, table, before, density, strength=strength)
+        now = State(prior=prior, choice=choice, table=table, posterior=before, density=density, strength=strength)
         joint, evidence = e_step(data, now, group, spread, buffers[iterations % 2])
         posterior = restrict(joint, data.allowed)  # in place: each item's known label, normalised again
         if data.label_prior is None:
             prior = (posterior[data.answered].sum(axis=0) + 1) / (data.answered.sum() + len(SCALE))
-        counts = worker_counts(joint, data.item, data.code, data.digits, len(data.workers), data.count_layout)
+        counts = worker_counts(joint, data.item, data.code, data.digits, n=len(data.workers), layout=data.count_layout)
         choice = best_parameters(counts, shifts, data.pinned)
         kernel = np.exp(log_grid[choice].reshape(len(choice), len(SCALE), len(SCALE)))
-        people = grown_people(data, 1.0) & grow
+        people = model_tables.grown_people(data, 1.0) & grow
         # the counts moved onto the tables' rows: what a model's or a grown person's table is estimated from
         unshifted = shift.unshifted_counts(counts, shifts, table) if data.free.any() or people.any() else counts
         table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
@@ -352,7 +344,8 @@ def expectation_maximisation(
         change = float(np.abs((posterior - before) @ SCALE).max()) if data.n_items else 0.0
         before = posterior
         heard = float(evidence[data.heard].sum())
-        done = State(prior, choice, table, joint, density, heard, iterations, change < tol, strength)
+        done = State(prior=prior, choice=choice, table=table, posterior=joint, density=density, log_likelihood=heard,
+                     iterations=iterations, converged=change < tol, strength=strength)  # fmt: skip
         if done.converged:
             break
     return done
@@ -367,8 +360,9 @@ def e_step(
     shifts, weights = shift.nodes(spread)
     tables = worker_tables(data, state, shifts)
     joint, evidence = joint_posterior(
-        data.item, data.code, data.answers, tables, state.prior, weights, data.n_items, data.layout, out
-    )
+        data.item, data.code, data.answers, tables, state.prior, weights=weights, n_items=data.n_items,
+        layout=data.layout, out=out,
+    )  # fmt: skip
     if len(data.scored) and state.density is not None:
         extra = score_density.log_likelihood(data.z[data.scored], group, state.density, shifts)
         per_item = sum_by_index(data.item[data.scored], extra.reshape(len(data.scored), -1), data.n_items)

@@ -67,16 +67,15 @@ def model_labels(
     given = evidence or Evidence()
     anchor, kinds, known, test = given.anchor, given.kinds, given.known, given.test
     on_items = None if kinds is None else kinds[:n_items]
-    plan = trust.plan(
-        ratings, n_items, known, None if anchor is None else anchor[0], on_items, None if test is None else test[0]
-    )
+    on_gold_and_test = {"anchor": None if anchor is None else anchor[0], "test": None if test is None else test[0]}
+    plan = trust.plan(ratings, n_items, known=known, kinds=on_items, **on_gold_and_test)
     split = model_workers.by_kind(ratings, on_items)
     split = split.subset(~model_workers.dropped_rows(split, plan))
     gold = None
     if anchor is not None:
         on_gold = model_workers.by_kind(anchor[0], _gold_kinds(kinds, n_items))
         gold = (on_gold.subset(~model_workers.dropped_rows(on_gold, plan)), anchor[1])
-    fit = weighing.weighed_fit(plan, split, n_items, gold, ambiguity, known, test)
+    fit = weighing.weighed_fit(plan, split, n_items, gold=gold, ambiguity=ambiguity, known=known, test=test)
     fits = model_workers.model_fits(fit, split, plan)
     found = flag_verdict(ratings, n_items, given.controls, fits)
     people = ratings.subset(ratings.human)  # the counts and the status are people's: a model never stands alone
@@ -91,7 +90,8 @@ def model_labels(
     low, high = fit.interval()
     share = model_share(fit, split, fits) if fits else None
     ratio = model_log10_ratio(fit, split, n_items) if fits else None
-    result = ModelResult(fit, found, low, high, share, ratio, fits, plan)
+    result = ModelResult(fit=fit, verdict=found, low=low, high=high, models=share, log10_ratio=ratio,
+                         model_fits=fits, plan=plan)  # fmt: skip
     return ItemLabels(label, n_ratings, answers, flags, status), result
 
 

@@ -73,7 +73,8 @@ def stratified_sample(
             rows = rows[np.argpartition(key[rows], take - 1)[:take]]
         parts.append(rows[:take])
     chosen = np.concatenate(parts)
-    return Sample(chosen[np.argsort(key[chosen], kind="stable")], strata, sizes, quota, cosine_edges, iou_edges)
+    rows = chosen[np.argsort(key[chosen], kind="stable")]
+    return Sample(rows=rows, strata=strata, sizes=sizes, quota=quota, cosine_edges=cosine_edges, iou_edges=iou_edges)
 
 
 def unique_pairs(table: pa.Table) -> np.ndarray:

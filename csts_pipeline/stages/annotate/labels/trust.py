@@ -181,6 +181,7 @@ def model_agreement(name: str, people: np.ndarray, theirs: np.ndarray, kinds: np
 def plan(
     ratings: RatingArrays,
     n_items: int,
+    *,
     known: np.ndarray | None = None,
     anchor: RatingArrays | None = None,
     kinds: np.ndarray | None = None,

@@ -35,6 +35,7 @@ def anchored_fit(
     ratings: RatingArrays,
     n_items: int,
     anchor: Anchor | None,
+    *,
     ambiguity: float | None = None,
     known: np.ndarray | None = None,
     people_noise: float | dict[str, float] | None = None,
@@ -71,6 +72,7 @@ def weighed_fit(
     plan: trust.TrustPlan,
     split: RatingArrays,
     n_items: int,
+    *,
     gold: Anchor | None,
     ambiguity: float | None,
     known: np.ndarray | None,
@@ -86,20 +88,22 @@ def weighed_fit(
     useful = [name for name, m in plan.models.items() if m.informative]
     in_fit = plan.mode == trust.KNOWN and plan.known_in_batch and test is None  # every known label in the fit
     if plan.mode == trust.REPEATS or (not useful and (plan.mode == trust.ASSUMED or in_fit)):
-        return anchored_fit(split, n_items, gold, ambiguity, known)
+        return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known)
     if plan.mode == trust.KNOWN:
         noise = known_noise(split, n_items, [a for a in (gold, test) if a is not None], known)
         pooled = float(kernel.reliability(kernel.response(np.zeros(1), np.array([noise])))[0])
         noises = trust.people_noises(plan, pooled) if plan.relative else noise
         prior = sample_prior(known)
-        return anchored_fit(split, n_items, gold, ambiguity, known, noises, prior, plan.known_in_batch)
+        return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known, people_noise=noises,
+                            label_prior=prior, density_on_known=plan.known_in_batch)  # fmt: skip
     if plan.people_reliability is not None:
         noises = trust.people_noises(plan, plan.people_reliability)
-        return anchored_fit(split, n_items, gold, ambiguity, known, noises)
-    first = anchored_fit(split, n_items, gold, ambiguity, known)
+        return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known, people_noise=noises)
+    first = anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known)
 
     def at(noises: dict[str, float], tol: float = trust.SEARCH_TOL) -> ordinal.OrdinalFit:
-        return anchored_fit(split, n_items, gold, first.ambiguity, known, noises, max_iter=EQUAL_MAX_ITER, tol=tol)
+        return anchored_fit(split, n_items, gold, ambiguity=first.ambiguity, known=known, people_noise=noises,
+                            max_iter=EQUAL_MAX_ITER, tol=tol)  # fmt: skip
 
     fit = at(trust.equal_noise(at, plan, useful), ordinal.TOL)
     people = ~np.isin(model_workers.model_name(fit.workers), useful)
