@@ -67,8 +67,7 @@ def model_labels(
     given = evidence or Evidence()
     anchor, kinds, known, test = given.anchor, given.kinds, given.known, given.test
     on_items = None if kinds is None else kinds[:n_items]
-    on_gold_and_test = {"anchor": None if anchor is None else anchor[0], "test": None if test is None else test[0]}
-    plan = trust.plan(ratings, n_items, known=known, kinds=on_items, **on_gold_and_test)
+    plan = trust.plan(ratings, n_items, known=known, kinds=on_items, anchor=anchor and anchor[0], test=test and test[0])
     split = model_workers.by_kind(ratings, on_items)
     split = split.subset(~model_workers.dropped_rows(split, plan))
     gold = None
