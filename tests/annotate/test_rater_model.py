@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csts_pipeline.stages.annotate.labels import kernel, ordinal
+from csts_pipeline.stages.annotate.labels import kernel, ordinal, trust
 from csts_pipeline.stages.annotate.labels.aggregators import OrdinalModel
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.labels.weighing import Evidence
@@ -69,6 +69,22 @@ def test_one_answer_an_item_holds_the_label_prior_at_the_answers_and_keeps_their
     assert np.all(np.diff([fit.label[said == y].mean() for y in range(1, 6)]) > 0.3)  # a 5 reads above a 4
     low, high = fit.interval()
     assert np.mean((low <= truth) & (truth <= high)) >= 0.85  # integer truths: 0.98 here, 0.93 on USTS-C
+
+
+def test_known_labels_without_a_model_fit_each_person_in_the_batch_and_say_so():
+    """An expert sample and no model: the known labels sit in the fit, so every person is fitted there, not held at
+    one pooled noise, and their evidence does not say "pooled"."""
+    rng = np.random.default_rng(3)
+    truth = rng.integers(1, 6, 600)
+    said = np.clip(np.rint(truth + rng.normal(0, 0.7, len(truth))), 1, 5)
+    worker = np.array([f"w{i % 10}" for i in range(len(truth))])
+    ratings = RatingArrays(np.arange(len(truth)), worker, said, np.zeros(len(truth), bool))
+    known = np.where(np.arange(len(truth)) % 20 == 0, truth, 0)
+    model = OrdinalModel(not_pertinent_share=0.5, min_ratings=1).fit(ratings, len(truth), Evidence(known=known))
+    plan = model.plan_
+    assert plan.mode == trust.KNOWN and not plan.pooled and plan.summary()["people_pooled"] is False
+    assert "pooled" not in trust.person_words(plan, "w0")
+    assert len(set(np.round(model.result_.fit.noise, 3))) > 1  # each person their own noise, none held
 
 
 def test_the_estimator_takes_options_in_the_constructor_and_evidence_in_fit():

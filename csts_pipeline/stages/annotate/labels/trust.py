@@ -112,6 +112,8 @@ class TrustPlan:
     known_in_batch: bool = False  # the batch's own items of known label (expert sample, gold) measure, not only
     # the qualification test: a similarity model's score density is measured on them
     short: str = NO_EVIDENCE  # what evidence was given and why it did not measure the people (shortfall)
+    pooled: bool = False  # KNOWN: the people held at one noise pooled over them (a model answers, or the test
+    # measures them out of the fit); else fitted freely with the batch's known labels in the fit
 
     @property
     def left_out(self) -> list[str]:
@@ -132,10 +134,11 @@ class TrustPlan:
         tested = sum(e.get(TEST, 0) for e in self.evidence.values())
         kinds = (EXPERT, GOLD, REPEATS, TEST)
         by_kind = {kind: sum(1 for e in self.evidence.values() if e.get(kind)) for kind in kinds}
-        return {"people_measured": self.people_measured, "people_measured_by": self.mode, "people_reliability":
-                people, "rule": self.rule, "informative_z": INFORMATIVE_Z, "models": models,
-                "qualification_ratings": tested, "people": len(self.evidence),
-                "people_by_evidence": by_kind, "evidence_short": self.short}  # fmt: skip
+        return {"people_measured": self.people_measured, "people_measured_by": self.mode,
+                "people_pooled": self.pooled, "people_reliability": people, "rule": self.rule,
+                "informative_z": INFORMATIVE_Z, "models": models, "qualification_ratings": tested,
+                "people": len(self.evidence), "people_by_evidence": by_kind,
+                "evidence_short": self.short}  # fmt: skip
 
 
 def people_evidence(
@@ -216,6 +219,7 @@ def plan(
     found.short = shortfall(count, len(np.unique(rated.item[human & (known[rated.item] > 0)])))
     found.known_in_batch = count[EXPERT] + count[GOLD] >= MIN_EVIDENCE
     useful = [m for m in models.values() if m.informative]
+    found.pooled = mode == KNOWN and (bool(useful) or bool(count[TEST]) or not found.known_in_batch)
     if mode != REPEATS and useful:
         found.relative = relative_agreement(rated.subset(human), [series[m.name] for m in useful])
     if mode == ASSUMED and len(useful) >= 2:
@@ -321,7 +325,7 @@ def person_words(found: TrustPlan, name: str) -> str:
     shown = [f"{kind} {n}" for kind, n in found.evidence.get(name, {}).items() if n]
     factor = found.relative.get(name)
     relative = "" if factor is None else f"; this person at {factor:.2f} times it by their agreement with the models"
-    if found.mode == KNOWN:  # a few known items each: measured pooled over the people
+    if found.pooled:  # a few known items each: measured pooled over the people
         own = ", ".join(shown) or "none of their own"
         return f"{own}; the people's noise measured pooled on the items of known label{relative}"
     if found.people_measured and shown:

@@ -86,8 +86,8 @@ def weighed_fit(
     reliability; or, with one informative model, at the noise where they come out as reliable as the models
     (trust.equal_noise)."""
     useful = [name for name, m in plan.models.items() if m.informative]
-    in_fit = plan.mode == trust.KNOWN and plan.known_in_batch and test is None  # every known label in the fit
-    if plan.mode == trust.REPEATS or (not useful and (plan.mode == trust.ASSUMED or in_fit)):
+    in_fit = plan.mode == trust.KNOWN and not plan.pooled  # no model, every known label in the fit
+    if plan.mode == trust.REPEATS or in_fit or (plan.mode == trust.ASSUMED and not useful):
         return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known)
     if plan.mode == trust.KNOWN:
         noise = known_noise(split, n_items, [a for a in (gold, test) if a is not None], known)

@@ -180,7 +180,7 @@ def _import_ratings(record: dict[str, Any]) -> str:
 def _pooled(model: dict[str, Any]) -> str:
     """Where the items of known label measured the people, the noise that marks them unreliable is one pooled
     figure: said, since it marks every person alike, those with no rating on those items too."""
-    if (model.get("trust") or {}).get("people_measured_by") != trust.KNOWN:
+    if not (model.get("trust") or {}).get("people_pooled"):
         return ""
     return "; the people's noise is measured pooled on the items of known label, so it judges every person alike"
 
