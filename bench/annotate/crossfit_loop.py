@@ -156,12 +156,13 @@ def rounds(folder: Path, results: Path, options, truth: dict, args: argparse.Nam
     return first
 
 
-def spread_as(labels: dict[str, float], like: dict[str, float]) -> dict[str, float]:
-    """`labels`' order with `like`'s values: the i-th smallest label gets the i-th smallest of `like` (posterior
-    means sit nearer the middle of the scale than the answers they came from)."""
-    ids = sorted(labels, key=labels.__getitem__)
-    values = np.sort(np.array([like[i] for i in ids if i in like], float))
-    return dict(zip(ids, np.interp(np.linspace(0, 1, len(ids)), np.linspace(0, 1, len(values)), values).tolist()))
+def spread_as_answers(folder: Path) -> dict[str, float]:
+    """The rebuilt labels as `annotate split --label-spread answers` writes them (their order, given the values
+    of the people's own answers); the split is then rewritten as the import gave them."""
+    csts_split.split(folder, SplitOptions(ratios="100:0:0", label_spread="answers"), force=True)
+    rows = pq.read_table(folder / "csts" / "train.parquet").to_pylist()
+    csts_split.split(folder, SplitOptions(ratios="100:0:0"), force=True)
+    return {rating_item_id(r["pair_id"], r["condition_type"]): r["label"] for r in rows}
 
 
 def models(items: list[dict], labels: dict[str, dict], test: Path, work: Path, args) -> dict[str, float]:
@@ -200,7 +201,7 @@ def main() -> None:
     parser.add_argument(
         "--spread-as-person",
         action="store_true",
-        help="also train on the rebuilt labels' order with the person's answers' values (quantile-matched)",
+        help="also train on the rebuilt labels as `annotate split --label-spread answers` writes them",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, every core)")
     args = parser.parse_args()
@@ -251,7 +252,7 @@ def loop(work: Path, args: argparse.Namespace) -> None:
     sources = {"rebuilt": rebuilt, "person": person, "gold": truth}
     say("labels' sd: " + ", ".join(f"{name} {np.std(list(v.values())):.2f}" for name, v in sources.items()))
     if args.spread_as_person:
-        sources = {"rebuilt, spread as the person's answers": spread_as(rebuilt, person)} | sources
+        sources = {"rebuilt, --label-spread answers": spread_as_answers(folder)} | sources
     scored = models(items, sources, test, work, args)
     say("\n| labels of the batch | Spearman with the gold |\n|---|---:|")
     for name, value in figures.items():

@@ -182,6 +182,14 @@ def annotate_split(
             "--labels", help="likert (the rating import's labels) or bws (best-worst scores mapped linearly to 1-5)."
         ),
     ] = SplitOptions.labels,
+    label_spread: Annotated[
+        str,
+        typer.Option(
+            "--label-spread",
+            help="import (the likert labels as the ratings import wrote them) or answers (their order, given the "
+            "values of the people's own 1-5 answers: a regression target as wide as theirs).",
+        ),
+    ] = SplitOptions.label_spread,
     seed: SeedOpt = SplitOptions.seed,
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
@@ -190,7 +198,8 @@ def annotate_split(
     from csts_pipeline.stages.annotate.steps.csts_split import split
 
     folder, _ = annotate_folder(dataset, manifest, out)
-    say_step(split(folder, SplitOptions(ratios=ratios, seed=seed, labels=labels), force=force))
+    options = SplitOptions(ratios=ratios, seed=seed, labels=labels, label_spread=label_spread)
+    say_step(split(folder, options, force=force))
 
 
 @annotate_app.command("audit")

@@ -602,6 +602,27 @@ def test_split_keeps_sentence_pairs_whole(tmp_path: Path, rated: Path):
     ]
 
 
+def test_split_label_spread_answers_keeps_the_order_with_the_answers_values(tmp_path: Path, rated: Path):
+    """`--label-spread answers`: each split's labels keep the import's order (ties too) and take the spread of the
+    people's own answers, where the rater model's posterior means are narrower; the metadata says so."""
+    import_ratings(rated, [tmp_path / "r.csv"], RatingsImportOptions(aggregate="model"), force=True)
+    cli("annotate", "split", "--out", rated)
+    plain = pa.concat_tables(pq.read_table(rated / "csts" / f"{name}.parquet") for name in SPLITS)
+    cli("annotate", "split", "--out", rated, "--label-spread", "answers")
+    spread = pa.concat_tables(pq.read_table(rated / "csts" / f"{name}.parquet") for name in SPLITS)
+    assert spread.column("pair_id").to_pylist() == plain.column("pair_id").to_pylist()
+    before, after = plain.column("label").to_numpy(), spread.column("label").to_numpy()
+    assert np.array_equal(np.sign(np.subtract.outer(before, before)), np.sign(np.subtract.outer(after, after)))
+    answers = pq.read_table(rated / "ratings" / "ratings.parquet").column("rating").to_numpy()
+    answers = answers[answers > 0].astype(np.int64)
+    edges = [1, 1.5, 2.5, 3.5, 4.5, 5.0001]  # an answer v spread over the half points around it
+    share = np.histogram(after, edges)[0] / len(after)
+    assert share == pytest.approx(np.bincount(answers, minlength=6)[1:] / len(answers), abs=0.03)
+    described = json.loads(pq.read_schema(rated / "csts" / "train.parquet").metadata[b"csts.labels"])
+    assert described["spread"] == "answers" and "people's own 1-5 answers" in described["description"]
+    assert "--label-spread" in cli_error("annotate", "split", "--out", rated, "--label-spread", "wide")
+
+
 # -------------------------------------------------------------------------------------------------------- CLI
 
 runner = CliRunner()

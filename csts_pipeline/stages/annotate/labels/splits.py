@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy.stats import rankdata
 
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
@@ -96,7 +97,26 @@ def csts_table(complete: pa.Table, seed: int, ratios: tuple[float, float, float]
     return table, int(groups.max()) + 1
 
 
-def label_description(labels: str, upstream_params: dict[str, Any]) -> dict[str, Any]:
+LABEL_SPREADS = ("import", "answers")  # `annotate split --label-spread`
+
+
+def spread_as_answers(labels: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """The labels' order with the spread of the people's own answers: each label goes to the quantile at its
+    mid-rank of the answers' distribution, an answer v read as uniform over the half points around it (1-1.5,
+    1.5-2.5, .., 4.5-5), so distinct labels stay distinct and tied ones tied. A posterior mean sits nearer the
+    middle of the scale the less its item's answers say: as a regression target it compresses the scale."""
+    if len(labels) == 0:
+        return np.asarray(labels, float)
+    low, high = RATING_SCALE
+    counts = np.bincount(np.rint(answers).astype(np.int64) - low, minlength=high - low + 1)
+    edges = np.concatenate([[low], np.arange(low, high) + 0.5, [high]])
+    cumulative = np.concatenate([[0.0], np.cumsum(counts) / counts.sum()])
+    keep = np.concatenate([[True], np.diff(cumulative) > 0])  # an answer nobody gave spans no quantiles
+    position = (rankdata(labels, method="average") - 0.5) / len(labels)
+    return np.interp(position, cumulative[keep], edges[keep])
+
+
+def label_description(labels: str, upstream_params: dict[str, Any], *, spread: str = "import") -> dict[str, Any]:
     """What the labels are, for the split's record and its Parquet metadata: the scale (always the C-STS 1-5,
     so `train` never infers it from the labels seen) and how they were made."""
     low, high = RATING_SCALE
@@ -107,7 +127,9 @@ def label_description(labels: str, upstream_params: dict[str, Any]) -> dict[str,
     how = f"{policy} of the 1-5 Likert ratings" + (" (median rounded to an integer)" if policy == "round" else "")
     if policy == "model":
         how = "posterior mean of an ordinal rater model (worker bias and noise) fitted to the 1-5 Likert ratings"
-    return {"source": "likert", "scale": [low, high], "policy": policy, "description": how}
+    if spread == "answers":
+        how += "; in that order, given the values of the people's own 1-5 answers (quantile-matched)"
+    return {"source": "likert", "scale": [low, high], "policy": policy, "spread": spread, "description": how}
 
 
 def label_metadata(described: dict[str, Any]) -> dict[bytes, bytes]:

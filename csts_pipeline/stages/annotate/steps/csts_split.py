@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from csts_pipeline.pipeline.commit import OutputFolder
@@ -15,17 +16,21 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import require_current
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd.files import write_csv, write_parquet
+from csts_pipeline.stages.annotate.labels.agreement import is_model_worker
 from csts_pipeline.stages.annotate.labels.splits import (
+    LABEL_SPREADS,
     complete_pairs,
     csts_table,
     label_description,
     label_metadata,
     parse_ratios,
+    spread_as_answers,
 )
 from csts_pipeline.stages.annotate.layout import (
     BWS,
     BWS_TASKS,
     CSTS,
+    INDIVIDUAL_RATINGS,
     ITEMS,
     LABEL_SOURCES,
     RATINGS,
@@ -43,10 +48,13 @@ def split(annotate_dir: Path, options: SplitOptions = SplitOptions(), *, force: 
     """Train/validation/test from the kept labelled items (`labels`: likert ratings, or bws scores mapped to
     1-5): only pairs whose high and low conditions were both kept, grouped by sentence pair; written as C-STS
     Parquet and CSV (docs/schemas.md), the Parquet carrying the label scale and source in its metadata."""
-    seed, labels = options.seed, options.labels
+    seed, labels, spread = options.seed, options.labels, options.label_spread
     ratios = parse_ratios(options.ratios)
     if labels not in LABEL_SOURCES:
         raise UserError(f"--labels must be likert or bws (got {labels!r})")
+    if spread not in LABEL_SPREADS or (spread != "import" and labels != "likert"):
+        raise UserError(f"--label-spread must be one of {', '.join(LABEL_SPREADS)}, and import with --labels bws "
+                        f"(got {spread!r})")  # fmt: skip
     ratings_dir = annotate_dir / (RATINGS if labels == "likert" else BWS)
     step = f"annotate import --stage {'ratings' if labels == 'likert' else 'bws'} --results FILE"
     tasks_dir = annotate_dir / (RATINGS_TASKS if labels == "likert" else BWS_TASKS)
@@ -58,7 +66,7 @@ def split(annotate_dir: Path, options: SplitOptions = SplitOptions(), *, force: 
     with OutputFolder(
         "annotate-split",
         annotate_dir / CSTS,
-        {"seed": seed, "ratios": [round(r, 6) for r in ratios], "labels": labels},
+        {"seed": seed, "ratios": [round(r, 6) for r in ratios], "labels": labels, "label_spread": spread},
         {labels: upstream["fingerprint"]},
         reads=(ratings_dir,),
     ) as out:
@@ -72,8 +80,10 @@ def split(annotate_dir: Path, options: SplitOptions = SplitOptions(), *, force: 
                 f"{ratings_dir / ITEMS}: no sentence pair has both its high and its low condition kept; "
                 "nothing to split"
             )
+        if spread == "answers":
+            complete = _spread_as_answers(complete, ratings_dir / INDIVIDUAL_RATINGS)
         table, sentence_pairs = csts_table(complete, seed, ratios)
-        described = label_description(labels, upstream["params"])
+        described = label_description(labels, upstream["params"], spread=spread)
         table = table.replace_schema_metadata(label_metadata(described))
         parts = {name: table.filter(pc.equal(table.column("split"), name)) for name in SPLITS}
 
@@ -92,3 +102,14 @@ def split(annotate_dir: Path, options: SplitOptions = SplitOptions(), *, force: 
                 log.warning("annotate split: %s is empty (%d sentence pairs in all)", name, sentence_pairs)
         files = {name: str(out.folder / f"{name}.parquet") for name in SPLITS}
         return out.finish(counts, labels=described, files=files)
+
+
+def _spread_as_answers(complete: pa.Table, ratings_file: Path) -> pa.Table:
+    """The items' labels in their order, given the values of the people's own 1-5 ratings (not a model's)."""
+    ratings = read_table(ratings_file, columns=["worker_id", "rating"])
+    rating = ratings.column("rating").to_numpy(zero_copy_only=False)
+    people = ~is_model_worker(ratings.column("worker_id").to_numpy(zero_copy_only=False)) & (rating > 0)
+    if not people.any():
+        raise UserError(f"{ratings_file}: no person's rating to take the spread from; use --label-spread import")
+    spread = spread_as_answers(complete.column("label").to_numpy(), rating[people])
+    return complete.set_column(complete.schema.get_field_index("label"), "label", pa.array(spread, pa.float64()))

@@ -170,8 +170,10 @@ class ConditionCheckOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class SplitOptions:
-    """`annotate split`: the train:validation:test proportions, their seed and the labels split (likert or bws)."""
+    """`annotate split`: the train:validation:test proportions, their seed, the labels split (likert or bws) and
+    the values the likert labels are written with (as the import made them, or spread as the people's answers)."""
 
     ratios: str = "60:15:25"
     seed: int = 0
     labels: str = "likert"
+    label_spread: str = "import"
