@@ -129,6 +129,20 @@ def test_decimal_labels_are_published_as_the_expert_gave_them(folder: Path, tmp_
     assert all(found[i]["label"] == labels[i] for i in ids)
 
 
+def test_the_experts_decimals_set_the_scales_level_not_their_rounding(folder: Path, tmp_path: Path):
+    """The fit reads 3.4 as a 3, but the scale's level is set from the labels as given: the other items' labels
+    move by the sample's mean rounding residual, and by nothing else."""
+    labels = sample(folder)
+    run(folder, write_csv(tmp_path / "whole.csv", labels))
+    whole = items(folder)
+    residual = {i: (0.4 if v < 5 else -0.4) for i, v in labels.items()}
+    run(folder, write_csv(tmp_path / "decimal.csv", {i: v + residual[i] for i, v in labels.items()}))
+    decimal = items(folder)
+    others = [i for i in whole if i not in labels and whole[i]["status"] == "kept" and 1.5 < whole[i]["label"] < 4.5]
+    moved = np.array([decimal[i]["label"] - whole[i]["label"] for i in others])
+    assert len(others) > 10 and moved == pytest.approx(np.mean(list(residual.values())), abs=1e-6)
+
+
 def test_identical_duplicates_pass_and_conflicting_ones_are_refused(folder: Path, tmp_path: Path):
     labels = sample(folder)
     first = next(iter(labels))

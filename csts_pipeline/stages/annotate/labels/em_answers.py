@@ -49,6 +49,7 @@ class Answers:
     pinned: np.ndarray | None = None  # per worker the noise it is held at (nan: fitted); trust.py says when
     z: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per row a model score's normal score, nan: none
     label_prior: np.ndarray | None = None  # held, where a sample of the batch's labels measured it
+    known_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per item its known label as given (0: none)
     density_on_known: bool = False  # scored models measured on the items of known label alone (trust.KNOWN)
 
     @property
@@ -93,7 +94,7 @@ class Answers:
                        answered=heard & self.answered, heard=heard, family=self.family[kept],
                        pinned=None if self.pinned is None else self.pinned[kept],
                        z=self.z[rows] if len(self.z) else self.z, label_prior=self.label_prior,
-                       density_on_known=self.density_on_known)  # fmt: skip
+                       known_value=self.known_value, density_on_known=self.density_on_known)  # fmt: skip
 
 
 def answers_of(
@@ -116,10 +117,10 @@ def answers_of(
         raise ValueError("ratings must be integers from 1 to 5")
     answers = answer_matrix(rating, soft)
     free = np.bincount(code, weights=~hard, minlength=len(workers)) > 0  # model workers: a free confusion
-    fixed = np.zeros(n_items, bool) if known is None else np.asarray(known) > 0
+    known_value = np.zeros(n_items) if known is None else np.asarray(known, np.float64)
+    fixed = known_value > 0
     allowed = np.ones((n_items, len(SCALE)))
-    if known is not None:
-        allowed[fixed] = np.eye(len(SCALE))[np.asarray(known)[fixed].astype(np.int64) - 1]
+    allowed[fixed] = np.eye(len(SCALE))[rounded(known_value[fixed]) - 1]
     heard = np.bincount(item, minlength=n_items) > 0
     digits = np.eye(len(SCALE))[np.argmax(answers, axis=1)]  # what the tables are estimated from
     family = families(workers, free)
@@ -141,7 +142,13 @@ def answers_of(
         heard=heard,
         family=family,
         z=z,
+        known_value=known_value,
     )
+
+
+def rounded(labels: np.ndarray) -> np.ndarray:
+    """A known label as the fit reads it: the nearest of 1..5, halves up (an expert's 3.47 is a 3)."""
+    return np.floor(np.asarray(labels, np.float64) + 0.5).astype(np.int64)
 
 
 def families(workers: np.ndarray, free: np.ndarray) -> np.ndarray:

@@ -36,19 +36,14 @@ BY_TEXT = "sentence1, sentence2 and condition"
 
 @dataclass
 class ExpertLabels:
-    """Per batch item, the expert's own label (`value`, nan where none) and the fit's integer (`known`, 0 where
-    none), how the rows were matched, and the rows that met no item (or were rejected)."""
+    """Per batch item, the expert's own label (`value`, nan where none; the fit reads its nearest integer,
+    em_answers.rounded), how the rows were matched, and the rows that met no item (or were rejected)."""
 
     value: np.ndarray
     matched_by: str
     unmatched: int
     rejected: int
     files: list[Path] = field(default_factory=list)
-
-    @property
-    def known(self) -> np.ndarray:
-        """The fit's label per item: the nearest integer, halves up (0: none)."""
-        return np.where(np.isnan(self.value), 0, np.floor(np.nan_to_num(self.value) + 0.5)).astype(np.int64)
 
     @property
     def items(self) -> int:

@@ -377,8 +377,8 @@ def known_calibration(
     not see their labels (EM again from `state` with every label free: a fit that saw them shaped the workers'
     tables to them, and its posteriors on them were sharper than on the other items): the interval's mass
     (interval.calibrated_mass) with how many items measured it (None and their count where too few), and the
-    scale's offset, the mean of their known labels less their labels on the crowd's scale (0 where too few): a
-    crowd lenient by a point as a whole is brought back to the known labels' scale."""
+    scale's offset, the mean of their known labels as given (decimals kept) less their labels on the crowd's scale
+    (0 where too few): a crowd lenient by a point as a whole is brought back to the known labels' scale."""
     known = known_items(data)
     if known.sum() < MIN_EVIDENCE:
         return (None, int(known.sum())), 0.0
@@ -386,7 +386,8 @@ def known_calibration(
     blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
     label = np.argmax(data.allowed[known], axis=1)
     mass = calibrated_mass(blind.posterior[known].sum(axis=2), label, INTERVAL_MASS)
-    offset = float(np.mean(SCALE[label] - np.einsum("itg,tg->i", blind.posterior[known], values)))
+    given = data.known_value[known] if len(data.known_value) else SCALE[label]  # an expert's 3.47, not its 3
+    offset = float(np.mean(given - np.einsum("itg,tg->i", blind.posterior[known], values)))
     return (mass, int(known.sum())), offset
 
 

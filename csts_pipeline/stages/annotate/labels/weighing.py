@@ -19,10 +19,10 @@ EQUAL_MAX_ITER = 1000  # the equal rule's fits: a weak person beside a score's d
 @dataclass(frozen=True)
 class Evidence:
     """What the batch holds beside the answers, for the rater model: `anchor` the hidden gold's ratings and true
-    labels; `known` per item the expert sample's label (0: none); `test` the people's answers on the qualification
-    test's rating items with their gold; `kinds` per item, then per gold item, its condition's kind (a language
-    model is fitted per kind); `controls` the scored hidden controls, numeric and not pertinent (a language
-    model's flags)."""
+    labels; `known` per item the expert sample's label as given, decimals kept (0: none); `test` the people's
+    answers on the qualification test's rating items with their gold; `kinds` per item, then per gold item, its
+    condition's kind (a language model is fitted per kind); `controls` the scored hidden controls, numeric and not
+    pertinent (a language model's flags)."""
 
     anchor: Anchor | None = None
     known: np.ndarray | None = None
@@ -49,7 +49,7 @@ def anchored_fit(
     label); the posterior returned is the items' only. `ambiguity`: the shared shift's sd as the user set it
     (None: chosen from the people's answers, labels/shift.py); `people_noise`: held for every person (trust.py)."""
     rated = ratings.subset(ratings.rated)
-    mine = np.zeros(n_items, np.int64) if known is None else known
+    mine = np.zeros(n_items) if known is None else known
     if anchor is None:
         both, all_known, total = rated, (None if known is None else mine), n_items
     else:
@@ -116,7 +116,7 @@ def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
     chosen): its labels' shares with one pseudo-item per label; None under em_answers.MIN_EVIDENCE items."""
     if known is None or (known > 0).sum() < em_answers.MIN_EVIDENCE:
         return None
-    counts = np.bincount(known[known > 0], minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
+    counts = np.bincount(em_answers.rounded(known[known > 0]), minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
     return counts / counts.sum()
 
 
@@ -125,7 +125,7 @@ def known_noise(split: RatingArrays, n_items: int, anchors: list[Anchor], known:
     then each of `anchors`: the gold, the qualification test's rating items), pooled over people (a few known
     items each cannot tell one person's from another's)."""
     people = split.subset(split.human & split.rated)
-    truth = np.zeros(n_items, np.int64) if known is None else known
+    truth = np.zeros(n_items) if known is None else known
     on = truth[people.item] > 0
     item, rating = people.item[on], people.rating[on]
     for ratings, labels in anchors:

@@ -256,7 +256,7 @@ def label_batch(
     controls = (RatingArrays.of(parts.controls), parts.controls_flag) if parts.controls else None
     expert = expert_files(expert)
     careful = read_expert(expert, items) if expert else None
-    known = None if careful is None else careful.known
+    known = None if careful is None else np.nan_to_num(careful.value)  # decimals kept: they set the scale's level
     tested = None
     if test is not None and how == "model":
         tested = qualification.test_answers(test, {r.worker for r in people})
