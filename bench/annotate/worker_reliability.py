@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from csts_pipeline.pipeline.shards import write_atomic
-from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
+from csts_pipeline.stages.annotate.labels import thresholds
 from csts_pipeline.testing.simulate import KINDS, simulate_crowd
 from csts_pipeline.testing.simulate_models import import_batch
 
@@ -40,8 +40,14 @@ def draw(out: Path, seed: int) -> dict[str, list[float]]:
     for kind in KINDS:
         mine = kinds == kind
         axes.scatter(fit.bias[mine], fit.reliability[mine], s=18 + fit.answers[mine] / 2, c=COLOURS[kind], label=kind)
-    axes.axhline(UNRELIABLE_BELOW, color="grey", linestyle="--", linewidth=1)
-    axes.text(-1.9, UNRELIABLE_BELOW + 0.02, f"unreliable below {UNRELIABLE_BELOW}", color="grey", fontsize=8)
+    axes.axhline(thresholds.UNRELIABLE_BELOW, color="grey", linestyle="--", linewidth=1)
+    axes.text(
+        -1.9,
+        thresholds.UNRELIABLE_BELOW + 0.02,
+        f"unreliable below {thresholds.UNRELIABLE_BELOW}",
+        color="grey",
+        fontsize=8,
+    )
     axes.set_xlim(-2, 2)
     axes.set_ylim(-0.05, 1.0)
     axes.set_xlabel("fitted bias (points; < 0 harsh, > 0 lenient)")

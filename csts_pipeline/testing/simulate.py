@@ -154,9 +154,8 @@ def more_ratings(
 def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
     """A crowd that first gives `start` ratings per item, then up to `rounds` follow-up batches of one more
     rating on each item `annotate export --more` would choose (followup.needs_more), from the workers it does
-    not exclude (reliability below quality.UNRELIABLE_BELOW)."""
-    from csts_pipeline.stages.annotate.labels import ordinal
-    from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
+    not exclude (reliability below thresholds.UNRELIABLE_BELOW)."""
+    from csts_pipeline.stages.annotate.labels import ordinal, thresholds
     from csts_pipeline.stages.annotate.steps import followup
 
     grown = simulate_crowd(per_item=start, seed=seed, **crowd)
@@ -170,7 +169,7 @@ def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
         wanted = np.flatnonzero(followup.needs_more(standing))
         if len(wanted) == 0:
             break
-        exclude = frozenset(fit.workers[fit.reliability < UNRELIABLE_BELOW].tolist())
+        exclude = frozenset(fit.workers[fit.reliability < thresholds.UNRELIABLE_BELOW].tolist())
         grown = more_ratings(grown, wanted, 1, exclude=exclude, seed=seed * 1000 + 100 + round_)
     return grown
 

@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
 from csts_pipeline.report.annotations import _agreement
-from csts_pipeline.stages.annotate.labels import quality, weighing
+from csts_pipeline.stages.annotate.labels import quality, thresholds, weighing
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.release.card import _model_share
@@ -81,7 +81,7 @@ def test_the_weak_model_changes_the_labels_by_at_most_a_hundredth_and_is_found_u
     for mixed in both:
         _, model = quality.model_labels(mixed.ratings, mixed.n_items, not_pertinent_share=0.5, min_ratings=1)
         weak = model.models["models"][0]
-        assert weak["reliability"] < quality.UNRELIABLE_BELOW and weak["replaced_ratings"] < 5, weak
+        assert weak["reliability"] < thresholds.UNRELIABLE_BELOW and weak["replaced_ratings"] < 5, weak
 
 
 # No shared shift here: the prior's small spread (labels/shift.py) widens each item's own interval a little; with a

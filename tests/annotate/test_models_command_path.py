@@ -21,7 +21,7 @@ from scipy.stats import spearmanr
 from csts_pipeline.report.annotations import _agreement
 from csts_pipeline.stages.annotate.crowd import hidden_gold
 from csts_pipeline.stages.annotate.crowd.hidden_gold import GoldCheck
-from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.labels import model_workers, thresholds
 from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of
 from csts_pipeline.stages.annotate.steps.ratings import label_batch
@@ -232,7 +232,7 @@ def never_flags_on(unscored_not_pertinent: bool) -> dict:
 
 def test_not_pertinent_controls_score_a_model_that_never_flags():
     caught = never_flags_on(unscored_not_pertinent=False)
-    assert caught["flag_skill"] < model_workers.FLAG_SKILL_BELOW and caught["unreliable"], caught
+    assert caught["flag_skill"] < thresholds.FLAG_SKILL_BELOW and caught["unreliable"], caught
     # without the not-pertinent controls nothing shows it: people never flag, so every vote it gave looks right
     missed = never_flags_on(unscored_not_pertinent=True)
     assert missed["flag_skill"] > 0.8 and not missed["unreliable"], missed

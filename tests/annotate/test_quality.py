@@ -15,10 +15,9 @@ import pytest
 from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, verdict
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, thresholds, verdict
 from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
 from csts_pipeline.stages.annotate.labels.interval import credible_interval
-from csts_pipeline.stages.annotate.labels.quality import UNRELIABLE_BELOW
 from csts_pipeline.testing.simulate import KINDS, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
@@ -68,9 +67,9 @@ def test_spammers_get_a_reliability_below_the_threshold_and_the_others_above():
     bias = dict(zip(fit.workers, fit.bias))
     for worker, kind in crowd.kind.items():
         if kind == "spammer":
-            assert reliability[worker] < UNRELIABLE_BELOW, (worker, reliability[worker])
+            assert reliability[worker] < thresholds.UNRELIABLE_BELOW, (worker, reliability[worker])
         else:
-            assert reliability[worker] > UNRELIABLE_BELOW + 0.2, (worker, kind, reliability[worker])
+            assert reliability[worker] > thresholds.UNRELIABLE_BELOW + 0.2, (worker, kind, reliability[worker])
             assert bias[worker] == pytest.approx({"careful": 0, "lenient": 1, "harsh": -1}[kind], abs=0.45)
 
 

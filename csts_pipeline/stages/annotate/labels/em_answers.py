@@ -9,11 +9,9 @@ from functools import cached_property
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import score_density
+from csts_pipeline.stages.annotate.labels import score_density, thresholds
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE, Layout
 
-MIN_EVIDENCE = 20  # the evidence the rater model acts on: ratings on known or repeated items that measure the
-# people (trust.plan), rated items of known label that measure the shared shift's spread and calibrate the intervals
 FAMILY_SEP = " @ "  # a model fitted per kind of condition: "model:<name> @ colour", one family of tables
 
 
@@ -170,7 +168,7 @@ def answers_prior(data: Answers) -> np.ndarray | None:
     (USTS-C, one rating an item: an answer of 5 read as a 3 at 0.91; the answers' own distribution covered 0.93 of
     the items). None where the items measure it, or no person answered."""
     people = ~data.free[data.code]
-    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= MIN_EVIDENCE or not people.any():
+    if (np.bincount(data.item, minlength=data.n_items) >= 2).sum() >= thresholds.MIN_EVIDENCE or not people.any():
         return None
     counts = data.answers[people].sum(axis=0)
     return (counts + 1) / (counts.sum() + len(SCALE))

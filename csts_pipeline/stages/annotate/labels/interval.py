@@ -6,10 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
-from csts_pipeline.stages.annotate.labels.em_answers import MIN_EVIDENCE
-
-NARROW_P = 0.2  # the known items narrow the runs where the model's own cover them beyond chance at this level (at
-# 0.05, 80 known items of a simulated crowd whose runs covered 0.95 of them left its intervals covering 0.96)
+from csts_pipeline.stages.annotate.labels import thresholds
 
 
 def _runs(posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,12 +49,12 @@ def calibrated_mass(posterior: np.ndarray, label: np.ndarray, mass: float) -> fl
     """The smallest mass of CALIBRATION_GRID under which credible_interval's runs cover the known labels (0-based
     `label`) of these rows at the finite-sample rank of split conformal (so the coverage on exchangeable items is
     at least `mass`), or None to keep `mass`. `posterior`: the known items' label posteriors from their answers
-    alone. None with fewer than MIN_EVIDENCE rows. The known items widen the runs whenever they show them
+    alone. None with fewer than thresholds.MIN_EVIDENCE rows. The known items widen the runs whenever they show them
     too narrow, but narrow them only where the runs at `mass` cover more of them than chance would (binomial,
-    NARROW_P): 20-odd items that say the runs could be narrower say it by chance as often as not; all 20
+    thresholds.NARROW_P): 20-odd items that say the runs could be narrower say it by chance as often as not; all 20
     covered says it (p 0.12)."""
     n = len(posterior)
-    if n < MIN_EVIDENCE:
+    if n < thresholds.MIN_EVIDENCE:
         return None
     need = min(int(np.ceil((n + 1) * mass)), n)
 
@@ -69,7 +66,7 @@ def calibrated_mass(posterior: np.ndarray, label: np.ndarray, mass: float) -> fl
     calibrated = enough[0] if enough else float(CALIBRATION_GRID[-1])
     if calibrated >= mass:
         return calibrated
-    return calibrated if binom.sf(covered(mass) - 1, n, mass) < NARROW_P else None
+    return calibrated if binom.sf(covered(mass) - 1, n, mass) < thresholds.NARROW_P else None
 
 
 def interval_words(calibrated_on: int | None, checked_on: int | None = None) -> str:
@@ -79,10 +76,10 @@ def interval_words(calibrated_on: int | None, checked_on: int | None = None) -> 
         return (
             f"90% intervals calibrated on {known} (each item's run widened until their answers alone cover 90% of them)"
         )
-    if checked_on and checked_on < MIN_EVIDENCE:
+    if checked_on and checked_on < thresholds.MIN_EVIDENCE:
         return (
             f"90% intervals: each item's own posterior mass ({checked_on} rated items of known label, fewer "
-            f"than the {MIN_EVIDENCE} that calibrate them)"
+            f"than the {thresholds.MIN_EVIDENCE} that calibrate them)"
         )
     if checked_on:
         return (

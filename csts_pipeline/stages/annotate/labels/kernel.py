@@ -9,12 +9,11 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from csts_pipeline.stages.annotate.labels import thresholds
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE
 
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)
-BIAS_PRIOR_SD = 1.0
-PSEUDO_RATINGS = 2.0
 TYPICAL = (0.0, 1.0)  # bias and noise of the pseudo-ratings
 
 
@@ -46,7 +45,7 @@ def grid() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The grid's (bias, noise) points, their log P(y | t) flattened to 25 cells, and their log prior."""
     bias, noise = (g.reshape(-1) for g in np.meshgrid(BIAS_GRID, NOISE_GRID, indexing="ij"))
     log_table = np.log(response(bias, noise)).reshape(len(bias), -1)
-    log_prior = -0.5 * (bias / BIAS_PRIOR_SD) ** 2
+    log_prior = -0.5 * (bias / thresholds.BIAS_PRIOR_SD) ** 2
     return bias, noise, log_table, log_prior
 
 
@@ -119,7 +118,7 @@ def _scored_grid(shifts: tuple[float, ...]) -> np.ndarray:
     exponent = -((SCALE[None, None, :] - centre[:, :, None]) ** 2) * inverse[None, :, None]  # [g * t, point, y]
     top = exponent.max(axis=2)
     log_z = np.log(np.exp(exponent - top[:, :, None]).sum(axis=2)) + top
-    pseudo = PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
+    pseudo = thresholds.PSEUDO_RATINGS * response(np.array(TYPICAL[0]), np.array(TYPICAL[1])) / len(SCALE)
     constant = pseudo.reshape(-1) @ log_table.T + log_prior
     rows = [constant, -(bias**2) * inverse, 2 * bias * inverse, -inverse]  # ones, sum of counts, of d, of d^2
     return np.ascontiguousarray(np.concatenate([np.stack(rows), -log_z]))

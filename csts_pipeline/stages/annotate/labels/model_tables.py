@@ -7,12 +7,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-from csts_pipeline.stages.annotate.labels import score_density
+from csts_pipeline.stages.annotate.labels import score_density, thresholds
 from csts_pipeline.stages.annotate.labels.em_answers import Answers
 from csts_pipeline.stages.annotate.labels.em_sums import SCALE
-
-FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
-KIND_PSEUDO = 3.0  # a model's table on one kind of condition: pseudo-answers per true label from its overall table
 
 
 def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray, family: np.ndarray) -> np.ndarray:
@@ -36,10 +33,10 @@ def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray, family
     marginal = pooled.sum(axis=1, keepdims=True)  # [families, 1, y]: its answers whatever the truth
     total = marginal.sum(axis=2, keepdims=True)
     marginal = np.where(total > 0, marginal / np.maximum(total, 1e-12), 1 / len(SCALE))  # a scored model: none
-    overall = pooled + FREE_PSEUDO * marginal
+    overall = pooled + thresholds.FREE_PSEUDO * marginal
     overall /= overall.sum(axis=2, keepdims=True)
     alone = np.bincount(at)[at] == 1  # a model fitted whole: its table is its family's
-    shrunk = np.where(alone[:, None, None], overall[at], counts[members] + KIND_PSEUDO * overall[at])
+    shrunk = np.where(alone[:, None, None], overall[at], counts[members] + thresholds.KIND_PSEUDO * overall[at])
     table[members] = shrunk / shrunk.sum(axis=2, keepdims=True)
     return table
 

@@ -9,7 +9,7 @@ at all is the batch's evidence's decision (labels/trust.py): a model whose answe
 better than chance is left out whole and changes no label. A kind where its mean error is KIND_ERROR_AT points or
 more (doubtful) sends its items to people at `export --more` (steps/followup.py). Its not-pertinent votes enter
 only as far as they agree with the people's verdict and the gold (weigh_flags); a model whose flag skill is below
-FLAG_SKILL_BELOW changes no verdict."""
+thresholds.FLAG_SKILL_BELOW changes no verdict."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, score_density
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, score_density, thresholds
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, is_model_worker
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 
@@ -32,17 +32,6 @@ class TrustPlan(Protocol):
     def left_out(self) -> list[str]: ...
 
 
-UNRELIABLE_BELOW = 0.5  # a person whose reliability (a correlation) is below this answers close to at random
-FLAG_SKILL_BELOW = 0.6  # a model's balanced flag accuracy below this: its flags are close to a constant
-# A model's mean error on a kind of condition (its expected answer minus the label, KindFit.error) from which
-# `export --more` asks people for that kind's items (steps/followup.py): half a point moves a label across a
-# rounding boundary, the step the 1-5 labels are read at. Its table on the kind corrects a steady offset, but
-# only as well as the people's answers on that kind have measured it.
-KIND_ERROR_AT = 0.5
-# People's ratings an item of such a kind (or of a weak kind) is asked up to: people alone reach a Spearman of
-# 0.91 with 0.89 coverage at a fixed 3 an item on the simulated crowds (bench.annotate.models_in_loop),
-# about what their own `--more` rounds spend (3.3 an item), so there the labels are as good as people's alone.
-KIND_MIN_RATINGS = 3
 KIND_SEP = em_answers.FAMILY_SEP  # a model worker fitted on one kind of condition: "model:<name> @ colour"
 FAIR_VOTER = np.array([[0.8, 0.2], [0.2, 0.8]])  # pseudo-votes of a fair voter, [true verdict, vote]
 
@@ -112,7 +101,7 @@ class ModelFit:
 
     @property
     def unreliable(self) -> bool:
-        return self.left_out or (self.flag_skill is not None and self.flag_skill < FLAG_SKILL_BELOW)
+        return self.left_out or (self.flag_skill is not None and self.flag_skill < thresholds.FLAG_SKILL_BELOW)
 
     @property
     def weak_kinds(self) -> list[str]:
@@ -199,7 +188,7 @@ def weigh_flags(
     its soft vote q enters as the expected likelihood q P(flag | z) + (1 - q) P(ok | z). Why not fitted jointly:
     a model that flags everything confirms itself (all items flagged, its confusion perfect), and where people
     never flag the people's own confusion has nothing to hold it. Skill is the balanced accuracy; below
-    FLAG_SKILL_BELOW a model's votes are left out."""
+    thresholds.FLAG_SKILL_BELOW a model's votes are left out."""
     log_odds = np.log(np.clip(p_people, 1e-12, 1 - 1e-12) / np.clip(1 - p_people, 1e-12, 1))
     skills: dict[str, float] = {}
     for name in np.unique(models.worker.astype(str)):
@@ -214,7 +203,7 @@ def weigh_flags(
         counts = FAIR_VOTER + np.array([[z @ vote, z @ (1 - vote)], [(1 - z) @ vote, (1 - z) @ (1 - vote)]])
         confusion = counts / counts.sum(axis=1, keepdims=True)  # [z (flag, ok), vote (flag, ok)]
         skills[name] = float((confusion[0, 0] + confusion[1, 1]) / 2)
-        if skills[name] < FLAG_SKILL_BELOW:
+        if skills[name] < thresholds.FLAG_SKILL_BELOW:
             continue
         like = np.stack([q * confusion[z_, 0] + (1 - q) * confusion[z_, 1] for z_ in (0, 1)], axis=1)
         log_odds += np.bincount(mine.item, weights=np.log(like[:, 0] / like[:, 1]), minlength=len(p_people))
@@ -224,8 +213,8 @@ def weigh_flags(
 
 def doubtful(kind: dict[str, Any]) -> bool:
     """A kind of condition (a KindFit row) whose items a model's answers cannot settle: weak, or its mean error
-    there KIND_ERROR_AT points or more either way."""
-    return bool(kind["weak"]) or (kind["error"] is not None and abs(kind["error"]) >= KIND_ERROR_AT)
+    there thresholds.KIND_ERROR_AT points or more either way."""
+    return bool(kind["weak"]) or (kind["error"] is not None and abs(kind["error"]) >= thresholds.KIND_ERROR_AT)
 
 
 def _p_flag(rows: RatingArrays) -> np.ndarray:
@@ -261,9 +250,9 @@ def describe(m: dict[str, Any]) -> str:
         each = "; ".join(f"{k['kind']}: mean error {_signed(k['error'])} on {k['answers']}" for k in off)
         text += f"; errs on {', '.join(k['kind'] for k in off)} ({each})"
     if weak or off:
-        text += f": --more asks people there up to {KIND_MIN_RATINGS} ratings an item"
+        text += f": --more asks people there up to {thresholds.KIND_MIN_RATINGS} ratings an item"
     if m.get("unreliable"):
-        text += f"; unreliable flags (skill below {FLAG_SKILL_BELOW}): its not-pertinent votes were left out"
+        text += f"; unreliable flags (skill below {thresholds.FLAG_SKILL_BELOW}): its not-pertinent votes were left out"
     return f"{text}; worth {as_count(m['replaced_ratings'])} human ratings"
 
 

@@ -36,10 +36,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift
+from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift, thresholds
 from csts_pipeline.stages.annotate.labels.em_answers import (
     FAMILY_SEP,
-    MIN_EVIDENCE,
     Answers,
     answers_of,
     answers_prior,
@@ -64,11 +63,6 @@ from csts_pipeline.stages.annotate.labels.kernel import (
     grid_tables,
     reliability,
 )
-
-INTERVAL_MASS = 0.9
-MAX_RANKING_ITER = 200  # EM iterations at each point of the spread's grid
-MAX_ITER, TOL = 200, 1e-4  # EM's iterations at most, and the largest change of a label that counts as converged
-STRENGTH_ITER = 10  # the people's growth strength is re-chosen in EM's first iterations, then held
 
 
 @dataclass
@@ -104,10 +98,10 @@ class OrdinalFit:
             return self.posterior @ SCALE
         return np.einsum("itg,tg->i", self.joint, self.values)
 
-    def interval(self, mass: float = INTERVAL_MASS) -> tuple[np.ndarray, np.ndarray]:
+    def interval(self, mass: float = thresholds.INTERVAL_MASS) -> tuple[np.ndarray, np.ndarray]:
         """Per item the shortest run of labels lo..hi around its most probable one holding `mass` of its own
         posterior, or the mass the known labels calibrated (interval.calibrated_mass)."""
-        held = self.calibration[0] if mass == INTERVAL_MASS and self.calibration[0] is not None else mass
+        held = self.calibration[0] if mass == thresholds.INTERVAL_MASS and self.calibration[0] is not None else mass
         return credible_interval(self.posterior, held)
 
     def p_higher(self, high: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -150,8 +144,8 @@ def fit(
     worker: np.ndarray,
     rating: np.ndarray,
     n_items: int,
-    max_iter: int = MAX_ITER,
-    tol: float = TOL,
+    max_iter: int = thresholds.MAX_ITER,
+    tol: float = thresholds.TOL,
     known: np.ndarray | None = None,
     soft: np.ndarray | None = None,
     ambiguity: float | None = None,
@@ -208,7 +202,7 @@ def fitted(data: Answers, state: State, spread: float, scores: dict[float, float
         log_likelihood=state.log_likelihood,
         spread_log_likelihoods=scores,
         density=densities(data, state),
-        spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= MIN_EVIDENCE,
+        spread_on_known=bool(scores) and known_items(data.without_models()).sum() >= thresholds.MIN_EVIDENCE,
         calibration=calibration,
         joint=state.posterior,
         values=values + offset,
@@ -251,7 +245,7 @@ def densities(data: Answers, state: State) -> dict[str, np.ndarray]:
 
 def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[float, float]]:
     """The point of shift.AMBIGUITY_GRID with the highest likelihood of `data` plus shift.log_prior, each point's
-    EM started where the last ended and ranked at shift.RANKING_TOL; with the state EM reached there and each
+    EM started where the last ended and ranked at thresholds.RANKING_TOL; with the state EM reached there and each
     point's log-likelihood (how well the answers tell them apart: shift.evidence_span). Fitted on
     people's answers only: a model's soft answer enters as an expected likelihood, not the probability of an
     observation, and with a model among the raters the grid's likelihoods favoured no shift by 3-6 log units
@@ -259,10 +253,10 @@ def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[floa
     state = start_state(data)
     best: tuple[float, float, State] | None = None
     scores = {}
-    on_known = known_items(data).sum() >= MIN_EVIDENCE
+    on_known = known_items(data).sum() >= thresholds.MIN_EVIDENCE
     for spread in shift.AMBIGUITY_GRID:
         state = expectation_maximisation(
-            data, state, float(spread), MAX_RANKING_ITER, max(tol, shift.RANKING_TOL), grow=False
+            data, state, float(spread), thresholds.MAX_RANKING_ITER, max(tol, thresholds.RANKING_TOL), grow=False
         )
         scores[float(spread)] = known_log_likelihood(data, state, float(spread)) if on_known else state.log_likelihood
         score = scores[float(spread)] + shift.log_prior(float(spread))
@@ -334,7 +328,8 @@ def expectation_maximisation(
         # the counts moved onto the tables' rows: what a model's or a grown person's table is estimated from
         unshifted = shift.unshifted_counts(counts, shifts, table) if data.free.any() or people.any() else counts
         table = model_tables.free_tables(unshifted, kernel, data.free, data.family)
-        if people.any() and iterations <= STRENGTH_ITER:  # then held: a choice re-made every iteration flipped
+        # re-chosen in the first iterations, then held: a choice re-made every iteration flipped
+        if people.any() and iterations <= thresholds.STRENGTH_ITER:
             strength = model_tables.growth_strength(unshifted[people], kernel[people])  # between neighbours
         table = model_tables.grown_tables(table, unshifted, kernel, people, strength)
         if len(scored):
@@ -380,12 +375,12 @@ def known_calibration(
     scale's offset, the mean of their known labels as given (decimals kept) less their labels on the crowd's scale
     (0 where too few): a crowd lenient by a point as a whole is brought back to the known labels' scale."""
     known = known_items(data)
-    if known.sum() < MIN_EVIDENCE:
+    if known.sum() < thresholds.MIN_EVIDENCE:
         return (None, int(known.sum())), 0.0
     blind_data = replace(data, allowed=np.ones_like(data.allowed), answered=data.heard.copy(), density_on_known=False)
-    blind = expectation_maximisation(blind_data, state, spread, MAX_ITER, TOL)
+    blind = expectation_maximisation(blind_data, state, spread, thresholds.MAX_ITER, thresholds.TOL)
     label = np.argmax(data.allowed[known], axis=1)
-    mass = calibrated_mass(blind.posterior[known].sum(axis=2), label, INTERVAL_MASS)
+    mass = calibrated_mass(blind.posterior[known].sum(axis=2), label, thresholds.INTERVAL_MASS)
     given = data.known_value[known] if len(data.known_value) else SCALE[label]  # an expert's 3.47, not its 3
     offset = float(np.mean(given - np.einsum("itg,tg->i", blind.posterior[known], values)))
     return (mass, int(known.sum())), offset

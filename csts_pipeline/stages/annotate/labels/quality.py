@@ -5,7 +5,7 @@ With `--aggregate model` each item's label is the posterior mean of the ordinal 
 ordinal.py) with its distribution over 1-5 and a 90% interval, and the not-pertinent verdict comes from a
 crowd-kit worker-skill model (stages/annotate/labels/verdict.py) instead of the plain share of flags. Every policy gets
 the high-against-low check: a pair whose high condition's label is not above its low condition's is inverted;
-with the model, a pair whose order the model holds less likely than UNSURE_BELOW is unsure."""
+with the model, a pair whose order the model holds less likely than thresholds.UNSURE_BELOW is unsure."""
 
 from __future__ import annotations
 
@@ -22,16 +22,18 @@ from csts_pipeline.stages.annotate.labels import (
     model_workers,
     ordinal,
     shift,
+    thresholds,
     trust,
     verdict,
     weighing,
 )
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
-from csts_pipeline.stages.annotate.labels.model_workers import UNRELIABLE_BELOW, ModelFit
+from csts_pipeline.stages.annotate.labels.model_workers import (
+    ModelFit,
+)
 from csts_pipeline.stages.annotate.labels.weighing import Controls, Evidence
 
 MODEL = "model"
-UNSURE_BELOW = 0.9  # P(high condition's true label > low's) below this: the order is not established
 
 
 @dataclass
@@ -273,7 +275,7 @@ def workers_table(
         measured = plan is None or plan.people_measured or bool(plan.relative)
         table = model.fit.table if model.fit.table is not None else kernel.response(model.fit.bias, model.fit.noise)
         uniform = kernel.reliability(table)  # the threshold's scale: t uniform, whatever the batch's labels
-        unreliable = [measured and i is not None and uniform[i] < UNRELIABLE_BELOW for i in at]
+        unreliable = [measured and i is not None and uniform[i] < thresholds.UNRELIABLE_BELOW for i in at]
         for n, name in enumerate(names):
             found = model.model_fits.get(str(name))
             if found is not None:
@@ -308,9 +310,9 @@ def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = Fals
     return {
         "workers": table.num_rows,
         "unreliable": int(np.sum(table.column("unreliable").to_numpy(zero_copy_only=False))),
-        "unreliable_below": UNRELIABLE_BELOW,
+        "unreliable_below": thresholds.UNRELIABLE_BELOW,
         "trust": None if model.plan is None else model.plan.summary(),
-        "flag_skill_below": model_workers.FLAG_SKILL_BELOW,
+        "flag_skill_below": thresholds.FLAG_SKILL_BELOW,
         "gold_accuracy": _mean_gold_accuracy(table),
         "em_iterations": model.fit.iterations,
         "converged": model.fit.converged,
@@ -350,7 +352,7 @@ class HighLow:
 
 def high_low(items: list[dict], labels: ItemLabels, model: ModelResult | None) -> HighLow:
     """Each pair with its high and its low condition kept: `inverted` when the high label is not above the low
-    one, else `unsure` when the model gives the order a probability below UNSURE_BELOW."""
+    one, else `unsure` when the model gives the order a probability below thresholds.UNSURE_BELOW."""
     kept = np.flatnonzero(labels.status == "kept")
     pair = np.array([items[i]["pair_id"] for i in kept], np.int64)
     is_high = np.array([items[i]["condition_type"] == "high" for i in kept], bool)
@@ -358,10 +360,10 @@ def high_low(items: list[dict], labels: ItemLabels, model: ModelResult | None) -
     label_high, label_low = labels.label[highs], labels.label[lows]
     p_order = model.fit.p_higher(highs, lows) if model is not None else np.full(len(highs), np.nan)
     inverted = label_high <= label_low
-    unsure = ~inverted & (p_order < UNSURE_BELOW)
+    unsure = ~inverted & (p_order < thresholds.UNSURE_BELOW)
     rows = []
     for h, lo, lh, ll, p, inv in zip(highs, lows, label_high, label_low, p_order, inverted):
-        if not inv and not (p < UNSURE_BELOW):
+        if not inv and not (p < thresholds.UNSURE_BELOW):
             continue
         task_h, task_l = items[h], items[lo]
         rows.append(
@@ -384,7 +386,7 @@ def high_low(items: list[dict], labels: ItemLabels, model: ModelResult | None) -
         "pairs": n,
         "inverted": int(inverted.sum()),
         "unsure": int(unsure.sum()),
-        "unsure_below": UNSURE_BELOW if model is not None else None,
+        "unsure_below": thresholds.UNSURE_BELOW if model is not None else None,
         "rate": round(float((inverted | unsure).sum()) / n, 4) if n else None,
     }
     return HighLow(pa.Table.from_pylist(rows, schema=INVERSION_SCHEMA), summary)

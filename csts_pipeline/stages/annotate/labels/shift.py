@@ -17,12 +17,10 @@ import numpy as np
 
 SHIFT_NODES = 5  # Gauss-Hermite points of the shift
 AMBIGUITY_GRID = (0.0, 0.15, 0.3, 0.45, 0.6)  # the shift's sd, in points of the 1-5 scale
-RANKING_TOL = 1e-3  # the grid's points are ranked after EM to this posterior change; the chosen one runs on
 TYPICAL_AMBIGUITY = (0.2, 0.15)  # the prior on the sd: normal, this mean and sd
 FROM_KNOWN = (
     "the items of known label"  # agreement.json's ambiguity_sd_from where the expert sample or gold measured it
 )
-MAX_AMBIGUITY_SD = 2.0  # `annotate import --ambiguity-sd`: at most this (two points of the 1-5 scale)
 
 
 def log_prior(ambiguity: float) -> float:

@@ -22,17 +22,14 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, thresholds
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, grouped_spearman
-from csts_pipeline.stages.annotate.labels.em_answers import MIN_EVIDENCE
 from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
 
-INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standard errors above zero
 EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", "agreement", "assumed"
 TEST = "qualification test"  # a person's answers on the qualification test's rating items (their gold known)
 KNOWN = "known labels"
 NO_EVIDENCE = "no expert sample, gold, repeats or qualification test"
-SEARCH_TOL = 1e-4  # the equal rule's bisection ranks each noise at this posterior change (the final fit runs on)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -62,19 +59,19 @@ def z_score(r: float, n: int) -> float:
 
 
 def worse(kind: tuple[float, int], rest: tuple[float, int]) -> bool:
-    """A kind's agreement INFORMATIVE_Z standard errors below the rest's (Fisher's z of the difference)."""
+    """A kind's agreement thresholds.INFORMATIVE_Z standard errors below the rest's (Fisher's z of the difference)."""
     (r_kind, n_kind), (r_rest, n_rest) = kind, rest
     if n_kind <= 3 or n_rest <= 3:
         return False
     gap = np.arctanh(np.clip(r_rest, -0.999999, 0.999999)) - np.arctanh(np.clip(r_kind, -0.999999, 0.999999))
-    return bool(gap / np.sqrt(1 / (n_kind - 3) + 1 / (n_rest - 3)) >= INFORMATIVE_Z)
+    return bool(gap / np.sqrt(1 / (n_kind - 3) + 1 / (n_rest - 3)) >= thresholds.INFORMATIVE_Z)
 
 
 @dataclass
 class ModelAgreement:
     """One model's agreement with the people (Spearman of its expected answer with their mean rating per item)
     over the kinds of condition it kept, and per kind (`kinds`: agreement, items); `dropped`: the kinds where
-    its agreement is INFORMATIVE_Z standard errors below its agreement on the others (it answers them without
+    its agreement is thresholds.INFORMATIVE_Z standard errors below its agreement on the others (it answers them without
     information: a constant answer on colour), left out as evidence, not for want of it."""
 
     name: str
@@ -89,7 +86,7 @@ class ModelAgreement:
 
     @property
     def informative(self) -> bool:
-        return self.z >= INFORMATIVE_Z
+        return self.z >= thresholds.INFORMATIVE_Z
 
 
 @dataclass
@@ -136,7 +133,7 @@ class TrustPlan:
         by_kind = {kind: sum(1 for e in self.evidence.values() if e.get(kind)) for kind in kinds}
         return {"people_measured": self.people_measured, "people_measured_by": self.mode,
                 "people_pooled": self.pooled, "people_reliability": people, "rule": self.rule,
-                "informative_z": INFORMATIVE_Z, "models": models, "qualification_ratings": tested,
+                "informative_z": thresholds.INFORMATIVE_Z, "models": models, "qualification_ratings": tested,
                 "people": len(self.evidence), "people_by_evidence": by_kind,
                 "evidence_short": self.short}  # fmt: skip
 
@@ -209,15 +206,15 @@ def plan(
     on_gold = None if anchor is None else anchor.subset(anchor.human)
     evidence = people_evidence(ratings.subset(ratings.human), known, on_gold, test)
     count = {kind: sum(k.get(kind, 0) for k in evidence.values()) for kind in (EXPERT, GOLD, REPEATS, TEST)}
-    if count[REPEATS] >= MIN_EVIDENCE:
+    if count[REPEATS] >= thresholds.MIN_EVIDENCE:
         mode = REPEATS
-    elif count[EXPERT] + count[GOLD] + count[TEST] >= MIN_EVIDENCE:
+    elif count[EXPERT] + count[GOLD] + count[TEST] >= thresholds.MIN_EVIDENCE:
         mode = KNOWN
     else:
         mode = ASSUMED
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
     found.short = shortfall(count, len(np.unique(rated.item[human & (known[rated.item] > 0)])))
-    found.known_in_batch = count[EXPERT] + count[GOLD] >= MIN_EVIDENCE
+    found.known_in_batch = count[EXPERT] + count[GOLD] >= thresholds.MIN_EVIDENCE
     useful = [m for m in models.values() if m.informative]
     found.pooled = mode == KNOWN and (bool(useful) or bool(count[TEST]) or not found.known_in_batch)
     if mode != REPEATS and useful:
@@ -237,11 +234,11 @@ def shortfall(count: dict[str, int], sample_items: int) -> str:
     known += [f"{count[TEST]} ratings on the qualification test"] if count[TEST] else []
     parts = []
     if known:
-        parts.append(f"{' and '.join(known)}, fewer than the {MIN_EVIDENCE} ratings on items of known label that "
-                     "measure the people")  # fmt: skip
+        parts.append(f"{' and '.join(known)}, fewer than the {thresholds.MIN_EVIDENCE} ratings on items of known "
+                     "label that measure the people")  # fmt: skip
     if count[REPEATS]:
-        parts.append(f"{count[REPEATS]} ratings on items another person rated too, fewer than the {MIN_EVIDENCE} "
-                     "that measure the people by their agreement")  # fmt: skip
+        parts.append(f"{count[REPEATS]} ratings on items another person rated too, fewer than the "
+                     f"{thresholds.MIN_EVIDENCE} that measure the people by their agreement")  # fmt: skip
     return "; ".join(parts) or NO_EVIDENCE
 
 
@@ -250,12 +247,9 @@ def unmeasured(short: str) -> str:
     return f"{'nothing' if short == NO_EVIDENCE else 'too little'} in the batch measures the people ({short})"
 
 
-RELATIVE_PSEUDO = 10.0  # a person's agreement with the models shrinks toward the people's with this many items
-
-
 def relative_agreement(people: RatingArrays, series: list[np.ndarray]) -> dict[str, float]:
     """Per person, their agreement with the models' consensus (the mean rank of the informative models' answers
-    per item) over all the people's, shrunk toward 1 with RELATIVE_PSEUDO items: who rates better than whom,
+    per item) over all the people's, shrunk toward 1 with thresholds.RELATIVE_PSEUDO items: who rates better than whom,
     which the models measure even where nothing measures the people's absolute reliability."""
     ranks = [np.where(np.isnan(s), np.nan, rankdata(np.nan_to_num(s)) / len(s)) for s in series]
     consensus = np.nanmean(np.vstack(ranks), axis=0) if ranks else np.zeros(0)
@@ -265,7 +259,9 @@ def relative_agreement(people: RatingArrays, series: list[np.ndarray]) -> dict[s
     names, code = np.unique(people.worker.astype(str), return_inverse=True)
     theirs = np.nan_to_num(grouped_spearman(code, people.rating, consensus[people.item], len(names)))
     n = np.bincount(code, minlength=len(names))
-    shrunk = np.clip((n * theirs + RELATIVE_PSEUDO * overall) / (n + RELATIVE_PSEUDO) / overall, 0, 1.5)
+    shrunk = np.clip(
+        (n * theirs + thresholds.RELATIVE_PSEUDO * overall) / (n + thresholds.RELATIVE_PSEUDO) / overall, 0, 1.5
+    )
     return {str(name): float(v) for name, v in zip(names, shrunk)}
 
 
@@ -346,7 +342,7 @@ def model_words(found: TrustPlan, name: str) -> str:
         return ""
     text = f"{AGREEMENT} with people {seen.agreement:.2f} over {seen.items} items (z {seen.z:.1f})"
     if not seen.informative:
-        return f"no information: {text}, below z {INFORMATIVE_Z:g}; left out"
+        return f"no information: {text}, below z {thresholds.INFORMATIVE_Z:g}; left out"
     if found.people_measured:
         return f"{text}; people measured by evidence"
     return f"{text}; {ASSUMED}: {person_words(found, '')[len(ASSUMED) + 2 :]}"

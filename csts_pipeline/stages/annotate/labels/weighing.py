@@ -7,13 +7,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, model_workers, ordinal, trust
+from csts_pipeline.stages.annotate.labels import em_answers, kernel, model_workers, ordinal, thresholds, trust
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
 Controls = tuple[RatingArrays, np.ndarray]  # ratings of every scored control (indexed 0..), 1 where not pertinent
-EQUAL_MAX_ITER = 1000  # the equal rule's fits: a weak person beside a score's density moves slowly (452 iterations
-# to a posterior change of 1e-6 on 600 STS-B items; bench/annotate/trust_evidence.py)
 
 
 @dataclass(frozen=True)
@@ -41,8 +39,8 @@ def anchored_fit(
     people_noise: float | dict[str, float] | None = None,
     label_prior: np.ndarray | None = None,
     density_on_known: bool = False,
-    max_iter: int = ordinal.MAX_ITER,
-    tol: float = ordinal.TOL,
+    max_iter: int = thresholds.MAX_ITER,
+    tol: float = thresholds.TOL,
 ) -> ordinal.OrdinalFit:
     """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
     known labels fixed (ordinal.fit's `known`), as are the items of `known` (the expert sample, per item 0 or a
@@ -101,11 +99,11 @@ def weighed_fit(
         return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known, people_noise=noises)
     first = anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known)
 
-    def at(noises: dict[str, float], tol: float = trust.SEARCH_TOL) -> ordinal.OrdinalFit:
+    def at(noises: dict[str, float], tol: float = thresholds.SEARCH_TOL) -> ordinal.OrdinalFit:
         return anchored_fit(split, n_items, gold, ambiguity=first.ambiguity, known=known, people_noise=noises,
-                            max_iter=EQUAL_MAX_ITER, tol=tol)  # fmt: skip
+                            max_iter=thresholds.EQUAL_MAX_ITER, tol=tol)  # fmt: skip
 
-    fit = at(trust.equal_noise(at, plan, useful), ordinal.TOL)
+    fit = at(trust.equal_noise(at, plan, useful), thresholds.TOL)
     people = ~np.isin(model_workers.model_name(fit.workers), useful)
     plan.people_reliability = float(np.mean(fit.reliability[people]))
     return replace(fit, spread_log_likelihoods=first.spread_log_likelihoods, spread_on_known=first.spread_on_known)
@@ -113,8 +111,8 @@ def weighed_fit(
 
 def sample_prior(known: np.ndarray | None) -> np.ndarray | None:
     """The label prior the expert sample measures (a random sample of the batch, unlike the gold, which is
-    chosen): its labels' shares with one pseudo-item per label; None under em_answers.MIN_EVIDENCE items."""
-    if known is None or (known > 0).sum() < em_answers.MIN_EVIDENCE:
+    chosen): its labels' shares with one pseudo-item per label; None under thresholds.MIN_EVIDENCE items."""
+    if known is None or (known > 0).sum() < thresholds.MIN_EVIDENCE:
         return None
     counts = np.bincount(em_answers.rounded(known[known > 0]), minlength=len(ordinal.SCALE) + 1)[1:] + 1.0
     return counts / counts.sum()

@@ -13,9 +13,9 @@ not on its weak kinds of condition, where the import left them out: there the po
 however narrow its posterior an item is asked again where the models' answers make the people's label ten times
 less likely than their own favourite (`model_log10_ratio` above RATIO_ABOVE), or where a model answered it on a
 kind of condition that is weak for it or where its mean error is KIND_ERROR_AT points or more, until people have
-rated it KIND_MIN_RATINGS times; only people's answers count towards MAX_ANSWERS. Each item's reason is written
-beside the batch (REASONS_FILE) and counted in its record. `--budget N` caps the human ratings all follow-up
-batches ask together (spent)."""
+rated it KIND_MIN_RATINGS times (labels/thresholds.py); only people's answers count towards MAX_ANSWERS. Each item's
+reason is written beside the batch (REASONS_FILE) and counted in its record. `--budget N` caps the human ratings
+all follow-up batches ask together (spent)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from csts_pipeline.pipeline.records import read_record
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
-from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.labels import model_workers, thresholds
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER
 from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from csts_pipeline.stages.annotate.layout import (
@@ -56,8 +56,8 @@ EXCLUDE = "exclude_workers.csv"
 REASONS_FILE = "reasons.csv"  # ratings_more/: each item of the batch and why it was asked (never uploaded)
 MORE_ABOVE_SD = 0.5
 RATIO_ABOVE = 1.0  # log10: the models' answers make the people's label 10 times less likely: ask people
-KIND_ERROR_AT = model_workers.KIND_ERROR_AT  # a model's mean error on a kind from which its items go to people
-KIND_MIN_RATINGS = model_workers.KIND_MIN_RATINGS  # people's ratings such an item is asked up to
+KIND_ERROR_AT = thresholds.KIND_ERROR_AT  # a model's mean error on a kind from which its items go to people
+KIND_MIN_RATINGS = thresholds.KIND_MIN_RATINGS  # people's ratings such an item is asked up to
 DISAGREE_SPAN = 2
 MAX_ANSWERS = 8
 OPEN = ("kept", "too_few_ratings", "unanswered")
@@ -66,7 +66,7 @@ REASONS = ("unrated", "models_disagree", "model_kind_error", "wide_posterior")
 REASON_WORDS = {
     "unrated": "without a human rating",
     "models_disagree": "where a model contradicts the people",
-    "model_kind_error": f"of a kind of condition a model errs on (weak, or mean error {KIND_ERROR_AT}+)",
+    "model_kind_error": f"of a kind of condition a model errs on (weak, or mean error {thresholds.KIND_ERROR_AT}+)",
     "wide_posterior": f"with a posterior sd above {MORE_ABOVE_SD}",
     "disagreement": "with too few ratings or ratings far apart",
 }
@@ -83,7 +83,7 @@ class Standing(NamedTuple):
     1-5 (rows of nan: no person rated it); `answers`: people's answers; `status`: the item's status; `log10_ratio`
     (quality.model_log10_ratio; nan: no model): how much less likely the models' answers make the people's label
     than their favourite; `kind_doubt` (kind_doubt): a model is doubtful on the item's kind of condition and
-    people have rated it fewer than KIND_MIN_RATINGS times."""
+    people have rated it fewer than thresholds.KIND_MIN_RATINGS times."""
 
     distribution: np.ndarray
     answers: np.ndarray
@@ -127,7 +127,7 @@ def route(items: Standing, budget: int | None = None) -> np.ndarray:
 
 def doubtful_kinds(models: list[dict[str, Any]]) -> set[tuple[str, str]]:
     """The (model, kind of condition) pairs a model's answers cannot settle (model_workers.doubtful: weak, or a
-    mean error of KIND_ERROR_AT points or more either way), from agreement.json's model_share models; a model
+    mean error of thresholds.KIND_ERROR_AT points or more either way), from agreement.json's model_share models; a model
     left out whole is in no pair: it changed no label, so routing is the people's alone there."""
     return {
         (m["worker_id"], k["kind"])
@@ -141,7 +141,7 @@ def doubtful_kinds(models: list[dict[str, Any]]) -> set[tuple[str, str]]:
 def kind_doubt(items: pa.Table, model_rows: pa.Table, models: list[dict[str, Any]]) -> np.ndarray:
     """Per item of the import's items table: a model answered it (`model_rows`: the models' rows of its ratings
     table) on a kind of condition it is doubtful on (doubtful_kinds), and people have rated it fewer than
-    KIND_MIN_RATINGS times. Why: a model's errors on a kind repeat from item to item, and its table there is
+    thresholds.KIND_MIN_RATINGS times. Why: a model's errors on a kind repeat from item to item, and its table there is
     learned from the people's answers on that kind; the posterior takes its errors as independent and so can be
     narrow where it rests on that kind's table, so its width does not show the doubt."""
     doubtful = doubtful_kinds(models)
@@ -153,7 +153,7 @@ def kind_doubt(items: pa.Table, model_rows: pa.Table, models: list[dict[str, Any
     workers = model_rows.column("worker_id").to_pylist()
     hit = [i for i, w in zip(at, workers) if i is not None and (w, kinds[i]) in doubtful]
     answered = np.bincount(np.array(hit, np.int64), minlength=n) > 0
-    return answered & (items.column("ratings").to_numpy() < KIND_MIN_RATINGS)
+    return answered & (items.column("ratings").to_numpy() < thresholds.KIND_MIN_RATINGS)
 
 
 def disagreeing(item: np.ndarray, rating: np.ndarray, answers: np.ndarray, status: np.ndarray) -> np.ndarray:
@@ -262,7 +262,7 @@ def export_more(
             f"{spent} human ratings; nothing was written"
         )
     params = {"more_above_sd": MORE_ABOVE_SD, "disagree_span": DISAGREE_SPAN, "max_answers": MAX_ANSWERS}
-    params |= {"kind_error_at": KIND_ERROR_AT, "kind_min_ratings": KIND_MIN_RATINGS}
+    params |= {"kind_error_at": thresholds.KIND_ERROR_AT, "kind_min_ratings": thresholds.KIND_MIN_RATINGS}
     params |= {"budget": budget, "spent_before": spent}
     with OutputFolder(
         "annotate-export-more",

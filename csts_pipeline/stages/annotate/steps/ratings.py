@@ -22,12 +22,11 @@ from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, platform, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
-from csts_pipeline.stages.annotate.labels import model_workers, quality, weighing
+from csts_pipeline.stages.annotate.labels import model_workers, quality, thresholds, weighing
 from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
 from csts_pipeline.stages.annotate.labels.expert import read_expert
 from csts_pipeline.stages.annotate.labels.sampling import hash64
-from csts_pipeline.stages.annotate.labels.shift import MAX_AMBIGUITY_SD
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     CONDITIONS,
@@ -328,8 +327,8 @@ def _check_rating_options(
             raise UserError(f"{path}: not found (--expert)")
     if ambiguity_sd is not None and how != "model":
         raise UserError(f"--ambiguity-sd: only with --aggregate model (got --aggregate {how})")
-    if ambiguity_sd is not None and not 0 <= ambiguity_sd <= MAX_AMBIGUITY_SD:
-        raise UserError(f"--ambiguity-sd must be in [0, {MAX_AMBIGUITY_SD}] points (got {ambiguity_sd})")
+    if ambiguity_sd is not None and not 0 <= ambiguity_sd <= thresholds.MAX_AMBIGUITY_SD:
+        raise UserError(f"--ambiguity-sd must be in [0, {thresholds.MAX_AMBIGUITY_SD}] points (got {ambiguity_sd})")
     if not 0 <= not_pertinent_share < 1:
         raise UserError(f"--not-pertinent-share must be in [0, 1) (got {not_pertinent_share})")
     if min_ratings < 1:
