@@ -26,6 +26,14 @@ CrossfitSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the folds 
 TrainBatchOpt = Annotated[int, typer.Option("--batch-size", help="Rows per training batch.")]
 LrOpt = Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW), as `train --lr`.")]
 MaxLengthOpt = Annotated[int, typer.Option("--max-length", help="Tokens per encoded sequence, as `train`.")]
+LabelSpreadOpt = Annotated[
+    str,
+    typer.Option(
+        "--label-spread",
+        help="answers (the import's labels in their order, given the spread of the people's own answers: fold models "
+        "trained on posterior means scored worse than their base) or import (the labels as they are).",
+    ),
+]
 
 
 @annotate_app.command("crossfit")
@@ -40,6 +48,7 @@ def annotate_crossfit(
     batch_size: TrainBatchOpt = 16,
     lr: LrOpt = 2e-5,
     max_length: MaxLengthOpt = 128,
+    label_spread: LabelSpreadOpt = CrossfitOptions.label_spread,
     device: ModelDeviceOpt = "auto",
     out: AnnotateOutOpt = None,
     force: ForceOpt = False,
@@ -51,7 +60,8 @@ def annotate_crossfit(
     from csts_pipeline.stages.annotate.steps.crossfit import crossfit, describe_crossfit
 
     options = CrossfitOptions(model=model, folds=folds, epochs=epochs, seed=seed, batch_size=batch_size,
-                              learning_rate=lr, max_length=max_length, device=device, force=force)  # fmt: skip
+                              learning_rate=lr, max_length=max_length, label_spread=label_spread, device=device,
+                              force=force)  # fmt: skip
     options.check()
     folder, _ = annotate_folder(dataset, manifest, out)
     record = crossfit(folder, options)

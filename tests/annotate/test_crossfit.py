@@ -17,7 +17,7 @@ from csts_pipeline.pipeline.packaged_models import resolve_model_path
 from csts_pipeline.stages.annotate.steps import csts_split, publish
 from csts_pipeline.stages.annotate.steps.crossfit import crossfit
 from csts_pipeline.stages.annotate.steps.crossfit_folds import sentence_pair_key
-from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, SplitOptions
+from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, RatingsImportOptions, SplitOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.stages.train import train as train_stage
 from csts_pipeline.testing.command_path import prepare_folder, task_ids, write_results
@@ -105,6 +105,28 @@ def test_no_item_is_rated_by_a_model_that_saw_its_pair_or_its_sentences(batch, t
     assert record["worker_id"] == "model:crossfit-" + tiny_model.name and len(record["folds"]) == 3
     rows = pq.read_table(out / "ratings.parquet").to_pylist()
     assert {r["worker_id"] for r in rows} == {record["worker_id"]} and all(1 <= r["rating"] <= 5 for r in rows)
+
+
+def test_the_folds_learn_the_labels_order_with_the_answers_spread_or_the_labels_as_they_are(batch, tiny_model):
+    """By default each fold learns the import's labels in their order, given the spread of the people's answers
+    (as `annotate split --label-spread answers`); `--label-spread import` learns them as they are."""
+    folder, _, results = batch
+    import_ratings(folder, [results], RatingsImportOptions(aggregate="model"), force=True)  # posterior means
+    items = pq.read_table(folder / "ratings" / "items.parquet").to_pylist()
+    label = {r["item_id"]: r["label"] for r in items if r["status"] == "kept"}
+    answers = pq.read_table(folder / "ratings" / "ratings.parquet").column("rating").to_numpy()
+    learnt = {}
+    for spread in ("answers", "import"):
+        record = crossfit(folder, options(tiny_model, label_spread=spread))
+        assert record["model"]["label_spread"] == spread
+        rows = pq.read_table(crossfit_folder(folder) / "folds" / "fold-1" / "train.parquet").to_pylist()
+        learnt[spread] = {r["item_id"]: r["label"] for r in rows}
+    ids = sorted(learnt["import"])
+    assert all(learnt["import"][i] == label[i] for i in ids)
+    spread = np.array([learnt["answers"][i] for i in ids])
+    before = np.array([label[i] for i in ids])
+    assert np.array_equal(np.argsort(before, kind="stable"), np.argsort(spread, kind="stable"))
+    assert spread.std() > before.std() and spread.std() == pytest.approx(answers[answers > 0].std(), rel=0.25)
 
 
 def test_new_answers_make_it_stale_and_the_import_that_weighs_it_does_not(batch, tiny_model, tmp_path):

@@ -46,6 +46,7 @@ CONDITION_TYPES = ("high", "low")
 RATING_SCALE = (1, 5)
 SPLITS = ("train", "validation", "test")
 LABEL_SOURCES = ("likert", "bws")
+LABEL_SPREADS = ("import", "answers")  # --label-spread: the import's labels as they are, or spread as the answers
 _MASK64 = (1 << 64) - 1
 
 

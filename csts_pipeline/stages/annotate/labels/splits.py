@@ -97,9 +97,6 @@ def csts_table(complete: pa.Table, seed: int, ratios: tuple[float, float, float]
     return table, int(groups.max()) + 1
 
 
-LABEL_SPREADS = ("import", "answers")  # `annotate split --label-spread`
-
-
 def spread_as_answers(labels: np.ndarray, answers: np.ndarray) -> np.ndarray:
     """The labels' order with the spread of the people's own answers: each label goes to the quantile at its
     mid-rank of the answers' distribution, an answer v read as uniform over the half points around it (1-1.5,

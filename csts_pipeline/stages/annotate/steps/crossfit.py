@@ -31,6 +31,7 @@ from csts_pipeline.pipeline.records import fingerprint, require_current, require
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_parquet
 from csts_pipeline.stages.annotate.labels.score_density import normal_scores
+from csts_pipeline.stages.annotate.labels.splits import spread_as_answers
 from csts_pipeline.stages.annotate.layout import (
     CONDITIONS,
     INDIVIDUAL_RATINGS,
@@ -44,6 +45,7 @@ from csts_pipeline.stages.annotate.layout import (
     ratings_sources,
 )
 from csts_pipeline.stages.annotate.steps import crossfit_folds
+from csts_pipeline.stages.annotate.steps.csts_split import people_answers
 from csts_pipeline.stages.annotate.steps.model_folders import CROSSFIT, learnt_from
 from csts_pipeline.stages.annotate.steps.model_ratings import SCORES
 from csts_pipeline.stages.annotate.steps.options import CrossfitOptions
@@ -79,7 +81,7 @@ def crossfit(annotate_dir: Path, options: CrossfitOptions) -> dict[str, Any]:
             return out.unchanged()
         require_current(ratings_dir, RATINGS_IMPORT, ratings_sources(annotate_dir))
         items = read_jsonl(tasks_dir / TASKS)
-        jobs = fold_jobs(items, labels_of(ratings_dir), options, config, out.staging)
+        jobs = fold_jobs(items, labels_of(ratings_dir, options.label_spread), options, config, out.staging)
         out.begin(force=False)  # a killed run's finished folds stay and are not trained again
         folds = [crossfit_folds.run_fold(job) for job in jobs]
         return _write(
@@ -100,13 +102,21 @@ def model_identity(options: CrossfitOptions, config: TrainConfig) -> dict[str, A
         raise UserError(f"--model {options.model}: {exc}") from None
     settings = config.model_dump(exclude={*NOT_FINGERPRINTED, "model"})
     return {"kind": CROSSFIT, "model": options.model, "model_files": base, "folds": options.folds,
-            "seed": options.seed, "epochs": options.epochs, "train": settings}  # fmt: skip
+            "seed": options.seed, "epochs": options.epochs, "label_spread": options.label_spread,
+            "train": settings}  # fmt: skip
 
 
-def labels_of(ratings_dir: Path) -> dict[str, float]:
-    """The import's label of every kept item (its posterior mean with `--aggregate model`)."""
+def labels_of(ratings_dir: Path, spread: str = "import") -> dict[str, float]:
+    """The import's label of every kept item (its posterior mean with `--aggregate model`), or with `spread`
+    "answers" those labels' order given the spread of the people's own answers (as `annotate split
+    --label-spread answers`): posterior means sit near the middle of the scale, and fold models trained on them
+    scored worse than their base (docs/annotate-models.md)."""
     table = read_table(ratings_dir / ITEMS, ["item_id", "label", "status"]).to_pylist()
-    return {r["item_id"]: float(r["label"]) for r in table if r["status"] == "kept" and r["label"] is not None}
+    kept = {r["item_id"]: float(r["label"]) for r in table if r["status"] == "kept" and r["label"] is not None}
+    if spread != "answers" or not kept:
+        return kept
+    values = spread_as_answers(np.array(list(kept.values())), people_answers(ratings_dir / INDIVIDUAL_RATINGS))
+    return dict(zip(kept, values.tolist()))
 
 
 def fold_jobs(

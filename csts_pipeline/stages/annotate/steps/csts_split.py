@@ -18,7 +18,6 @@ from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.stages.annotate.crowd.files import write_csv, write_parquet
 from csts_pipeline.stages.annotate.labels.agreement import is_model_worker
 from csts_pipeline.stages.annotate.labels.splits import (
-    LABEL_SPREADS,
     complete_pairs,
     csts_table,
     label_description,
@@ -33,6 +32,7 @@ from csts_pipeline.stages.annotate.layout import (
     INDIVIDUAL_RATINGS,
     ITEMS,
     LABEL_SOURCES,
+    LABEL_SPREADS,
     RATINGS,
     RATINGS_TASKS,
     SPLITS,
@@ -104,12 +104,17 @@ def split(annotate_dir: Path, options: SplitOptions = SplitOptions(), *, force: 
         return out.finish(counts, labels=described, files=files)
 
 
-def _spread_as_answers(complete: pa.Table, ratings_file: Path) -> pa.Table:
-    """The items' labels in their order, given the values of the people's own 1-5 ratings (not a model's)."""
+def people_answers(ratings_file: Path) -> np.ndarray:
+    """The people's own 1-5 ratings in the import's `ratings.parquet` (not a model's; a flag is no rating)."""
     ratings = read_table(ratings_file, columns=["worker_id", "rating"])
     rating = ratings.column("rating").to_numpy(zero_copy_only=False)
     people = ~is_model_worker(ratings.column("worker_id").to_numpy(zero_copy_only=False)) & (rating > 0)
     if not people.any():
         raise UserError(f"{ratings_file}: no person's rating to take the spread from; use --label-spread import")
-    spread = spread_as_answers(complete.column("label").to_numpy(), rating[people])
+    return rating[people]
+
+
+def _spread_as_answers(complete: pa.Table, ratings_file: Path) -> pa.Table:
+    """The items' labels in their order, given the spread of the people's own ratings."""
+    spread = spread_as_answers(complete.column("label").to_numpy(), people_answers(ratings_file))
     return complete.set_column(complete.schema.get_field_index("label"), "label", pa.array(spread, pa.float64()))

@@ -11,6 +11,7 @@ from pathlib import Path
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import TrainConfig
 from csts_pipeline.stages.annotate.crowd.gold_set import MAX_RATING_ERROR
+from csts_pipeline.stages.annotate.layout import LABEL_SPREADS
 
 MINILM = "packaged:all-MiniLM-L6-v2"
 
@@ -28,9 +29,12 @@ class CrossfitOptions:
     max_length: int = 128
     device: str = "auto"
     force: bool = False
+    label_spread: str = "answers"
 
     def check(self) -> None:
         """Refuse a setting that cannot work, before anything is read or written."""
+        if self.label_spread not in LABEL_SPREADS:
+            raise UserError(f"--label-spread must be one of {', '.join(LABEL_SPREADS)} (got {self.label_spread!r})")
         limits = {"--folds": (self.folds, 2), "--epochs": (self.epochs, 1), "--batch-size": (self.batch_size, 1)}
         limits["--max-length"] = (self.max_length, 1)
         for flag, (value, least) in limits.items():
