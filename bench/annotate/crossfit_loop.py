@@ -3,7 +3,9 @@ from both -> a model trained on them (docs/annotate-models.md, "The batch's own 
 
     python -m bench.annotate.crossfit_loop --pairs 1000 --folds 5 --epochs 1 [--rounds 2] [--final-epochs 1]
     python -m bench.annotate.crossfit_loop --time-fold --pairs 5000   # one fold's seconds at 10,000 items
-    python -m bench.annotate.crossfit_loop --pairs 300 --rounds 1 --final-epochs 3 --with-base
+    python -m bench.annotate.crossfit_loop --pairs 1000 --rounds 1 --final-epochs 3 --with-base --spread-as-person
+    python -m bench.annotate.crossfit_loop --pairs 1000 --rounds 1 --final-epochs 3 --with-base \
+        --spread-as-person --crossfit-label-spread import   # the folds learn the posterior means as they are
 
 The batch: `--pairs` STS-B train pairs (../shared/data/stsb/sts-train.csv, real sentences and gold rescaled to 1-5),
 two neutral conditions a pair (bench/annotate/real_text_models.prepared: export, conditions, export ratings), rated
@@ -40,7 +42,7 @@ from bench.annotate.trust_evidence import one_person_an_item, standard
 from bench.shared_data import SHARED
 from csts_pipeline.pipeline.manifest import TrainConfig
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl
-from csts_pipeline.stages.annotate.layout import rating_item_id
+from csts_pipeline.stages.annotate.layout import LABEL_SPREADS, rating_item_id
 from csts_pipeline.stages.annotate.steps import crossfit as crossfit_step
 from csts_pipeline.stages.annotate.steps import crossfit_folds, csts_split, similarity_rater
 from csts_pipeline.stages.annotate.steps.options import CrossfitOptions, RatingsImportOptions, SplitOptions
@@ -203,6 +205,12 @@ def main() -> None:
         action="store_true",
         help="also train on the rebuilt labels as `annotate split --label-spread answers` writes them",
     )
+    parser.add_argument(
+        "--crossfit-label-spread",
+        choices=LABEL_SPREADS,
+        default=CrossfitOptions.label_spread,
+        help="what the folds learn: the import's labels spread as the people's answers, or as they are",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, every core)")
     args = parser.parse_args()
     if args.threads:
@@ -224,7 +232,7 @@ def loop(work: Path, args: argparse.Namespace) -> None:
     import_people(folder, results)
     options = CrossfitOptions(
         model=MODEL, folds=args.folds, epochs=args.epochs, seed=args.seed, batch_size=args.batch_size,
-        max_length=args.max_length, device="cpu",
+        max_length=args.max_length, device="cpu", label_spread=args.crossfit_label_spread,
     )  # fmt: skip
     say(f"{len(pairs)} STS-B train pairs ({len(ids)} items), one person an item; {args.folds} folds, "
         f"{args.epochs} epoch(s), batch {args.batch_size}, max length {args.max_length}")  # fmt: skip
