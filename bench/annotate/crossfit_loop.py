@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--final-epochs", type=int, default=1)
+    parser.add_argument("--final-epochs", type=int, default=1, help="the final models' epochs (0: no final models)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
@@ -261,7 +261,7 @@ def loop(work: Path, args: argparse.Namespace) -> None:
     say("labels' sd: " + ", ".join(f"{name} {np.std(list(v.values())):.2f}" for name, v in sources.items()))
     if args.spread_as_person:
         sources = {"rebuilt, --label-spread answers": spread_as_answers(folder)} | sources
-    scored = models(items, sources, test, work, args)
+    scored = models(items, sources, test, work, args) if args.final_epochs else {}
     say("\n| labels of the batch | Spearman with the gold |\n|---|---:|")
     for name, value in figures.items():
         if not name.startswith("_"):
