@@ -266,6 +266,8 @@ def loop(work: Path, args: argparse.Namespace) -> None:
     for name, value in figures.items():
         if not name.startswith("_"):
             say(f"| {name} | {value:.3f} |")
+    if not scored:
+        return
     say("\n| MiniLM trained on | STS-B test Spearman |\n|---|---:|")
     for name, value in scored.items():
         say(f"| {name} labels | {value:.3f} |")
