@@ -7,7 +7,7 @@ a weak person (one rating an item), collapsed the label prior onto 1 and 5 (STS-
 model of unknown calibration tells, so each model's scores become normal scores of their ranks in the batch (z,
 mean 0, sd 1, whatever the model's scale: a cosine or a regression score), and a true label t makes z normal
 around mu_t with one sd per model: six parameters, fitted in the M-step from the items' posteriors with
-PSEUDO items of the batch's marginal (mean 0, sd 1) per label, so a label with little evidence says little.
+SCORE_PSEUDO items of the batch's marginal (mean 0, sd 1) per label, so a label with little evidence says little.
 The means are kept in the order of the labels (a model whose agreement with people is positive: trust.py). An
 item everyone reads a point high (the shared shift, labels/shift.py) moves the mean the model feels with it."""
 
@@ -17,8 +17,9 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 from scipy.stats import rankdata
 
+from csts_pipeline.stages.annotate.labels import thresholds
+
 LABELS = 5
-PSEUDO = 0.5  # pseudo-items per label at the batch's marginal (z mean 0, variance 1)
 BINS = np.asarray(ndtri(np.arange(1, LABELS) / LABELS))  # the marginal's quintiles: the table reported
 
 
@@ -51,16 +52,16 @@ def log_likelihood(z: np.ndarray, family: np.ndarray, params: np.ndarray, shifts
 
 def m_step(z: np.ndarray, family: np.ndarray, weight: np.ndarray, families: int) -> np.ndarray:
     """Each family's means and sd from the rows' posteriors over the true label (`weight` [rows, t]), with
-    PSEUDO items per label at the marginal; the means sorted into the labels' order."""
+    SCORE_PSEUDO items per label at the marginal; the means sorted into the labels' order."""
     params = start(families)
     for f in range(families):
         rows = family == f
         w, x = weight[rows], z[rows]
-        total = w.sum(axis=0) + PSEUDO
+        total = w.sum(axis=0) + thresholds.SCORE_PSEUDO
         mean = np.sort((w * x[:, None]).sum(axis=0) / total)
-        spread = (w * (x[:, None] - mean[None, :]) ** 2).sum() + PSEUDO * LABELS * (1 + mean**2).mean()
+        spread = (w * (x[:, None] - mean[None, :]) ** 2).sum() + thresholds.SCORE_PSEUDO * LABELS * (1 + mean**2).mean()
         params[f, :LABELS] = mean
-        params[f, LABELS] = np.sqrt(spread / (w.sum() + PSEUDO * LABELS))
+        params[f, LABELS] = np.sqrt(spread / (w.sum() + thresholds.SCORE_PSEUDO * LABELS))
     return params
 
 

@@ -36,6 +36,7 @@ BIAS_PRIOR_SD = 1.0  # a person's bias, in points of the 1-5 scale
 PSEUDO_RATINGS = 2.0  # pseudo-ratings at the typical bias and noise (kernel.TYPICAL) behind each person's fit
 FREE_PSEUDO = 2.0  # a model worker's confusion: pseudo-answers per true label, spread as its answers overall
 KIND_PSEUDO = 3.0  # a model's table on one kind of condition: pseudo-answers per true label from its overall table
+SCORE_PSEUDO = 0.5  # a model score's density per true label: pseudo-items at the batch's marginal (mean 0, sd 1)
 MAX_AMBIGUITY_SD = 2.0  # `annotate import --ambiguity-sd`: at most this (two points of the 1-5 scale)
 
 # --- EM's limits --------------------------------------------------------------------------------------------------
