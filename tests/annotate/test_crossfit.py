@@ -175,6 +175,7 @@ def test_the_command_rates_out_of_fold_and_refuses_bad_input_in_one_line(batch, 
     assert "--folds must be at least 2" in cli_error(*base, "--folds", "1")  # one line, exit 2
     assert "only 30 groups" in cli_error(*base, "--folds", "40")  # 31 pairs, two of the same sentences
     assert "not found" in cli_error(*base[:-4], "--model", folder / "no-such-model")
+    assert "--label-spread must be one of import, answers" in cli_error(*base, "--label-spread", "wide")
     assert not list((folder / "model_ratings").glob("[!.]*"))  # nothing written (a lock file aside)
     output = cli(*base, "--folds", "2", "--epochs", "1", "--batch-size", "8", "--max-length", "48")
     assert f"rated out of fold by model:crossfit-{tiny_model.name} (2 folds" in output
