@@ -214,9 +214,9 @@ def label_values(data: Answers, state: State, spread: float) -> np.ndarray:
     """[t, g]: the label a true label t read with shift node g stands for: the crowd's mean answer there (the
     batch's people's tables, each weighed by their answers times their reliability squared, so that a spammer's
     flat answers do not pull the scale to its middle), so the labels sit on the people's scale (the posterior
-    mean of t ran 0.1-0.2 points under the crowd's mean on USTS-C). Items of known label (an expert sample, the
-    gold) decide who is right, not where the scale sits: moving the scale onto a 5% sample's rounded labels put
-    the labels 0.07-0.09 under USTS-C's truth. A batch with no person's answer: t plus the shift."""
+    mean of t ran 0.1-0.2 points under the crowd's mean on USTS-C). Items of known label move these values as a
+    whole afterwards, by their offset as given (known_calibration). A batch with no person's answer: t plus the
+    shift."""
     shifts, _ = shift.nodes(spread)
     weight = np.bincount(data.code, minlength=len(data.workers)) * ~data.free
     weight = weight * np.clip(reliability(state.table, state.prior), 0, 1) ** 2
