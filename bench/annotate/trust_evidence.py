@@ -2,6 +2,7 @@
 sample (trust from evidence).
 
     python -m bench.annotate.trust_evidence --pairs 300 --seeds 3 [--noise 0.8] [--careless 0.45] [--expert-share 0.05]
+    python -m bench.annotate.trust_evidence --pairs 1000 --seeds 3 [--repeat-items 100]
 
 Items: STS Benchmark pairs (real sentences, gold rescaled to 1-5: 1 + 0.8 x score) through `annotate export
 --stage conditions`, `import --stage conditions` (two neutral conditions a pair) and `export --stage ratings`,
@@ -10,7 +11,8 @@ as bench/annotate/real_text_models.py; the model: the packaged all-MiniLM-L6-v2 
 bias of its own (sd 0.3), noise sd `--noise` and a `--careless` share of answers at random, so that one person's
 Spearman with the gold is about 0.5 (the real crowd's level in C-STS). Every run is `annotate import --stage ratings
 --aggregate model` through the step function, without and with `--expert` (a file of `item_id,label` with the
-gold of a seeded `--expert-share` of the items).
+gold of a seeded `--expert-share` of the items), and with a repeat sample instead (`--repeat-items`, default 100:
+that many items rated by two more of the same people, the C-STS paper's agreement sample; figures outside them).
 
 Prints, per run and as means over seeds, the Spearman with the gold on the items outside the expert sample of:
 the person alone, the model's score alone, the even blend of the two each standardised (of the score, and of
@@ -46,11 +48,33 @@ def one_person_an_item(
     rng = np.random.default_rng(seed)
     bias = rng.normal(0, 0.3, workers)
     who = rng.integers(0, workers, len(ids))
+    return answers(truth, ids, who, bias, noise, careless, rng)
+
+
+def answers(truth: dict, ids: list[str], who: np.ndarray, bias: np.ndarray, noise: float, careless: float,
+            rng: np.random.Generator) -> list[dict]:  # fmt: skip
+    """Person `who[n]` (with `bias[who[n]]`) rates item `ids[n]`: the truth, their bias and noise, rounded to 1-5,
+    a `careless` share at random."""
     raw = np.array([truth[i] for i in ids]) + bias[who] + rng.normal(0, noise, len(ids))
     rating = np.clip(np.rint(raw), 1, 5).astype(int)
     rating = np.where(rng.random(len(ids)) < careless, rng.integers(1, 6, len(ids)), rating)
     return [{"item_id": i, "worker_id": f"p{w}", "rating": int(r), "not_pertinent": "false"}
             for i, w, r in zip(ids, who, rating)]  # fmt: skip
+
+
+def repeat_sample(truth: dict, rows: list[dict], items: int, workers: int, noise: float, careless: float,
+                  seed: int) -> tuple[list[dict], set[str]]:  # fmt: skip
+    """The C-STS paper's agreement sample: `items` of the batch rated by two more of the same people (the ones
+    one_person_an_item drew with `seed`), each other than the item's first; the extra rows and the items."""
+    bias = np.random.default_rng(seed).normal(0, 0.3, workers)
+    rng = np.random.default_rng(seed + 2000)
+    picked = [rows[n] for n in rng.choice(len(rows), min(items, len(rows)), replace=False)]
+    ids, who = [], []
+    for row in picked:
+        others = [w for w in range(workers) if f"p{w}" != row["worker_id"]]
+        ids += [row["item_id"]] * 2
+        who += rng.choice(others, 2, replace=False).tolist()
+    return answers(truth, ids, np.array(who), bias, noise, careless, rng), {r["item_id"] for r in picked}
 
 
 def standard(x: np.ndarray) -> np.ndarray:
@@ -140,6 +164,8 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.8)
     parser.add_argument("--careless", type=float, default=0.45)
     parser.add_argument("--expert-share", type=float, default=0.05)
+    parser.add_argument("--repeat-items", type=int, default=100,
+                        help="the repeat sample's items, each rated by two more people (0: no such run)")  # fmt: skip
     args = parser.parse_args()
     pairs = read_stsb(args.stsb, args.pairs, 0)
     with tempfile.TemporaryDirectory(prefix="trust-") as tmp:
@@ -153,15 +179,19 @@ def main() -> None:
             f"{len(pairs)} STS-B pairs ({len(ids)} items), {args.workers} people, one rating an item, noise sd "
             f"{args.noise}, {args.careless:.0%} careless; expert sample {args.expert_share:.0%}; {args.seeds} seeds\n"
         )
-        totals: dict[str, list[dict]] = {"no evidence": [], "expert sample": []}
+        totals: dict[str, list[dict]] = {"no evidence": [], "expert sample": [], "repeat sample": []}
         for seed in range(args.seeds):
             rows = one_person_an_item(truth, ids, args.workers, args.noise, args.careless, seed)
             rng = np.random.default_rng(seed + 1000)
             held = set(rng.choice(ids, max(1, round(args.expert_share * len(ids))), replace=False).tolist())
             expert = Path(tmp) / "expert.csv"
             expert.write_text("item_id,label\n" + "".join(f"{i},{truth[i]:.2f}\n" for i in sorted(held)))
-            for name, given in (("no evidence", None), ("expert sample", expert)):
-                found = run(folder, rows, truth, scores, given, held)
+            extra, repeated = repeat_sample(truth, rows, args.repeat_items, args.workers, args.noise, args.careless,
+                                            seed)  # fmt: skip
+            arms = [("no evidence", rows, None, held), ("expert sample", rows, expert, held)]
+            arms += [("repeat sample", rows + extra, None, repeated)] if args.repeat_items else []
+            for name, given_rows, given, outside in arms:
+                found = run(folder, given_rows, truth, scores, given, outside)
                 totals[name].append(found)
                 print(f"seed {seed}, {name}: " + ", ".join(f"{k} {found[k]:.3f}" for k in FIGURES))
                 if given is not None:
@@ -171,7 +201,8 @@ def main() -> None:
                           f"{w['n']} ({w['evidence']})")  # fmt: skip
         print("\n| run | " + " | ".join(FIGURES) + " |\n|---|" + "---:|" * len(FIGURES))
         for name, runs in totals.items():
-            print(f"| {name} | " + " | ".join(f"{np.mean([r[k] for r in runs]):.3f}" for k in FIGURES) + " |")
+            if runs:
+                print(f"| {name} | " + " | ".join(f"{np.mean([r[k] for r in runs]):.3f}" for k in FIGURES) + " |")
 
 
 FIGURES = ("person", "model", "blend", "blend_bins", "labels", "bins_labels")

@@ -285,3 +285,44 @@ def test_the_qualification_test_measures_the_people_where_nothing_else_does(tmp_
         test = json.loads((folder / "ratings" / "agreement.json").read_text())["qualification_test"]
         assert test["workers"] == len(people.kind) and test["ratings"] == test["items"] * test["workers"]
     assert reliability[0] > reliability[1] + 0.05, reliability
+
+
+def repeat_sample_results(folder: Path, truth: dict[str, float], out: Path, repeated: int) -> Path:
+    """One person an item, and `repeated` items rated by two more (the C-STS paper's agreement sample)."""
+    people = People.around(truth, seed=0, spam=0.25, lenient=0.15, harsh=0.15)
+    three = first_batch(folder, people, 3, out.with_name("three.csv"), 0)
+    with three.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    sample = set(task_ids(folder / "ratings_tasks")[:repeated])
+    seen: set[str] = set()
+    kept = []
+    for row in rows:
+        if row["item_id"] in sample or row["item_id"] not in seen:
+            kept.append(row)
+        seen.add(row["item_id"])
+    with out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(kept)
+    return out
+
+
+def test_a_sparse_repeat_sample_beside_a_model_holds_the_people_at_its_noise(tmp_path: Path):
+    """One person an item with 40 items rated three times, and a model: the repeats measure the people (the
+    summary says so), pooled on the repeated items, not fitted freely against the model on the items one person
+    rated; every item rated three times, each person is fitted on their own."""
+    folder, truth = folder_with(tmp_path, "good")
+    said = import_ratings(folder, repeat_sample_results(folder, truth, tmp_path / "sample.csv", 40))
+    assert "weights measured from the batch's evidence: people by their repeats" in said
+    people = [w for name, w in workers(folder).items() if not name.startswith("model:")]
+    assert all("measured pooled by their agreement on the items two or more rated" in w["evidence"] for w in people)
+    assert json.loads((folder / "ratings" / "agreement.json").read_text())["model_workers"]["trust"]["people_pooled"]
+    sample = tmp_path / "expert.csv"  # items of known label measure the people better than a few repeats
+    sample.write_text(
+        "item_id,label\n" + "".join(f"{i},{truth[i]:g}\n" for i in task_ids(folder / "ratings_tasks")[-40:])
+    )
+    said = import_ratings(folder, tmp_path / "sample.csv", "--expert", sample)
+    assert "weights measured from the batch's evidence: people by the items of known label" in said
+    import_ratings(folder, repeat_sample_results(folder, truth, tmp_path / "all.csv", len(truth)))
+    people = [w for name, w in workers(folder).items() if not name.startswith("model:")]
+    assert not any("pooled" in w["evidence"] for w in people)

@@ -30,6 +30,8 @@ EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", 
 TEST = "qualification test"  # a person's answers on the qualification test's rating items (their gold known)
 KNOWN = "known labels"
 NO_EVIDENCE = "no expert sample, gold, repeats or qualification test"
+POOLED_ON = {KNOWN: "noise measured pooled on the items of known label",
+             REPEATS: "reliability measured pooled by their agreement on the items two or more rated"}  # fmt: skip
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -109,8 +111,8 @@ class TrustPlan:
     known_in_batch: bool = False  # the batch's own items of known label (expert sample, gold) measure, not only
     # the qualification test: a similarity model's score density is measured on them
     short: str = NO_EVIDENCE  # what evidence was given and why it did not measure the people (shortfall)
-    pooled: bool = False  # KNOWN: the people held at one noise pooled over them (a model answers, or the test
-    # measures them out of the fit); else fitted freely with the batch's known labels in the fit
+    pooled: bool = False  # the people held at one pooled noise (POOLED_ON): KNOWN where a model answers or the test
+    # measures them out of the fit; REPEATS where a model answers and repeats are sparse (SPARSE_REPEATS_BELOW)
 
     @property
     def left_out(self) -> list[str]:
@@ -206,18 +208,21 @@ def plan(
     on_gold = None if anchor is None else anchor.subset(anchor.human)
     evidence = people_evidence(ratings.subset(ratings.human), known, on_gold, test)
     count = {kind: sum(k.get(kind, 0) for k in evidence.values()) for kind in (EXPERT, GOLD, REPEATS, TEST)}
-    if count[REPEATS] >= thresholds.MIN_EVIDENCE:
+    useful = [m for m in models.values() if m.informative]
+    known_enough = count[EXPERT] + count[GOLD] + count[TEST] >= thresholds.MIN_EVIDENCE
+    # beside a model, a sparse sample of repeats measures the people pooled, and items of known label better
+    sparse = bool(useful) and bool(count[REPEATS] < thresholds.SPARSE_REPEATS_BELOW * human.sum())
+    if count[REPEATS] >= thresholds.MIN_EVIDENCE and not (sparse and known_enough):
         mode = REPEATS
-    elif count[EXPERT] + count[GOLD] + count[TEST] >= thresholds.MIN_EVIDENCE:
-        mode = KNOWN
     else:
-        mode = ASSUMED
+        mode = KNOWN if known_enough else ASSUMED
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
     found.short = shortfall(count, len(np.unique(rated.item[human & (known[rated.item] > 0)])))
     found.known_in_batch = count[EXPERT] + count[GOLD] >= thresholds.MIN_EVIDENCE
-    useful = [m for m in models.values() if m.informative]
-    found.pooled = mode == KNOWN and (bool(useful) or bool(count[TEST]) or not found.known_in_batch)
-    if mode != REPEATS and useful:
+    found.pooled = (mode == KNOWN and (bool(useful) or bool(count[TEST]) or not found.known_in_batch)) or (
+        mode == REPEATS and sparse
+    )
+    if (mode != REPEATS or found.pooled) and useful:
         found.relative = relative_agreement(rated.subset(human), [series[m.name] for m in useful])
     if mode == ASSUMED and len(useful) >= 2:
         found.people_reliability, found.rule, found.model_pairs = pinned_reliability(useful, series)
@@ -321,9 +326,9 @@ def person_words(found: TrustPlan, name: str) -> str:
     shown = [f"{kind} {n}" for kind, n in found.evidence.get(name, {}).items() if n]
     factor = found.relative.get(name)
     relative = "" if factor is None else f"; this person at {factor:.2f} times it by their agreement with the models"
-    if found.pooled:  # a few known items each: measured pooled over the people
+    if found.pooled:  # a few known or repeated items each: measured pooled over the people
         own = ", ".join(shown) or "none of their own"
-        return f"{own}; the people's noise measured pooled on the items of known label{relative}"
+        return f"{own}; the people's {POOLED_ON[found.mode]}{relative}"
     if found.people_measured and shown:
         return ", ".join(shown)
     if found.people_measured:
