@@ -316,7 +316,9 @@ def test_a_sparse_repeat_sample_beside_a_model_holds_the_people_at_its_noise(tmp
     assert "weights measured from the batch's evidence: people by their repeats" in said
     people = [w for name, w in workers(folder).items() if not name.startswith("model:")]
     assert all("measured pooled by their agreement on the items two or more rated" in w["evidence"] for w in people)
-    assert json.loads((folder / "ratings" / "agreement.json").read_text())["model_workers"]["trust"]["people_pooled"]
+    trust = json.loads((folder / "ratings" / "agreement.json").read_text())["model_workers"]["trust"]
+    assert trust["people_pooled"] and 0.05 <= trust["people_reliability"] <= 0.99
+    assert all(f"(reliability {trust['people_reliability']:.2f})" in w["evidence"] for w in people)
     sample = tmp_path / "expert.csv"  # items of known label measure the people better than a few repeats
     sample.write_text(
         "item_id,label\n" + "".join(f"{i},{truth[i]:g}\n" for i in task_ids(folder / "ratings_tasks")[-40:])

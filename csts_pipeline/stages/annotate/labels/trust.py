@@ -94,8 +94,8 @@ class ModelAgreement:
 @dataclass
 class TrustPlan:
     """What the batch's evidence settles before the rater model runs: per model its agreement with the people and
-    whether it carries information; the people's evidence per worker; and, where nothing measures the people,
-    the reliability they are pinned at (None: measured by the EM)."""
+    whether it carries information; the people's evidence per worker; and the reliability they are pinned at
+    where nothing measures them, or where it is measured pooled (`pooled`) (None: fitted by the EM)."""
 
     models: dict[str, ModelAgreement]
     evidence: dict[str, dict[str, int]]  # person -> {kind of evidence: their ratings it covers}
@@ -219,9 +219,8 @@ def plan(
     found = TrustPlan(models, evidence, mode != ASSUMED, mode=mode)
     found.short = shortfall(count, len(np.unique(rated.item[human & (known[rated.item] > 0)])))
     found.known_in_batch = count[EXPERT] + count[GOLD] >= thresholds.MIN_EVIDENCE
-    found.pooled = (mode == KNOWN and (bool(useful) or bool(count[TEST]) or not found.known_in_batch)) or (
-        mode == REPEATS and sparse
-    )
+    known_pooled = mode == KNOWN and (bool(useful) or bool(count[TEST]) or not found.known_in_batch)
+    found.pooled = known_pooled or (mode == REPEATS and sparse)
     if (mode != REPEATS or found.pooled) and useful:
         found.relative = relative_agreement(rated.subset(human), [series[m.name] for m in useful])
     if mode == ASSUMED and len(useful) >= 2:
@@ -328,7 +327,8 @@ def person_words(found: TrustPlan, name: str) -> str:
     relative = "" if factor is None else f"; this person at {factor:.2f} times it by their agreement with the models"
     if found.pooled:  # a few known or repeated items each: measured pooled over the people
         own = ", ".join(shown) or "none of their own"
-        return f"{own}; the people's {POOLED_ON[found.mode]}{relative}"
+        at = "" if found.people_reliability is None else f" (reliability {found.people_reliability:.2f})"
+        return f"{own}; the people's {POOLED_ON[found.mode]}{at}{relative}"
     if found.people_measured and shown:
         return ", ".join(shown)
     if found.people_measured:

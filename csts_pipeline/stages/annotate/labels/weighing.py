@@ -90,6 +90,7 @@ def weighed_fit(
         return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known)
     if plan.pooled:
         noise, pooled = pooled_people(plan, split, n_items, [a for a in (gold, test) if a is not None], known)
+        plan.people_reliability = pooled  # what the evidence measured, said per person and in agreement.json
         noises = trust.people_noises(plan, pooled) if plan.relative else noise
         prior = sample_prior(known)
         return anchored_fit(split, n_items, gold, ambiguity=ambiguity, known=known, people_noise=noises,
