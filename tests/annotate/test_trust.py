@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from csts_pipeline.cli import app
 from csts_pipeline.stages.annotate.labels import expert, interval, score_density
 from csts_pipeline.testing.chosen_model import rate_with
-from csts_pipeline.testing.command_path import People, first_batch, prepare_folder, task_ids
+from csts_pipeline.testing.command_path import People, first_batch, prepare_folder, task_ids, write_results
 from csts_pipeline.testing.simulate_models import kernel
 
 PAIRS = 150
@@ -300,17 +300,14 @@ def repeat_sample_results(folder: Path, truth: dict[str, float], out: Path, repe
         if row["item_id"] in sample or row["item_id"] not in seen:
             kept.append(row)
         seen.add(row["item_id"])
-    with out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(kept)
-    return out
+    return write_results(out, kept)
 
 
-def test_a_sparse_repeat_sample_beside_a_model_holds_the_people_at_its_noise(tmp_path: Path):
+def test_a_sparse_repeat_sample_beside_a_model_pins_the_people_at_their_agreement_there(tmp_path: Path):
     """One person an item with 40 items rated three times, and a model: the repeats measure the people (the
-    summary says so), pooled on the repeated items, not fitted freely against the model on the items one person
-    rated; every item rated three times, each person is fitted on their own."""
+    summary says so), pinned at their agreement on the repeated items, pooled (the value in each person's evidence
+    and agreement.json), not fitted freely against the model on the items one person rated; with an expert sample
+    too, its items measure them; every item rated three times, each person is fitted on their own."""
     folder, truth = folder_with(tmp_path, "good")
     said = import_ratings(folder, repeat_sample_results(folder, truth, tmp_path / "sample.csv", 40))
     assert "weights measured from the batch's evidence: people by their repeats" in said
