@@ -12,9 +12,9 @@ MIN_EVIDENCE = 20  # the evidence the rater model acts on: ratings on known or r
 INFORMATIVE_Z = 3.0  # a model's agreement with people must sit this many standard errors above zero
 # Where fewer than this share of the people's answers sit on items another person rated too (the C-STS paper's
 # design: one rating an item, a 100-item sample rated three times), the repeats measure the people on those items
-# only; beside an informative model the people are then held at the noise the repeat items measure, not fitted
-# freely, which trades them against the model on the items one person rated (STS-B, one person an item, a
-# 100-item repeat sample and MiniLM: bench.annotate.trust_evidence, its repeat sample run).
+# only; beside an informative model the people are then pinned at the reliability their agreement there measures
+# (weighing.repeat_reliability), not fitted freely, which trades them against the model on the items one person
+# rated (STS-B, one person an item, a 100-item repeat sample and MiniLM: bench.annotate.trust_evidence).
 SPARSE_REPEATS_BELOW = 0.5
 RELATIVE_PSEUDO = 10.0  # a person's agreement with the models shrinks toward the people's with this many items
 
