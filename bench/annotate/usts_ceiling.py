@@ -1,14 +1,17 @@
-"""How much a rater model can gain over the mean on USTS-C: oracle estimators that know every rater's bias and
-noise (measured on all 19 raters of all pairs, the held-out truth included), beside the mean of the same answers.
+"""How much a rater model can gain over the mean on USTS-C: oracle estimators fitted on all 19 raters of every
+pair, the held-out truth included, beside the mean of the same answers.
 
     python -m bench.annotate.usts_ceiling [--seeds 3]
 
 Draws k of each item's 19 raters as `bench.annotate.usts_crowd` does (two items a pair, 1-5 answers rounded from
 1 + 0.8 x score), the truth the mean of the others, and prints Spearman with the truth of: the mean of the rounded
 answers; the mean of the unrounded scores; the rounded answers less each rater's oracle bias, weighed by the
-inverse of their oracle noise variance; the same on the unrounded scores. Why: a rater model sees the rounded
-answers and must estimate bias and noise from them, so the oracle on the rounded answers bounds what per-rater
-correction can add; the peer bench (`bench.annotate.peers`) puts the rater model and crowd-kit beside it."""
+inverse of their oracle noise variance; the same on the unrounded scores; and the Bayes oracle, each item's
+posterior mean when every rater's whole table P(answer | truth) is known (fitted on every item against the mean
+of the other 18, the truth in BAYES_BINS bins) and the prior is the truth's own distribution. Why: a rater model
+sees the rounded answers and must estimate each rater's table from them, so the Bayes oracle bounds what any
+per-rater correction of these answers can reach (Dawid-Skene's free confusion included); the peer bench
+(`bench.annotate.peers`) puts the rater model and crowd-kit beside it."""
 
 from __future__ import annotations
 
@@ -21,6 +24,25 @@ from scipy.stats import spearmanr
 from bench.shared_data import SHARED
 
 USTS_C = SHARED / "data" / "usts" / "ustsc_train.json"
+BAYES_BINS = 20  # truth bins of the Bayes oracle's tables; 5 bins give the same figures to 0.001
+
+
+def bayes_tables(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every rater's P(answer | truth bin), the truth's prior over the bins, and the bins' centres.
+
+    Fitted on every item, each rater against the mean of the other 18: an oracle's knowledge, not an estimate."""
+    n_raters = scores.shape[1]
+    answers = np.clip(np.rint(scores), 1, 5).astype(int) - 1
+    others = (scores.sum(axis=1, keepdims=True) - scores) / (n_raters - 1)
+    edges = np.linspace(1, 5, BAYES_BINS + 1)
+    bins = np.clip(np.digitize(others, edges) - 1, 0, BAYES_BINS - 1)
+    tables = np.full((n_raters, BAYES_BINS, 5), 0.5)
+    for rater in range(n_raters):
+        np.add.at(tables[rater], (bins[:, rater], answers[:, rater]), 1)
+    tables /= tables.sum(axis=2, keepdims=True)
+    prior = np.bincount(np.clip(np.digitize(scores.mean(axis=1), edges) - 1, 0, BAYES_BINS - 1), minlength=BAYES_BINS)
+    prior = (prior + 0.5) / (prior + 0.5).sum()
+    return tables, prior, (edges[:-1] + edges[1:]) / 2
 
 
 def oracle_figures(scores: np.ndarray, k: int, seed: int) -> dict[str, float]:
@@ -38,8 +60,12 @@ def oracle_figures(scores: np.ndarray, k: int, seed: int) -> dict[str, float]:
     def oracle(values: np.ndarray) -> np.ndarray:
         return ((values - bias[drawn]) * w).sum(axis=1) / w.sum(axis=1)
 
+    tables, prior, centres = bayes_tables(scores)
+    log_post = np.log(prior) + np.log(tables[drawn, :, answers.astype(int) - 1]).sum(axis=1)
+    post = np.exp(log_post - log_post.max(axis=1, keepdims=True))
     found = {"mean of the answers": answers.mean(axis=1), "mean of the unrounded scores": picked.mean(axis=1),
-             "oracle on the answers": oracle(answers), "oracle on the unrounded scores": oracle(picked)}  # fmt: skip
+             "oracle on the answers": oracle(answers), "oracle on the unrounded scores": oracle(picked),
+             "Bayes oracle on the answers": post @ centres / post.sum(axis=1)}  # fmt: skip
     return {name: float(spearmanr(value, truth).statistic) for name, value in found.items()}
 
 
