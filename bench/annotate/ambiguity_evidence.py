@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.annotate.harder_crowds import SETTINGS, run, simulated
 from bench.annotate.real_text_models import STSB, read_stsb
-from csts_pipeline.stages.annotate.labels import shift
+from csts_pipeline.stages.annotate.aggregation.em import shift
 from csts_pipeline.testing.command_path import Outcome, figures, import_model, prepare_folder
 from csts_pipeline.testing.simulate_models import HARDER_KINDS
 

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bench.annotate.real_text_models import STSB, cell, read_stsb
-from csts_pipeline.stages.annotate.labels import shift
+from csts_pipeline.stages.annotate.aggregation.em import shift
 from csts_pipeline.testing.chosen_model import rate_with
 from csts_pipeline.testing.command_path import Outcome, People, figures, label_with_people, prepare_folder
 from csts_pipeline.testing.simulate import Crowd, simulate_crowd

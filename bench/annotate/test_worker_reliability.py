@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.annotate.worker_reliability import draw
-from csts_pipeline.stages.annotate.labels import thresholds
+from csts_pipeline.stages.annotate.aggregation import thresholds
 
 
 @pytest.mark.slow

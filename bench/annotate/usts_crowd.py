@@ -36,7 +36,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.shared_data import SHARED
-from csts_pipeline.stages.annotate.labels import trust
+from csts_pipeline.stages.annotate.aggregation import trust
 from csts_pipeline.stages.annotate.steps.options import RatingsImportOptions
 from csts_pipeline.stages.annotate.steps.ratings import import_ratings
 from csts_pipeline.testing.command_path import figures, prepare_folder, task_ids, write_results

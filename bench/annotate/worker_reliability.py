@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from csts_pipeline.pipeline.shards import write_atomic
-from csts_pipeline.stages.annotate.labels import thresholds
+from csts_pipeline.stages.annotate.aggregation import thresholds
 from csts_pipeline.testing.simulate import KINDS, simulate_crowd
 from csts_pipeline.testing.simulate_models import import_batch
 

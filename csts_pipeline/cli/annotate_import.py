@@ -23,7 +23,7 @@ from csts_pipeline.cli.annotate import (
 )
 from csts_pipeline.cli.options import DatasetOpt, ForceOpt, ManifestOpt, refuse_options_of_others, user_errors
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages.annotate.labels.aggregators import aggregator_help
+from csts_pipeline.stages.annotate.aggregation.aggregators import aggregator_help
 from csts_pipeline.stages.annotate.steps.options import (
     BwsImportOptions,
     ConditionsImportOptions,

@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 from csts_pipeline.pipeline.records import read_json, read_record
 from csts_pipeline.pipeline.shards import read_table
 from csts_pipeline.report.plots import label_histogram
-from csts_pipeline.stages.annotate.labels import interval, model_workers, trust
+from csts_pipeline.stages.annotate.aggregation import model_workers, trust
+from csts_pipeline.stages.annotate.aggregation.em import interval
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     ANNOTATIONS,

@@ -155,7 +155,8 @@ def follow_up_rounds(start: int, rounds: int, seed: int, **crowd: Any) -> Crowd:
     """A crowd that first gives `start` ratings per item, then up to `rounds` follow-up batches of one more
     rating on each item `annotate export --more` would choose (followup.needs_more), from the workers it does
     not exclude (reliability below thresholds.UNRELIABLE_BELOW)."""
-    from csts_pipeline.stages.annotate.labels import ordinal, thresholds
+    from csts_pipeline.stages.annotate.aggregation import thresholds
+    from csts_pipeline.stages.annotate.aggregation.em import ordinal
     from csts_pipeline.stages.annotate.steps import followup
 
     grown = simulate_crowd(per_item=start, seed=seed, **crowd)

@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 
 from csts_pipeline.pipeline.language_model.base import Answer
 from csts_pipeline.pipeline.schemas import PROVENANCE
+from csts_pipeline.stages.annotate.aggregation.em.ordinal import SCALE
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER, Rating, RatingArrays
-from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from csts_pipeline.stages.annotate.steps import followup, model_ratings
 from csts_pipeline.stages.annotate.steps.ratings import Labelled, label_batch
 from csts_pipeline.testing.simulate import Crowd, more_ratings, simulate_crowd

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from csts_pipeline.pipeline.errors import UserError
-from csts_pipeline.stages.annotate.labels.aggregators import (
+from csts_pipeline.stages.annotate.aggregation.aggregators import (
     REGISTERED,
     Mean,
     Median,

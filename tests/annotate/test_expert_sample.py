@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from csts_pipeline.stages.annotate.labels import trust
+from csts_pipeline.stages.annotate.aggregation import trust
 from csts_pipeline.stages.annotate.steps.summary import model_share_lines
 from csts_pipeline.testing.chosen_model import rate_with
 from csts_pipeline.testing.command_path import People, prepare_folder, task_ids, write_results

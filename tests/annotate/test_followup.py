@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
-from csts_pipeline.stages.annotate.labels import ordinal, shift
+from csts_pipeline.stages.annotate.aggregation.em import ordinal, shift
 from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.testing.simulate import Crowd, follow_up_rounds, simulate_crowd
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from csts_pipeline.stages.annotate.labels import model_workers
+from csts_pipeline.stages.annotate.aggregation import model_workers
 from csts_pipeline.stages.annotate.steps import followup
 from csts_pipeline.testing.chosen_model import rate_with
 from csts_pipeline.testing.command_path import People, first_batch, import_model, prepare_folder

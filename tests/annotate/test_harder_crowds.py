@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.stats import pearsonr
 
-from csts_pipeline.stages.annotate.labels import ordinal, weighing
+from csts_pipeline.stages.annotate.aggregation import weighing
+from csts_pipeline.stages.annotate.aggregation.em import ordinal
 from csts_pipeline.testing.chosen_model import rate_with
 from csts_pipeline.testing.command_path import People, first_batch, import_model, prepare_folder
 from csts_pipeline.testing.simulate import simulate_crowd
@@ -98,7 +99,7 @@ def ordinal_fit_at(rated, n_items: int, ambiguity: float):
 
 @pytest.mark.parametrize("models", [(), ("correlated",), ("overconfident",)])
 def test_the_shared_shift_widens_the_intervals_where_every_rater_shares_an_items_shift(models: tuple):
-    """The rater model's shared shift (labels/shift.py) against the same model with its spread fixed at 0, on
+    """The rater model's shared shift (aggregation/em/shift.py) against the same model with its spread fixed at 0, on
     crowds where every rater of an item feels its shift: the intervals cover more at every number of ratings an
     item, most at five, where more ratings no longer average the shift away. It does not reach 0.85 everywhere
     (0.79-0.89 over these shapes, the harder-crowds bench): the spread is weakly identified from the

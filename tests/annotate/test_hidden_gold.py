@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from csts_pipeline.pipeline.shards import shard_name, write_table
+from csts_pipeline.stages.annotate.aggregation.em import ordinal
+from csts_pipeline.stages.annotate.aggregation.weighing import anchored_fit
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold
 from csts_pipeline.stages.annotate.crowd.screening import Rating
-from csts_pipeline.stages.annotate.labels import ordinal
-from csts_pipeline.stages.annotate.labels.weighing import anchored_fit
 from csts_pipeline.testing.simulate import gold_decisions
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers

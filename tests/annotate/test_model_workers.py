@@ -18,8 +18,8 @@ from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import PUBLISHED_RATINGS, RATING_SCHEMA
 from csts_pipeline.report.annotations import _agreement
-from csts_pipeline.stages.annotate.labels import quality, thresholds, weighing
-from csts_pipeline.stages.annotate.labels.aggregators import aggregator
+from csts_pipeline.stages.annotate.aggregation import quality, thresholds, weighing
+from csts_pipeline.stages.annotate.aggregation.aggregators import aggregator
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 from csts_pipeline.stages.annotate.release.card import _model_share
 from csts_pipeline.stages.annotate.release.soft_labels import pseudonyms
@@ -84,8 +84,8 @@ def test_the_weak_model_changes_the_labels_by_at_most_a_hundredth_and_is_found_u
         assert weak["reliability"] < thresholds.UNRELIABLE_BELOW and weak["replaced_ratings"] < 5, weak
 
 
-# No shared shift here: the prior's small spread (labels/shift.py) widens each item's own interval a little; with a
-# strong model at 4-5 ratings an item they covered 0.971-0.981 (a batch-wide threshold, which real crowds showed
+# No shared shift here: the prior's small spread (aggregation/em/shift.py) widens each item's own interval a little;
+# with a strong model at 4-5 ratings an item they covered 0.971-0.981 (a batch-wide threshold, which real crowds showed
 # too narrow, stayed under 0.97 here)
 WIDE_WITHOUT_SHIFT = 0.985
 

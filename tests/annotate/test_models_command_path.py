@@ -19,9 +19,9 @@ import pytest
 from scipy.stats import spearmanr
 
 from csts_pipeline.report.annotations import _agreement
+from csts_pipeline.stages.annotate.aggregation import model_workers, thresholds
 from csts_pipeline.stages.annotate.crowd import hidden_gold
 from csts_pipeline.stages.annotate.crowd.hidden_gold import GoldCheck
-from csts_pipeline.stages.annotate.labels import model_workers, thresholds
 from csts_pipeline.stages.annotate.layout import model_dir
 from csts_pipeline.stages.annotate.steps.model_ratings import answers_of
 from csts_pipeline.stages.annotate.steps.ratings import label_batch

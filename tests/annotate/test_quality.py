@@ -15,9 +15,11 @@ import pytest
 from scipy.stats import spearmanr
 
 from csts_pipeline.pipeline.schemas import WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, thresholds, verdict
-from csts_pipeline.stages.annotate.labels.aggregators import Mean, Median
-from csts_pipeline.stages.annotate.labels.interval import credible_interval
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.aggregators import Mean, Median
+from csts_pipeline.stages.annotate.aggregation.em import em_answers, kernel, ordinal
+from csts_pipeline.stages.annotate.aggregation.em.interval import credible_interval
+from csts_pipeline.stages.annotate.labels import verdict
 from csts_pipeline.testing.simulate import KINDS, simulate_crowd
 
 # the fixtures `kept`, `kept_dir` and `rated` come with the helpers
@@ -305,8 +307,8 @@ def test_the_hf_export_carries_pseudonymous_ratings_distributions_and_the_qualit
 
 
 def test_the_model_with_no_ratings_or_one_rating():
+    from csts_pipeline.stages.annotate.aggregation.quality import model_labels, workers_table
     from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
-    from csts_pipeline.stages.annotate.labels.quality import model_labels, workers_table
 
     flagged = RatingArrays(np.array([0, 1]), np.array(["a", "b"]), np.zeros(2), np.array([True, True]))
     labels, model = model_labels(flagged, 3, not_pertinent_share=0.5, min_ratings=1)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csts_pipeline.stages.annotate.labels import kernel, ordinal, trust
-from csts_pipeline.stages.annotate.labels.aggregators import OrdinalModel
+from csts_pipeline.stages.annotate.aggregation import trust
+from csts_pipeline.stages.annotate.aggregation.aggregators import OrdinalModel
+from csts_pipeline.stages.annotate.aggregation.em import kernel, ordinal
+from csts_pipeline.stages.annotate.aggregation.weighing import Evidence
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
-from csts_pipeline.stages.annotate.labels.weighing import Evidence
 
 
 def crowd(n_items: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,5 +1,5 @@
-"""Trust from evidence (labels/trust.py, labels/expert.py, labels/score_density.py), through the command line:
-`annotate import --stage ratings --aggregate model` with a model among the raters, with and without
+"""Trust from evidence (aggregation/trust.py, labels/expert.py, aggregation/em/score_density.py), through the command
+line: `annotate import --stage ratings --aggregate model` with a model among the raters, with and without
 `--expert`. People answer around a known truth (testing.command_path.People, one or two ratings an item),
 the model answers chosen distributions (testing.chosen_model)."""
 
@@ -15,7 +15,8 @@ from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
 from csts_pipeline.cli import app
-from csts_pipeline.stages.annotate.labels import expert, interval, score_density
+from csts_pipeline.stages.annotate.aggregation.em import interval, score_density
+from csts_pipeline.stages.annotate.labels import expert
 from csts_pipeline.testing.chosen_model import rate_with
 from csts_pipeline.testing.command_path import People, first_batch, prepare_folder, task_ids, write_results
 from csts_pipeline.testing.simulate_models import kernel

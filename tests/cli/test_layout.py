@@ -1,10 +1,10 @@
 """The house as docs/architecture.md draws it, kept so: the package's top is four rooms (cli/, pipeline/, stages/,
 report/) and the simulations beside them (testing/) plus `__init__` and `__main__`; imports (module-level and
 function-level alike) only run downwards (the command line imports the stages and nothing imports the command line,
-nothing of the pipeline imports the simulations, the frame imports no stage, annotate's label
-statistics import no platform or step), no import circle among the installed modules, annotate's top folder holds
-its sub-packages and at most three modules, no module passes 400 lines, and bench/ is grouped by subject with no
-circle between its subjects."""
+nothing of the pipeline imports the simulations, the frame imports no stage, annotate's label statistics and
+aggregation import no platform or step, the rater model's EM imports none of its decision), no import circle among
+the installed modules, annotate's top folder holds its sub-packages and at most three modules, no module passes 400
+lines, and bench/ is grouped by subject with no circle between its subjects."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ PACKAGE = REPO / "csts_pipeline"
 TOP_NAMES = {"pipeline", "stages", "report"}  # the package's floors; never top-level import names
 ROOMS = {"cli", "pipeline", "stages", "report"}  # the package's top, beside __init__.py and __main__.py
 SIMULATIONS = "testing"  # beside the rooms: what the tests and the benches share (crowds, models, a server)
+ANNOTATE_ROOMS = ("steps", "crowd", "labels", "aggregation", "release")  # annotate's sub-packages, by subject
 BENCH = REPO / "bench"
 BENCH_SUBJECTS = {"pipeline", "embed", "mine", "filter", "train", "annotate", "gpu"}
 BENCH_SHARED = {"shared_data.py"}  # what every subject may import, at bench/'s top
@@ -93,9 +94,9 @@ def test_no_import_circle_and_imports_run_downwards():
     assert {n: sorted(i for i in g if not i.startswith("csts_pipeline.pipeline")) for n, g in frame.items()} == {
         n: [] for n in frame
     }
-    labels = "csts_pipeline.stages.annotate.labels"
+    statistics = ("csts_pipeline.stages.annotate.labels", "csts_pipeline.stages.annotate.aggregation")
     upward = {n: sorted(i for i in g if ".annotate.crowd" in i or ".annotate.steps" in i) for n, g in graph.items()}
-    assert {n: up for n, up in upward.items() if n.startswith(labels) and up} == {}
+    assert {n: up for n, up in upward.items() if n.startswith(statistics) and up} == {}
     crowd = {n: sorted(i for i in g if ".annotate.steps" in i) for n, g in graph.items() if ".annotate.crowd" in n}
     assert {n: up for n, up in crowd.items() if up} == {}
 
@@ -140,7 +141,9 @@ def test_the_command_line_imports_the_stages_and_nothing_imports_it():
 def test_annotate_is_split_by_subject_and_no_module_is_long():
     top = sorted(p.name for p in (PACKAGE / "stages" / "annotate").glob("*.py"))
     assert len(top) <= 3, top
-    assert {"steps", "crowd", "labels", "release"} <= {p.name for p in (PACKAGE / "stages" / "annotate").iterdir()}
+    assert {"steps", "crowd", "labels", "aggregation", "release"} <= {
+        p.name for p in (PACKAGE / "stages" / "annotate").iterdir()
+    }
     long = {str(p.relative_to(REPO)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
 
@@ -183,7 +186,7 @@ def room(module: str) -> str:
         return "command line"
     if parts[0] == "stages" and len(parts) > 1:
         sub = parts[2] if parts[1] == "annotate" and len(parts) > 2 else None
-        return f"annotate.{sub}" if sub in ("steps", "crowd", "labels", "release") else parts[1]
+        return f"annotate.{sub}" if sub in ANNOTATE_ROOMS else parts[1]
     return parts[0]
 
 
@@ -235,3 +238,26 @@ def test_bench_subjects_form_no_circle():
                 arrows.setdefault(source_room, set()).add(target_room)
     rooms = {name.split(".")[1] for name in found}
     assert cycles({r: arrows.get(r, set()) for r in rooms}) == []
+
+
+def test_the_rater_models_decision_sits_above_its_em():
+    """aggregation/ holds the label policies (aggregators.py) and the rater model's decision, how far each worker
+    is trusted and by what evidence, in at most five modules; the EM they run (aggregation/em/) imports none of them
+    but thresholds.py, where every number the model decides by is named."""
+    found = modules()
+    graph = {name: module_imports(path, set(found)) - {name} for name, path in found.items()}
+    aggregation = "csts_pipeline.stages.annotate.aggregation"
+    decision = sorted(
+        p.stem for p in (PACKAGE / "stages" / "annotate" / "aggregation").glob("*.py") if p.stem != "__init__"
+    )
+    assert "thresholds" in decision and len(set(decision) - {"aggregators"}) <= 5, decision
+    allowed = {f"{aggregation}.thresholds", aggregation}
+    upward = {
+        n: sorted(
+            i for i in g if i.startswith(aggregation) and not i.startswith(f"{aggregation}.em") and i not in allowed
+        )
+        for n, g in graph.items()
+        if n.startswith(f"{aggregation}.em")
+    }
+    assert {n: i for n, i in upward.items() if i} == {}
+    assert any(i.startswith(f"{aggregation}.em") for n, g in graph.items() if n == f"{aggregation}.trust" for i in g)

@@ -10,8 +10,10 @@ By subject (docs/architecture.md):
 - `crowd/`: the platforms: `tasks`, `pages` (templates/), `label_studio`, `results` (one row), `screening`
   (what comes back), `kept` (filter's pairs), `hidden_gold` and `controls`, `gold_set`, `worker_list`,
   `guide` (the guideline examples), `files`;
-- `labels/`: statistics on arrays, no files: `agreement`, `aggregators` (Mean, Median, RoundedMedian,
-  OrdinalModel), `ordinal`, `verdict`, `quality`, `bws_scores`, `audit_stats`, `sampling`, `splits`;
+- `labels/`: statistics on arrays, no files: `agreement`, `verdict`, `bws_scores`, `audit_stats`, `expert`,
+  `sampling`, `splits`;
+- `aggregation/`: an item's label: `aggregators` (Mean, Median, RoundedMedian, OrdinalModel), the rater model's
+  decision (`thresholds`, `trust`, `weighing`, `model_workers`, `quality`) and its EM (`em/`);
 - `release/`: `card`, `soft_labels`, `licenses`;
 - `layout`: folder and file names and ids (the tables' schemas: pipeline/schemas.py).
 
@@ -19,5 +21,5 @@ File formats and the answer fields a results file must carry: docs/annotate.md.
 
 Each name is imported from the module that defines it (`from csts_pipeline.stages.annotate.steps.ratings import
 import_ratings`), so that a reader and a type checker can follow every call; this file imports nothing, so that a
-command importing one sub-module (the command line reads `labels.aggregators` for its help) loads only that one.
+command importing one sub-module (the command line reads `aggregation.aggregators` for its help) loads only that one.
 """

@@ -1,2 +1,2 @@
-"""Label statistics, pure numpy and no files: agreement, the ordinal rater model, the not-pertinent verdict,
-aggregators, BWS scores, audit statistics, sampling and splits."""
+"""Label statistics, pure numpy and no files: agreement, the not-pertinent verdict, BWS scores, audit statistics,
+the expert sample, sampling and splits. The labels themselves are aggregation/'s."""

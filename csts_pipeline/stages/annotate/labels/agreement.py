@@ -1,5 +1,5 @@
 """The accepted ratings as arrays, and how far the raters agree (the ratings import); an item's label is
-an aggregator's (labels/aggregators.py). Agreement is Fleiss' kappa and Krippendorff's alpha over the kept items,
+an aggregator's (aggregation/aggregators.py). Agreement is Fleiss' kappa and Krippendorff's alpha over the kept items,
 plus each worker against the others, so unreliable workers stand out."""
 
 from __future__ import annotations

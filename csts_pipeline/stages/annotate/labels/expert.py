@@ -2,8 +2,8 @@
 re-annotation, as Tu et al. re-annotated C-STS's validation set), the evidence that measures every worker.
 
 Why: with one rating an item and no gold, a person's and a model's reliabilities are not identified, only their
-agreement is (labels/trust.py). Items whose true label is known measure each worker directly, people and models
-alike, and the shared shift's spread (labels/shift.py). The rater model fixes their labels (ordinal.fit's
+agreement is (aggregation/trust.py). Items whose true label is known measure each worker directly, people and models
+alike, and the shared shift's spread (aggregation/em/shift.py). The rater model fixes their labels (ordinal.fit's
 `known`, the nearest integer, halves up), and the items' published label is the expert's own value (3.7 stays
 3.7), an item no person rated included.
 

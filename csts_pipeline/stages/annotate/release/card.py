@@ -12,8 +12,9 @@ import pyarrow as pa
 import yaml
 
 from csts_pipeline.pipeline.schemas import CSTS_SCHEMA
-from csts_pipeline.stages.annotate.labels import interval, model_workers, shift, trust
-from csts_pipeline.stages.annotate.labels.aggregators import aggregator_class
+from csts_pipeline.stages.annotate.aggregation import model_workers, trust
+from csts_pipeline.stages.annotate.aggregation.aggregators import aggregator_class
+from csts_pipeline.stages.annotate.aggregation.em import interval, shift
 
 
 @dataclass
@@ -146,7 +147,7 @@ def _agreement(release: Release) -> str:
 
 
 def policy_sentence(policy: str) -> str:
-    """How the labels were aggregated, as the policy's own class says it (labels/aggregators.py)."""
+    """How the labels were aggregated, as the policy's own class says it (aggregation/aggregators.py)."""
     return aggregator_class(policy).card
 
 

@@ -1,1 +1,2 @@
-"""What the CLI runs: each annotate step reads its inputs, calls crowd/ and labels/, and commits its folder."""
+"""What the CLI runs: each annotate step reads its inputs, calls crowd/, aggregation/ and labels/, and commits
+its folder."""

@@ -29,8 +29,8 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.manifest import TrainConfig
 from csts_pipeline.pipeline.records import fingerprint, require_current, require_record
 from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.aggregation.em.score_density import normal_scores
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_parquet
-from csts_pipeline.stages.annotate.labels.score_density import normal_scores
 from csts_pipeline.stages.annotate.labels.splits import spread_as_answers
 from csts_pipeline.stages.annotate.layout import (
     CONDITIONS,

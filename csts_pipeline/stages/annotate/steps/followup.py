@@ -13,8 +13,8 @@ not on its weak kinds of condition, where the import left them out: there the po
 however narrow its posterior an item is asked again where the models' answers make the people's label ten times
 less likely than their own favourite (`model_log10_ratio` above RATIO_ABOVE), or where a model answered it on a
 kind of condition that is weak for it or where its mean error is KIND_ERROR_AT points or more, until people have
-rated it KIND_MIN_RATINGS times (labels/thresholds.py); only people's answers count towards MAX_ANSWERS. Each item's
-reason is written beside the batch (REASONS_FILE) and counted in its record. `--budget N` caps the human ratings
+rated it KIND_MIN_RATINGS times (aggregation/thresholds.py); only people's answers count towards MAX_ANSWERS. Each
+item's reason is written beside the batch (REASONS_FILE) and counted in its record. `--budget N` caps the human ratings
 all follow-up batches ask together (spent)."""
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from csts_pipeline.pipeline.commit import OutputFolder
 from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import read_record
 from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.aggregation import model_workers, thresholds
+from csts_pipeline.stages.annotate.aggregation.em.ordinal import SCALE
 from csts_pipeline.stages.annotate.crowd import tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv
-from csts_pipeline.stages.annotate.labels import model_workers, thresholds
 from csts_pipeline.stages.annotate.labels.agreement import MODEL_WORKER
-from csts_pipeline.stages.annotate.labels.ordinal import SCALE
 from csts_pipeline.stages.annotate.layout import (
     AGREEMENT,
     INDIVIDUAL_RATINGS,

@@ -67,7 +67,7 @@ class ModelRun:
     @property
     def reading(self) -> str:
         """How the ratings import reads its answers, in words: a similarity model's whole score through a density
-        per true label (labels/score_density.py; its bins only for a folder of an older version, without
+        per true label (aggregation/em/score_density.py; its bins only for a folder of an older version, without
         scores.parquet), a language model's next-token distributions."""
         if self.kind == SIMILARITY_MODEL:
             edges = ", ".join(f"{e:.3f}" for e in self.record.get("bin_edges", []))

@@ -122,12 +122,12 @@ class ConditionsImportOptions:
 @dataclass(frozen=True, kw_only=True)
 class RatingsImportOptions:
     """`annotate import --stage ratings` (steps/ratings.py): the aggregator `aggregate` names labels each item
-    (labels/aggregators.py); an item is dropped when more than `not_pertinent_share` of its raters flag it not
+    (aggregation/aggregators.py); an item is dropped when more than `not_pertinent_share` of its raters flag it not
     pertinent, or it has fewer than `min_ratings` ratings. Agreement (Fleiss' kappa, Krippendorff's alpha,
     per worker) is over the kept items with two or more ratings, and with `agreement_sample` also on a sample
     (from `seed`) of that many items with three ratings each (the paper's protocol). `workers`: keep only
     these qualified workers' rows (None: the qualification's workers.csv, if any). `ambiguity_sd` (`--aggregate
-    model` only): the sd of the shared per-item shift the rater model assumes (labels/shift.py); None: chosen
+    model` only): the sd of the shared per-item shift the rater model assumes (aggregation/em/shift.py); None: chosen
     from the people's answers and the prior. `models`: the model workers to weigh (`model:<name>` or `<name>`;
     None: every one `annotate rate` left). `expert` (`--aggregate model` only): careful labels for a sample of
     the items, one file or several (labels/expert.py)."""

@@ -292,7 +292,7 @@ def folder_input(annotate_dir: Path, used: bool) -> dict[str, str]:
 
 def test_answers(path: Path, people: set[str]) -> tuple[RatingArrays, np.ndarray] | None:
     """The `people`'s ratings on the qualification test's rating items whose gold is a rating, as the rater model's
-    evidence about them (labels/trust.py: the people's noise measured on items of known label): the ratings
+    evidence about them (aggregation/trust.py: the people's noise measured on items of known label): the ratings
     (items indexed 0.. in the file's order) and each item's gold; None where none of them rated one."""
     try:
         table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=ANSWER_SCHEMA)).to_pylist()

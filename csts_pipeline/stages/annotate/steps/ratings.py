@@ -1,6 +1,6 @@
 """The ratings round: export every triplet (with hidden controls) as rating tasks, and import the ratings:
 screened, merged with each model's ratings as one more worker (steps/model_folders.py), aggregated
-(labels/aggregators.py), with agreement, the workers table and the high-against-low check. The previous output
+(aggregation/aggregators.py), with agreement, the workers table and the high-against-low check. The previous output
 stays until all of it is written."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from csts_pipeline.pipeline.errors import UserError
 from csts_pipeline.pipeline.records import file_fingerprint, require_current
 from csts_pipeline.pipeline.schemas import ITEM_SCHEMA, RATING_SCHEMA
 from csts_pipeline.pipeline.shards import read_table
+from csts_pipeline.stages.annotate.aggregation import model_workers, quality, thresholds, weighing
+from csts_pipeline.stages.annotate.aggregation.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.crowd import controls, gold_set, hidden_gold, platform, screening, tasks
 from csts_pipeline.stages.annotate.crowd.files import read_jsonl, write_csv, write_json, write_parquet
 from csts_pipeline.stages.annotate.crowd.kept import KeptSource
-from csts_pipeline.stages.annotate.labels import model_workers, quality, thresholds, weighing
-from csts_pipeline.stages.annotate.labels.aggregators import aggregator, aggregator_class
 from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays, agreement_summary
 from csts_pipeline.stages.annotate.labels.expert import read_expert
 from csts_pipeline.stages.annotate.labels.sampling import hash64
@@ -115,9 +115,9 @@ def import_ratings(
     *,
     force: bool = False,
 ) -> dict:
-    """Validate rating results; label each item by the aggregator `options.aggregate` names (labels/aggregators.py),
-    drop the items too few rate or too many flag not pertinent, and report the agreement over the kept items: the
-    options' meaning is in RatingsImportOptions (steps/options.py)."""
+    """Validate rating results; label each item by the aggregator `options.aggregate` names
+    (aggregation/aggregators.py), drop the items too few rate or too many flag not pertinent, and report the
+    agreement over the kept items: the options' meaning is in RatingsImportOptions (steps/options.py)."""
     how, not_pertinent_share, min_ratings = options.aggregate, options.not_pertinent_share, options.min_ratings
     agreement_sample, seed, workers = options.agreement_sample, options.seed, options.workers
     ambiguity_sd, expert = options.ambiguity_sd, expert_files(options.expert)

@@ -7,7 +7,7 @@ the condition as a tokenizer pair, as `train` and `evaluate` encode C-STS rows),
 cross-encoder. Mapping it onto 1-5 by a fixed rule would claim a calibration nobody measured. So the score itself
 is the answer the ratings import reads (`scores.parquet`): as the normal score of its rank in the batch, through a
 normal density per true label that the rater model learns against the people and the hidden gold
-(labels/score_density.py). Each row also carries the score's bin among BINS bins cut at the quantiles of this
+(aggregation/em/score_density.py). Each row also carries the score's bin among BINS bins cut at the quantiles of this
 batch's scores (bin 1 the lowest fifth) as `rating`, with a one-hot `distribution`, so the rows keep the ratings
 schema; the bin edges stay in the record (`bin_edges`). A similarity model says nothing
 about pertinence: its rows never flag, and `p_not_pertinent` is null (not asked).

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from csts_pipeline.stages.annotate.labels import interval, model_workers, shift, trust
+from csts_pipeline.stages.annotate.aggregation import model_workers, trust
+from csts_pipeline.stages.annotate.aggregation.em import interval, shift
 from csts_pipeline.stages.annotate.layout import AGREEMENT, INVERSIONS, ITEMS, SPLITS, WORKERS
 
 

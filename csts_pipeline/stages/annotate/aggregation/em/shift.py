@@ -1,4 +1,4 @@
-"""The shared per-item shift of the ordinal rater model (labels/ordinal.py): an item's wording that every rater
+"""The shared per-item shift of the ordinal rater model (aggregation/em/ordinal.py): an item's wording that every rater
 reads the same way, a point high or low, so its raters' errors are correlated and more ratings do not average it
 away. Each item's true label t is read as t + u with u ~ N(0, ambiguity^2), the same u for every rater of the
 item (people and models); the E-step integrates u out on SHIFT_NODES Gauss-Hermite points. Why: without it the
@@ -58,7 +58,7 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
     labels = counts.shape[2]
     felt = np.clip(np.arange(labels)[None, :] + shifts[:, None], 0, labels - 1)  # [g, t]
     low = np.minimum(np.floor(felt).astype(np.int64), labels - 2)
-    from csts_pipeline.stages.annotate.labels import em_kernels  # numba: imported where EM runs
+    from csts_pipeline.stages.annotate.aggregation.em import em_kernels  # numba: imported where EM runs
 
     return em_kernels.unshifted(np.ascontiguousarray(counts), np.ascontiguousarray(table), low, felt - low)
 
@@ -66,7 +66,7 @@ def unshifted_counts(counts: np.ndarray, shifts: np.ndarray, table: np.ndarray) 
 def relative_log_likelihoods(log_likelihoods: dict[float, float]) -> dict[str, float] | None:
     """agreement.json's record of how the spread was chosen: per spread of the grid, the log-likelihood of the
     people's answers less the best's (None where `--ambiguity-sd` set it). Why keep it: the answers often fit
-    every spread within a few log units (labels/shift.py), and the chosen one sets how wide the intervals are."""
+    every spread within a few log units (above), and the chosen one sets how wide the intervals are."""
     if not log_likelihoods:
         return None
     best = max(log_likelihoods.values())

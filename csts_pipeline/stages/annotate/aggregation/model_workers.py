@@ -5,7 +5,7 @@ A model answers every item, and its mistakes repeat: one kind of condition it ge
 So, unlike a person, it is fitted once per kind of condition (the audit's kinds: colour, number, place, ...;
 audit_stats.condition_kind), each kind with its own confusion table, shrunk toward the model's table over all its
 kinds (model_tables.free_tables), so a kind with little evidence says what the model says overall. Which models enter
-at all is the batch's evidence's decision (labels/trust.py): a model whose answers agree with the people no
+at all is the batch's evidence's decision (aggregation/trust.py): a model whose answers agree with the people no
 better than chance is left out whole and changes no label. A kind where its mean error is KIND_ERROR_AT points or
 more (doubtful) sends its items to people at `export --more` (steps/followup.py). Its not-pertinent votes enter
 only as far as they agree with the people's verdict and the gold (weigh_flags); a model whose flag skill is below
@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, score_density, thresholds
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.em import em_answers, kernel, ordinal, score_density
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, is_model_worker
 from csts_pipeline.stages.annotate.labels.audit_stats import condition_kind
 

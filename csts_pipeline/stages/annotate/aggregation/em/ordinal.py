@@ -1,7 +1,7 @@
 """The rater model for 1-5 ratings: each item's true label, each worker's table of answers, fitted by EM.
 
 Every item i has a true label t_i in 1..5, drawn from a shared prior; worker w answers y with probability
-P(y | t, w), a table that starts from an ordinal kernel (labels/kernel.py):
+P(y | t, w), a table that starts from an ordinal kernel (aggregation/em/kernel.py):
 
     K_w(y | t) = exp(-(y - t - b_w)^2 / (2 s_w^2)) / Z(t, b_w, s_w),   y in 1..5,
 
@@ -24,10 +24,10 @@ against the people and the hidden gold, with two differences. Its P(y | t) is a 
 estimated from its most likely digits (model_tables.free_tables says why). And each answer enters the item's
 posterior as the expected likelihood under its distribution, sum_y q(y) P(y | t): a sure answer weighs as a rating, an
 unsure one less, a flat one nothing. It starts uninformative (the widest kernel), so it earns its weight
-against the people; labels/model_workers.py fits it per kind of condition, judges its reliability and leaves
+against the people; aggregation/model_workers.py fits it per kind of condition, judges its reliability and leaves
 out what it has not earned (docs/annotate-models.md, "Models in the loop").
 
-**Shared ambiguity** (labels/shift.py): every rater of an item reads its true label t as t + u, u ~ N(0, sd^2)
+**Shared ambiguity** (aggregation/em/shift.py): every rater of an item reads its true label t as t + u, u ~ N(0, sd^2)
 the same for all of them, and the E-step integrates u out; the sd is chosen from a grid on the people's answers."""
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import model_tables, score_density, shift, thresholds
-from csts_pipeline.stages.annotate.labels.em_answers import (
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.em import model_tables, score_density, shift
+from csts_pipeline.stages.annotate.aggregation.em.em_answers import (
     FAMILY_SEP,
     Answers,
     answers_of,
     answers_prior,
     known_items,
 )
-from csts_pipeline.stages.annotate.labels.em_sums import (
+from csts_pipeline.stages.annotate.aggregation.em.em_sums import (
     SCALE,
     joint_posterior,
     one_blas_thread,
@@ -52,11 +53,11 @@ from csts_pipeline.stages.annotate.labels.em_sums import (
     sum_by_index,
     worker_counts,
 )
-from csts_pipeline.stages.annotate.labels.interval import (
+from csts_pipeline.stages.annotate.aggregation.em.interval import (
     calibrated_mass,
     credible_interval,
 )
-from csts_pipeline.stages.annotate.labels.kernel import (
+from csts_pipeline.stages.annotate.aggregation.em.kernel import (
     TYPICAL,
     best_parameters,
     grid,
@@ -161,7 +162,7 @@ def fit(
     its rows: such a worker gets a free confusion (model_tables.free_tables), starts uninformative and earns its weight
     against the others. The shared shift's spread is `ambiguity`, else likeliest_spread's on the people's
     answers. `people_noise` holds every person's noise there (one for all, or per worker id), their biases still
-    fitted (labels/trust.py: where the items of known label measure the people, or by the symmetric rule).
+    fitted (aggregation/trust.py: where the items of known label measure the people, or by the symmetric rule).
     `score` (per row, nan where none): a similarity model's score, read by a density per true label
     (score_density.py), not by its bin.
     `label_prior`: the prior over 1..5 held, not learned (an expert sample of the batch measured it);
@@ -268,7 +269,7 @@ def likeliest_spread(data: Answers, tol: float) -> tuple[float, State, dict[floa
 
 def known_log_likelihood(data: Answers, state: State, spread: float) -> float:
     """The log-likelihood of the answers on the known items given their true labels, the shared shift integrated
-    out: how well a spread explains how raters of an item with a known label err together (labels/shift.py)."""
+    out: how well a spread explains how raters of an item with a known label err together (aggregation/em/shift.py)."""
     known = known_items(data)
     rows = known[data.item]
     shifts, weights = shift.nodes(spread)

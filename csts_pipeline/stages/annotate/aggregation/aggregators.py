@@ -18,10 +18,10 @@ import numpy as np
 from csts_pipeline.pipeline.errors import UserError
 
 if TYPE_CHECKING:
+    from csts_pipeline.stages.annotate.aggregation.quality import ModelResult
+    from csts_pipeline.stages.annotate.aggregation.trust import TrustPlan
+    from csts_pipeline.stages.annotate.aggregation.weighing import Evidence
     from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
-    from csts_pipeline.stages.annotate.labels.quality import ModelResult
-    from csts_pipeline.stages.annotate.labels.trust import TrustPlan
-    from csts_pipeline.stages.annotate.labels.weighing import Evidence
 
 REGISTERED: dict[str, type[Aggregator]] = {}  # --aggregate name -> class, in the order they are defined
 
@@ -157,8 +157,8 @@ class OrdinalModel(Aggregator):
         self.plan_: TrustPlan | None = None  # what the batch's evidence settled about whom to trust
 
     def fit(self, ratings: RatingArrays, n_items: int, evidence: Evidence | None = None) -> Aggregator:
-        from csts_pipeline.stages.annotate.labels.quality import model_labels
-        from csts_pipeline.stages.annotate.labels.weighing import Evidence
+        from csts_pipeline.stages.annotate.aggregation.quality import model_labels
+        from csts_pipeline.stages.annotate.aggregation.weighing import Evidence
 
         self.labels_, self.result_ = model_labels(
             ratings,

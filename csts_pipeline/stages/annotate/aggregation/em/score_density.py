@@ -1,5 +1,5 @@
-"""A similarity model's whole score in the rater model (labels/ordinal.py): per true label a normal density of the
-score, learned in the EM, instead of the score's bin among five.
+"""A similarity model's whole score in the rater model (ordinal.py beside this): per true label a normal density of
+the score, learned in the EM, instead of the score's bin among five.
 
 Why: five quantile bins keep a fifth of what the score says and leave a free 5 x 5 table to map them, which, beside
 a weak person (one rating an item), collapsed the label prior onto 1 and 5 (STS-B, MiniLM: labels at Spearman
@@ -9,7 +9,7 @@ mean 0, sd 1, whatever the model's scale: a cosine or a regression score), and a
 around mu_t with one sd per model: six parameters, fitted in the M-step from the items' posteriors with
 SCORE_PSEUDO items of the batch's marginal (mean 0, sd 1) per label, so a label with little evidence says little.
 The means are kept in the order of the labels (a model whose agreement with people is positive: trust.py). An
-item everyone reads a point high (the shared shift, labels/shift.py) moves the mean the model feels with it."""
+item everyone reads a point high (the shared shift, aggregation/em/shift.py) moves the mean the model feels with it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 from scipy.stats import rankdata
 
-from csts_pipeline.stages.annotate.labels import thresholds
+from csts_pipeline.stages.annotate.aggregation import thresholds
 
 LABELS = 5
 BINS = np.asarray(ndtri(np.arange(1, LABELS) / LABELS))  # the marginal's quintiles: the table reported

@@ -1,4 +1,4 @@
-"""The E- and M-step's sums for the ordinal rater model (labels/ordinal.py): each answer's likelihood under its
+"""The E- and M-step's sums for the ordinal rater model (aggregation/em/ordinal.py): each answer's likelihood under its
 worker's table, summed by item into the joint posterior, and the expected counts summed by worker, as sparse
 products arranged once per batch (Layout), not a sort or a gather every EM iteration."""
 
@@ -37,8 +37,8 @@ def _threads() -> ThreadpoolController:
 
 
 def _kernels() -> ModuleType:
-    """labels/em_kernels.py, imported where EM runs: numba is not loaded by an import without the rater model."""
-    from csts_pipeline.stages.annotate.labels import em_kernels
+    """em_kernels.py beside this, imported where EM runs: numba is not loaded by an import without the rater model."""
+    from csts_pipeline.stages.annotate.aggregation.em import em_kernels
 
     return em_kernels
 

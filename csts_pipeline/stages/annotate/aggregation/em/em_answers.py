@@ -1,6 +1,6 @@
-"""A batch's answers as the rater model's EM reads them (labels/ordinal.py): item and worker indexes, each
+"""A batch's answers as the rater model's EM reads them (aggregation/em/ordinal.py): item and worker indexes, each
 answer's distribution and most likely digit, which workers are models, which items have a known label, which
-rows are a similarity model's scores, and whom the evidence holds where (labels/trust.py)."""
+rows are a similarity model's scores, and whom the evidence holds where (aggregation/trust.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from functools import cached_property
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import score_density, thresholds
-from csts_pipeline.stages.annotate.labels.em_sums import SCALE, Layout
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.em import score_density
+from csts_pipeline.stages.annotate.aggregation.em.em_sums import SCALE, Layout
 
 FAMILY_SEP = " @ "  # a model fitted per kind of condition: "model:<name> @ colour", one family of tables
 

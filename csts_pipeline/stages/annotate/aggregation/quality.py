@@ -16,22 +16,14 @@ import numpy as np
 import pyarrow as pa
 
 from csts_pipeline.pipeline.schemas import INVERSION_SCHEMA, WORKERS_SCHEMA
-from csts_pipeline.stages.annotate.labels import (
-    em_answers,
-    kernel,
-    model_workers,
-    ordinal,
-    shift,
-    thresholds,
-    trust,
-    verdict,
-    weighing,
-)
-from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
-from csts_pipeline.stages.annotate.labels.model_workers import (
+from csts_pipeline.stages.annotate.aggregation import model_workers, thresholds, trust, weighing
+from csts_pipeline.stages.annotate.aggregation.em import em_answers, kernel, ordinal, shift
+from csts_pipeline.stages.annotate.aggregation.model_workers import (
     ModelFit,
 )
-from csts_pipeline.stages.annotate.labels.weighing import Controls, Evidence
+from csts_pipeline.stages.annotate.aggregation.weighing import Controls, Evidence
+from csts_pipeline.stages.annotate.labels import verdict
+from csts_pipeline.stages.annotate.labels.agreement import ItemLabels, RatingArrays
 
 MODEL = "model"
 
@@ -305,7 +297,7 @@ def _evidence(model: ModelResult | None, name: str) -> str | None:
 
 def workers_summary(model: ModelResult, table: pa.Table, spread_set: bool = False) -> dict[str, Any]:
     """What agreement.json says about the model and the workers: how many, how many unreliable, the threshold,
-    the EM iterations, the shared per-item shift's spread (labels/shift.py; `spread_set`: by `--ambiguity-sd`,
+    the EM iterations, the shared per-item shift's spread (aggregation/em/shift.py; `spread_set`: by `--ambiguity-sd`,
     else chosen from the answers, with each spread's log-likelihood) and the fitted prior over the labels."""
     return {
         "workers": table.num_rows,

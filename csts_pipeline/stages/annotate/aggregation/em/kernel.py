@@ -1,4 +1,4 @@
-"""The people's kernel in the ordinal rater model (labels/ordinal.py): P(y | t) a Gaussian around the true label
+"""The people's kernel in the ordinal rater model (aggregation/em/ordinal.py): P(y | t) a Gaussian around the true label
 shifted by the worker's bias, with their noise as its spread, normalised over the five answers; the grid of
 (bias, noise) the M-step picks from, and its prior. A worker's table grows from the kernel with their own answers
 (model_tables.grown_tables)."""
@@ -9,8 +9,8 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import thresholds
-from csts_pipeline.stages.annotate.labels.em_sums import SCALE
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.em.em_sums import SCALE
 
 BIAS_GRID = np.round(np.arange(-2.0, 2.0001, 0.1), 2)
 NOISE_GRID = np.geomspace(0.25, 8.0, 24)

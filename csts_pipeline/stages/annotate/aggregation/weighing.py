@@ -1,4 +1,4 @@
-"""The rater model fitted as the batch's evidence says (labels/trust.py): each worker held or fitted by what
+"""The rater model fitted as the batch's evidence says (aggregation/trust.py): each worker held or fitted by what
 measures it, the gold's and the expert sample's labels fixed (trust from evidence)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, model_workers, ordinal, thresholds, trust
+from csts_pipeline.stages.annotate.aggregation import model_workers, thresholds, trust
+from csts_pipeline.stages.annotate.aggregation.em import em_answers, kernel, ordinal
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays
 
 Anchor = tuple[RatingArrays, np.ndarray]  # ratings of gold items (indexed 0..) and their true labels
@@ -45,7 +46,8 @@ def anchored_fit(
     """The ordinal model on the items' ratings, with the gold items' ratings appended after them and their
     known labels fixed (ordinal.fit's `known`), as are the items of `known` (the expert sample, per item 0 or a
     label); the posterior returned is the items' only. `ambiguity`: the shared shift's sd as the user set it
-    (None: chosen from the people's answers, labels/shift.py); `people_noise`: held for every person (trust.py)."""
+    (None: chosen from the people's answers, aggregation/em/shift.py); `people_noise`: held for every person
+    (trust.py)."""
     rated = ratings.subset(ratings.rated)
     mine = np.zeros(n_items) if known is None else known
     if anchor is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
-from csts_pipeline.stages.annotate.labels import thresholds
+from csts_pipeline.stages.annotate.aggregation import thresholds
 
 
 def _runs(posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
-"""The rater model's compiled passes (numba), for labels/em_sums.py and labels/shift.py: each a loop over the
-items or the workers that numpy would make in several passes over [items, 25] arrays. A module of its own,
-imported where EM runs, so an import without the rater model (`--aggregate mean`) does not load numba."""
+"""The rater model's compiled passes (numba), for em_sums.py and shift.py beside it: each a loop over the items or
+the workers that numpy would make in several passes over [items, 25] arrays. A module of its own, imported where EM
+runs, so an import without the rater model (`--aggregate mean`) does not load numba."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
 """Where each worker's reliability comes from: the evidence the batch holds, said per worker, never assumed for one
-side only (trust from evidence).
-
-A person's reliability is measured by items whose label is known (an expert sample, `--expert`; the hidden gold)
-or by other people who rated the same items (repeats): the rater model fits them freely (labels/ordinal.py).
-Without any of these, one person and one model an item leave only their agreement identified, the product of
-their reliabilities, and an EM that starts from the person measures the model against a posterior the person
-dominates, so the person is always right. Then the rule is symmetric: people are pinned at the reliability their
-agreement with the models implies (`people_reliability`): with one model, the square root of the agreement, the
-same as the model's; with two or more, the triad rule sqrt(a_pm a_pn / a_mn), which three raters identify.
+side only (trust from evidence). A person's reliability is measured by items whose label is known (an expert sample,
+`--expert`; the hidden gold) or by other people who rated the same items (repeats): the rater model fits them freely
+(em/ordinal.py). Without any of these, one person and one model an item leave only their agreement identified, the
+product of their reliabilities, and an EM that starts from the person measures the model against a posterior the
+person dominates, so the person is always right. Then the rule is symmetric: people are pinned at the reliability
+their agreement with the models implies (`people_reliability`): with one model, the square root of the agreement,
+the same as the model's; with two or more, the triad rule sqrt(a_pm a_pn / a_mn), which three raters identify.
 
 A model earns a place by agreeing with the people beyond chance (`informative`): a no-skill or constant model
 agrees with nothing and is left out whole, so the people's labels stand. That is a test on what is observed, the
@@ -22,9 +20,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from csts_pipeline.stages.annotate.labels import em_answers, kernel, ordinal, thresholds
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.em import em_answers, kernel, ordinal
+from csts_pipeline.stages.annotate.aggregation.model_workers import model_name, pooled_reliability
 from csts_pipeline.stages.annotate.labels.agreement import RatingArrays, grouped_spearman
-from csts_pipeline.stages.annotate.labels.model_workers import model_name, pooled_reliability
 
 EXPERT, GOLD, REPEATS, AGREEMENT, ASSUMED = "expert sample", "gold", "repeats", "agreement", "assumed"
 TEST = "qualification test"  # a person's answers on the qualification test's rating items (their gold known)

@@ -1,4 +1,4 @@
-"""A model worker's P(y | t) in the ordinal rater model (labels/ordinal.py): a free 5 x 5 confusion estimated
+"""A model worker's P(y | t) in the ordinal rater model (aggregation/em/ordinal.py): a free 5 x 5 confusion estimated
 from its expected counts and shrunk toward its family's table, or, for a similarity model, read from its score
 density (score_density.py)."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-from csts_pipeline.stages.annotate.labels import score_density, thresholds
-from csts_pipeline.stages.annotate.labels.em_answers import Answers
-from csts_pipeline.stages.annotate.labels.em_sums import SCALE
+from csts_pipeline.stages.annotate.aggregation import thresholds
+from csts_pipeline.stages.annotate.aggregation.em import score_density
+from csts_pipeline.stages.annotate.aggregation.em.em_answers import Answers
+from csts_pipeline.stages.annotate.aggregation.em.em_sums import SCALE
 
 
 def free_tables(counts: np.ndarray, kernel: np.ndarray, free: np.ndarray, family: np.ndarray) -> np.ndarray:
