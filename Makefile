@@ -32,7 +32,7 @@ test: $(STAMP) $(LS_STAMP) browser  ## the whole test suite, as CI runs it
 test-fast: $(STAMP)  ## the unit tests alone (no tests marked slow)
 	$(PY) -m pytest -m "not slow" -q
 
-lint: $(STAMP)  ## ruff, ruff format, mypy (the frame and the label statistics), hadolint
+lint: $(STAMP)  ## ruff, ruff format, mypy (the frame, the label statistics and the aggregation), hadolint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	PATH=$(abspath $(VENV))/bin:$$PATH .ci/typecheck
